@@ -1,0 +1,3 @@
+from draftlab.cli import main
+
+raise SystemExit(main())

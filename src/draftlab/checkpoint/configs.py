@@ -1,0 +1,204 @@
+"""Typed views of target and drafter configs, normalised across families and layouts.
+
+Targets: the Hugging Face causal-LM families used with EAGLE-3 (Llama, Qwen2/Qwen3 dense and MoE,
+Mistral, DeepseekV3 / Kimi-K2 with MLA and MoE, gpt-oss); a text model nested under
+``text_config`` (multimodal Kimi-K2.5) is read through. Drafters: the SpecForge / EAGLE / SGLang
+layout (``LlamaForCausalLMEagle3``, ``midlayer.*``) and the vLLM speculators layout
+(``speculators_config``, ``transformer_layer_config``, ``layers.0.*``).
+
+RoPE settings are read from both spellings: ``rope_theta`` + ``rope_scaling`` (transformers 4) and
+``rope_parameters`` (transformers 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from draftlab.checkpoint.reader import Checkpoint
+
+DRAFTER_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator")
+
+
+@dataclass(frozen=True)
+class Rope:
+    theta: float | None
+    scaling: dict[str, Any] | None  # None for plain RoPE; else includes "rope_type"
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> Rope:
+        params = cfg.get("rope_parameters")
+        if isinstance(params, dict):
+            theta = params.get("rope_theta", cfg.get("rope_theta"))
+            scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+        else:
+            theta = cfg.get("rope_theta")
+            scaling = dict(cfg["rope_scaling"]) if isinstance(cfg.get("rope_scaling"), dict) else None
+        if scaling is not None:
+            kind = scaling.get("rope_type", scaling.get("type", "default"))
+            scaling = {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": kind}
+            if kind == "default" and len(scaling) == 1:
+                scaling = None
+        return cls(float(theta) if theta is not None else None, scaling)
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language-model part of a config (``text_config`` for multimodal wrappers)."""
+    inner = config.get("text_config")
+    if isinstance(inner, dict) and "hidden_size" in inner:
+        return {**inner, "architectures": inner.get("architectures") or config.get("architectures")}
+    return config
+
+
+def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def _dtype(cfg: dict[str, Any]) -> str | None:
+    value = _first(cfg, "torch_dtype", "dtype")
+    return str(value).removeprefix("torch.") if value is not None else None
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    architecture: str
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    max_position_embeddings: int | None
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    attention: str  # "MHA", "GQA" or "MLA"
+    num_experts: int | None  # routed experts; None for dense models
+    experts_per_token: int | None
+    num_shared_experts: int | None
+    moe_intermediate_size: int | None
+    rope: Rope
+    dtype: str | None
+    bos_token_id: int | None
+    eos_token_id: int | list[int] | None
+    tie_word_embeddings: bool
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> TargetConfig:
+        cfg = text_config(config)
+        heads = int(_first(cfg, "num_attention_heads", default=0))
+        kv_heads = int(_first(cfg, "num_key_value_heads", default=heads))
+        hidden = int(cfg["hidden_size"])
+        mla = cfg.get("kv_lora_rank") is not None
+        attention = "MLA" if mla else ("MHA" if kv_heads == heads else "GQA")
+        head_dim = _first(cfg, "head_dim", default=None)
+        if mla:
+            head_dim = int(cfg.get("qk_nope_head_dim", 0)) + int(cfg.get("qk_rope_head_dim", 0))
+        experts = _first(cfg, "n_routed_experts", "num_experts", "num_local_experts")
+        return cls(
+            architecture=(cfg.get("architectures") or ["?"])[0],
+            model_type=str(cfg.get("model_type", "?")),
+            num_layers=int(cfg["num_hidden_layers"]),
+            hidden_size=hidden,
+            vocab_size=int(cfg["vocab_size"]),
+            max_position_embeddings=_first(cfg, "max_position_embeddings"),
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=int(head_dim) if head_dim else (hidden // heads if heads else 0),
+            attention=attention,
+            num_experts=int(experts) if experts else None,
+            experts_per_token=_first(cfg, "num_experts_per_tok", "num_experts_per_token") if experts else None,
+            num_shared_experts=_first(cfg, "n_shared_experts", "num_shared_experts") if experts else None,
+            moe_intermediate_size=_first(cfg, "moe_intermediate_size") if experts else None,
+            rope=Rope.from_config(cfg),
+            dtype=_dtype(cfg) or _dtype(config),
+            bos_token_id=_first(cfg, "bos_token_id", default=config.get("bos_token_id")),
+            eos_token_id=_first(cfg, "eos_token_id", default=config.get("eos_token_id")),
+            tie_word_embeddings=bool(_first(cfg, "tie_word_embeddings", default=config.get("tie_word_embeddings", False))),
+        )
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """An EAGLE-3 drafter's config. ``layer_config`` is the dict holding the decoder-layer fields."""
+
+    layout: str  # "specforge" (SpecForge / EAGLE / SGLang) or "speculators" (vLLM speculators)
+    architecture: str
+    hidden_size: int
+    target_hidden_size: int
+    vocab_size: int
+    draft_vocab_size: int
+    draft_vocab_size_set: bool  # False when the config leaves it null (SGLang then shares the target's head)
+    num_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int | None
+    rope: Rope
+    eagle_config_aux_ids: list[int] | None  # eagle_config.eagle_aux_hidden_state_layer_ids (SGLang reads these)
+    top_level_aux_ids: list[int] | None  # eagle_aux_hidden_state_layer_ids at the top level (vLLM reads these)
+    dtype: str | None
+    bos_token_id: int | None
+    eos_token_id: int | list[int] | None
+    tie_word_embeddings: bool
+    norm_before_residual: bool
+    layer_config: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> DrafterConfig:
+        speculators = "speculators_config" in config or "speculators_model_type" in config
+        layer = config.get("transformer_layer_config") if speculators else config
+        layer = layer if isinstance(layer, dict) else {}
+        hidden = int(_first(layer, "hidden_size", default=config.get("hidden_size", 0)))
+        heads = int(_first(layer, "num_attention_heads", default=0))
+        vocab = int(_first(layer, "vocab_size", default=config.get("vocab_size", 0)))
+        draft_vocab = _first(config, "draft_vocab_size")
+        eagle_cfg = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+        head_dim = _first(layer, "head_dim")
+        return cls(
+            layout="speculators" if speculators else "specforge",
+            architecture=(config.get("architectures") or ["?"])[0],
+            hidden_size=hidden,
+            target_hidden_size=int(_first(config, "target_hidden_size", default=hidden)),
+            vocab_size=vocab,
+            draft_vocab_size=int(draft_vocab) if draft_vocab is not None else vocab,
+            draft_vocab_size_set=draft_vocab is not None,
+            num_layers=int(_first(layer, "num_hidden_layers", default=1)),
+            num_attention_heads=heads,
+            num_key_value_heads=int(_first(layer, "num_key_value_heads", default=heads)),
+            head_dim=int(head_dim) if head_dim else (hidden // heads if heads else 0),
+            intermediate_size=int(_first(layer, "intermediate_size", default=0)),
+            rms_norm_eps=float(_first(layer, "rms_norm_eps", default=1e-6)),
+            max_position_embeddings=_first(layer, "max_position_embeddings"),
+            rope=Rope.from_config(layer),
+            eagle_config_aux_ids=_int_list(eagle_cfg.get("eagle_aux_hidden_state_layer_ids")),
+            top_level_aux_ids=_int_list(config.get("eagle_aux_hidden_state_layer_ids")),
+            dtype=_dtype(config) or _dtype(layer),
+            bos_token_id=_first(layer, "bos_token_id", default=config.get("bos_token_id")),
+            eos_token_id=_first(layer, "eos_token_id", default=config.get("eos_token_id")),
+            tie_word_embeddings=bool(_first(layer, "tie_word_embeddings", default=False)),
+            norm_before_residual=bool(config.get("norm_before_residual", False)),
+            layer_config=layer,
+        )
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) for v in value):
+        return None
+    return list(value)
+
+
+def is_drafter(ckpt: Checkpoint) -> bool:
+    """A drafter by its config (architecture or speculators fields) or its tensor names."""
+    cfg = ckpt.config
+    if "speculators_config" in cfg or "speculators_model_type" in cfg:
+        return True
+    if any(a in DRAFTER_ARCHITECTURES for a in cfg.get("architectures") or []):
+        return True
+    names = ckpt.tensors
+    return "fc.weight" in names and any(n.startswith(("midlayer.", "layers.0.")) for n in names)

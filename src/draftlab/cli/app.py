@@ -1,0 +1,22 @@
+"""The root Typer app; each command module adds its commands here."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="draftlab",
+    help="Check, probe and benchmark EAGLE-3 drafters against their targets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Check, probe and benchmark EAGLE-3 drafters against their targets."""
+
+
+# Command modules register themselves on `app` when imported (one line each, below).

@@ -1,0 +1,59 @@
+"""Everything that differs between SGLang and vLLM, and nothing else.
+
+Inside draftlab one convention holds: aux layer k (0-based) is the OUTPUT of target decoder layer
+k, before the final norm. The engines translate at this edge:
+
+- SGLang reads ``eagle_config.eagle_aux_hidden_state_layer_ids`` as output-of-layer ids (it
+  captures the input of layer k + 1) and ignores a top-level list;
+- vLLM reads a top-level ``eagle_aux_hidden_state_layer_ids`` as input-of-layer ids (canonical + 1)
+  and ignores ``eagle_config``;
+- with no ids set, both capture canonical ``[1, L//2 - 1, L - 4]`` (EAGLE's "inputs of layers
+  2, L//2, L - 3").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from draftlab.checkpoint.configs import DrafterConfig
+from draftlab.errors import DraftlabError
+
+ENGINES = ("sglang", "vllm")
+
+
+def default_aux_layers(num_layers: int) -> list[int]:
+    """Canonical (output-of-layer) ids both engines capture when a drafter sets none."""
+    return [1, num_layers // 2 - 1, num_layers - 4]
+
+
+@dataclass(frozen=True)
+class AuxLayers:
+    """The target layers an engine will capture for a drafter, in the canonical convention."""
+
+    layers: list[int]  # canonical: output of decoder layer k
+    source: str  # "eagle_config", "top-level" or "default"
+    raw_ids: list[int] | None  # the ids as written in the config field the engine reads
+
+
+def aux_layers(engine: str, drafter: DrafterConfig, num_target_layers: int) -> AuxLayers:
+    """Which target layers ``engine`` will capture for ``drafter``."""
+    if engine == "sglang":
+        raw = drafter.eagle_config_aux_ids
+        if raw is None:
+            return AuxLayers(default_aux_layers(num_target_layers), "default", None)
+        return AuxLayers(list(raw), "eagle_config", raw)
+    if engine == "vllm":
+        raw = drafter.top_level_aux_ids
+        if raw is None:
+            return AuxLayers(default_aux_layers(num_target_layers), "default", None)
+        return AuxLayers([i - 1 for i in raw], "top-level", raw)
+    raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def written_aux_ids(engine: str, canonical: list[int]) -> list[int]:
+    """The ids to write into the config field ``engine`` reads so it captures ``canonical``."""
+    if engine == "sglang":
+        return list(canonical)
+    if engine == "vllm":
+        return [k + 1 for k in canonical]
+    raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")

@@ -1,0 +1,63 @@
+"""Atomic outputs: nothing a user sees is ever half-written.
+
+Files are written to a temporary sibling and renamed into place; directories are built in a
+temporary sibling folder and renamed as a whole. An interrupted write leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from draftlab.errors import DraftlabError
+
+
+@contextlib.contextmanager
+def atomic_path(dest: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``dest``; on success rename it onto ``dest``."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, dest)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_text_atomic(dest: str | Path, text: str) -> None:
+    with atomic_path(dest) as tmp:
+        tmp.write_text(text)
+
+
+def write_json_atomic(dest: str | Path, obj: Any) -> None:
+    write_text_atomic(dest, json.dumps(obj, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield an empty temporary directory beside ``dest``; on success it becomes ``dest``.
+
+    ``dest`` must not exist unless ``overwrite`` is set, so a user's folder is never merged into.
+    """
+    dest = Path(dest)
+    if dest.exists() and not overwrite:
+        raise DraftlabError("already exists; choose a new output path", path=dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
