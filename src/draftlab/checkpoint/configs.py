@@ -195,7 +195,8 @@ class DrafterConfig:
             bos_token_id=_first(layer, "bos_token_id", default=config.get("bos_token_id")),
             eos_token_id=_first(layer, "eos_token_id", default=config.get("eos_token_id")),
             tie_word_embeddings=bool(_first(layer, "tie_word_embeddings", default=False)),
-            norm_before_residual=bool(config.get("norm_before_residual", False)),
+            # vLLM's speculators translation defaults it to True; flat configs default to False.
+            norm_before_residual=bool(config.get("norm_before_residual", speculators)),
             layer_config=layer,
         )
 

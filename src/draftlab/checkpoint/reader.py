@@ -112,7 +112,7 @@ class Checkpoint:
                     for name in file_names:
                         out[name] = f.get_tensor(name)
             else:
-                state = _torch_load(file)
+                state = load_pickled(file)
                 for name in file_names:
                     out[name] = state[name].clone()
         return out
@@ -238,7 +238,7 @@ def _check_index_matches(folder: Path, weight_map: dict[str, str], tensors: dict
                 path=folder / next(n for n in INDEX_NAMES if (folder / n).exists()))
 
 
-def _torch_load(file: Path) -> dict[str, torch.Tensor]:
+def load_pickled(file: Path) -> dict[str, torch.Tensor]:
     import pickle
 
     import torch
@@ -254,7 +254,7 @@ def _torch_load(file: Path) -> dict[str, torch.Tensor]:
 
 
 def _bin_catalogue(file: Path) -> dict[str, TensorInfo]:
-    state = _torch_load(file)
+    state = load_pickled(file)
     out: dict[str, TensorInfo] = {}
     for name, tensor in state.items():
         dtype = _TORCH_TO_ST.get(str(tensor.dtype))
