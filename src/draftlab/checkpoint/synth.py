@@ -52,6 +52,7 @@ def write_safetensors(path: Path, specs: Specs, *, values: dict[str, list[int]] 
         f.write(raw)
         base = f.tell()
         for name, (dtype, shape) in specs.items():
+            f.seek(base + header[name]["data_offsets"][0])
             if name in values:
                 f.write(_encode_ints(dtype, values[name]))
             elif not sparse:
