@@ -97,7 +97,7 @@ def _render_plan(result: Plan, plot_path: Path | None) -> None:
     for col in ("batch", "config", "accept len", "cycle ms", "tok/s", "speedup", "break-even"):
         table.add_column(col, justify="left" if col == "config" else "right")
     for b, base in result.baseline_tokens_per_second.items():
-        table.add_row(str(b), "no speculation", "1.00", f"{result.decode_ms[b]:.2f}",
+        table.add_row(str(b), "baseline", "1.00", f"{result.decode_ms[b]:.2f}",
                       f"{base:.1f}", "1.00x", "", style="dim")
         for r in (r for r in result.configs if r.batch_size == b):
             star = " *" if r is result.best[b] else ""

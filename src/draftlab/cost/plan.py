@@ -92,6 +92,10 @@ def make_plan(
     batch_sizes: list[int] | None = None,
 ) -> Plan:
     """Predict every grid config (default: the probed configs) at every batch size."""
+    if not profile.verify:
+        raise DraftlabError(
+            "the profile has no target measurements; run draftlab profile with --target"
+        )
     _check_same_model(profile.model, probes)
     measured = profile.batch_sizes
     batch_sizes = sorted(set(batch_sizes or measured))
@@ -193,15 +197,16 @@ def _check_same_model(costs: ModelInfo, probes: list[AcceptLength]) -> None:
 def _verdict(best: dict[int, ConfigPlan], decode: dict[int, float]) -> str:
     lines = []
     for b, r in best.items():
+        sentences = []
         verify_steps = (r.verify_ms + r.allreduce_ms) / decode[b]
         if r.speedup > 1:
-            lines.append(
+            sentences.append(
                 f"At batch {b}, {r.label} is best: {r.tokens_per_second:.1f} tok/s, "
                 f"{r.speedup:.2f}x plain decoding (accept length {r.accept_length:.2f}, "
                 f"break-even {r.break_even_accept_length:.2f})."
             )
         else:
-            lines.append(
+            sentences.append(
                 f"Speculation loses at batch {b} on this hardware: verify costs "
                 f"{verify_steps:.1f} decode steps; the best config, {r.label}, needs an accept "
                 f"length of {r.break_even_accept_length:.2f} to break even and gets "
@@ -210,8 +215,9 @@ def _verdict(best: dict[int, ConfigPlan], decode: dict[int, float]) -> str:
         parts = [("verify", r.verify_ms), ("all-reduce", r.allreduce_ms),
                  ("drafting", r.draft_extend_ms + r.draft_steps_ms), ("overhead", r.overhead_ms)]
         shares = ", ".join(f"{name} {ms / r.cycle_ms:.0%}" for name, ms in parts if ms > 0)
-        lines.append(f"Its {r.cycle_ms:.1f} ms cycle: {shares}.")
-    return " ".join(lines)
+        sentences.append(f"Its {r.cycle_ms:.1f} ms cycle: {shares}.")
+        lines.append(" ".join(sentences))
+    return "\n".join(lines)
 
 
 def _join(values: list[int]) -> str:
