@@ -1,0 +1,5 @@
+"""The runtime speculative decoding runs on: the target with aux capture, and the EAGLE-3 drafter."""
+
+from draftlab.models.target import TargetRunner, TargetStep
+
+__all__ = ["TargetRunner", "TargetStep"]
