@@ -43,15 +43,16 @@ def select_draft_tokens(counts: Mapping[int, int], size: int) -> list[int]:
     return sorted(np.asarray(keys, dtype=np.int64)[order].tolist())
 
 
-def build_mapping(counts: TokenCounts, size: int, vocab_size: int | None = None) -> VocabMapping:
+def build_mapping(counts: TokenCounts, size: int, vocab_size: int | None = None, *,
+                  source: str | Path = "counts") -> VocabMapping:
     """The draft vocabulary of ``size`` tokens for ``counts`` (target vocabulary ``vocab_size``)."""
     vocab = counts.vocab_size if vocab_size is None else vocab_size
     if size > vocab:
         raise DraftlabError(f"--size {size} is larger than the {vocab}-token target vocabulary")
     largest = max(counts.counts, default=-1)
     if largest >= vocab:
-        raise DraftlabError(f"the counts hold token id {largest}, outside a {vocab}-token vocabulary; "
-                            "pass the target's --vocab-size")
+        raise DraftlabError(f"holds token id {largest}, outside a {vocab}-token vocabulary; "
+                            "pass the target's --vocab-size", path=source)
     return VocabMapping.from_target_ids(select_draft_tokens(counts.counts, size), vocab)
 
 
@@ -74,7 +75,7 @@ def build_mapping_file(counts_path: str | Path, size: int, output: str | Path,
     if fmt not in MAPPING_FORMATS:
         raise DraftlabError(f"unknown --format {fmt!r}; choose one of {', '.join(MAPPING_FORMATS)}")
     counts = read_counts(counts_path)
-    mapping = build_mapping(counts, size, vocab_size)
+    mapping = build_mapping(counts, size, vocab_size, source=counts_path)
     mapping.save(output, fmt)
     dense = counts.dense(mapping.vocab_size)
     total = int(dense.sum())
