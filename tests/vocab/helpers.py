@@ -33,7 +33,7 @@ def sentence(rng: random.Random, n: int = 8) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)) + "."
 
 
-def make_tokenizer(folder: Path, template: str | None, vocab: int = 200) -> Path:
+def make_tokenizer(folder: Path, template: str | None, vocab: int = 300) -> Path:
     """A byte-level BPE tokenizer trained on generated text, saved as a transformers fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
