@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import resource
 import sys
 import sysconfig
 import tempfile
@@ -65,6 +67,13 @@ def write_rows(path: Path, texts: list[str], mb: float, seed: int = 0) -> int:
     return written
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its reaped worker processes."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=64, help="megabytes of JSONL to count")
@@ -81,14 +90,16 @@ def main() -> None:
         size = write_rows(data, texts, args.mb)
         print(f"data: {size / 1e6:.1f} MB of text rows; tokenizer: byte-level BPE, {args.vocab} tokens")
         for workers in args.workers:
-            best = float("inf")
+            best, best_cpu = float("inf"), float("inf")
             for _ in range(args.repeats):
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), cpu_seconds()
                 counts = count_tokens([data], tmp_path / "tok", workers=workers)
                 best = min(best, time.perf_counter() - started)
+                best_cpu = min(best_cpu, cpu_seconds() - cpu_started)
             n = counts.num_tokens
-            print(f"workers={workers}: {n:,} tokens in {best:.2f} s = {n / best / 1e6:.2f} M tokens/s "
-                  f"({size / 1e6 / best:.1f} MB/s)")
+            print(f"workers={workers}: {n:,} tokens in {best:.2f} s wall = {n / best / 1e6:.2f} M tokens/s "
+                  f"({size / 1e6 / best:.1f} MB/s); {best_cpu:.2f} CPU s = {n / best_cpu / 1e6:.2f} M tokens "
+                  f"per CPU second; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,9 @@ class _Counter:
     vocab_size: int
     template: str | None
 
+    def __post_init__(self) -> None:
+        self.generation = self.template is not None and has_generation_blocks(self.template)
+
     def count_block(self, block: _Block) -> _BlockResult:
         rows = dict.fromkeys(ROW_KINDS, 0)
         bad: list[tuple[int, str]] = []
@@ -80,7 +83,7 @@ class _Counter:
                     texts.append(row.text)
                 elif self.template is None:
                     texts.extend(m["content"] for m in row.messages)
-                elif has_generation_blocks(self.template):
+                elif self.generation:
                     ids, mask = generation_mask(self.tokenizer, row.messages)
                     pieces.append(np.asarray(ids, dtype=np.int64)[np.asarray(mask, dtype=bool)])
                 else:
