@@ -70,7 +70,7 @@ def count_cmd(
         ("tokens counted", f"{result.num_tokens:,}"), ("distinct tokens", f"{result.distinct_tokens:,}"),
         ("rows", ", ".join(f"{k} {v}" for k, v in result.rows.items() if v)),
         ("skipped lines", result.skipped_lines),
-        ("throughput", f"{result.tokens_per_second / 1e6:.2f} M tokens/s ({result.seconds:.1f} s)"),
+        ("throughput", f"{result.tokens_per_second:,.0f} tokens/s ({result.seconds:.1f} s, tokenizer loading included)"),
     ]))
 
 
