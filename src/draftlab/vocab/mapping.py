@@ -25,6 +25,16 @@ from draftlab.fsutil import atomic_path
 MAPPING_FORMATS = ("safetensors", "pt")
 
 
+def target_ids_of(d2t: torch.Tensor) -> torch.Tensor:
+    """The d2t convention: draft id ``i`` proposes target id ``i + d2t[i]`` (int64)."""
+    return d2t.to(torch.int64) + torch.arange(d2t.numel())
+
+
+def offsets_of(target_ids: torch.Tensor) -> torch.Tensor:
+    """The inverse: the d2t offsets under which draft id ``i`` proposes ``target_ids[i]``."""
+    return target_ids.to(torch.int64) - torch.arange(target_ids.numel())
+
+
 def validate_mapping(d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int) -> list[str]:
     """Every way ``d2t``/``t2d`` break the encoding above, as short sentences (empty when valid).
 
@@ -40,7 +50,7 @@ def validate_mapping(d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: in
         return ["d2t is empty; a draft vocabulary needs at least one token"]
     if size > vocab_size:
         problems.append(f"d2t has {size} entries, more than the {vocab_size}-token target vocabulary")
-    ids = d2t.to(torch.int64) + torch.arange(size)
+    ids = target_ids_of(d2t)
     bad = ((ids < 0) | (ids >= vocab_size)).nonzero()
     if bad.numel():
         i = int(bad[0])
@@ -83,7 +93,7 @@ class VocabMapping:
     @property
     def target_ids(self) -> torch.Tensor:
         """Target id of each draft id, ascending (int64 [Vd])."""
-        return self.d2t + torch.arange(self.draft_size)
+        return target_ids_of(self.d2t)
 
     @classmethod
     def from_tensors(cls, d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int,
@@ -96,14 +106,14 @@ class VocabMapping:
         d2t = d2t.to(torch.int64).contiguous()
         if t2d is None:
             t2d = torch.zeros(vocab_size, dtype=torch.bool)
-            t2d[d2t + torch.arange(d2t.numel())] = True
+            t2d[target_ids_of(d2t)] = True
         return cls(d2t, t2d.to(torch.bool).contiguous(), vocab_size)
 
     @classmethod
     def from_target_ids(cls, ids: list[int] | torch.Tensor, vocab_size: int) -> VocabMapping:
         """The mapping whose draft id ``i`` proposes ``ids[i]`` (ids must be strictly increasing)."""
         ids_t = torch.as_tensor(ids, dtype=torch.int64)
-        return cls.from_tensors(ids_t - torch.arange(ids_t.numel()), None, vocab_size, source="target ids")
+        return cls.from_tensors(offsets_of(ids_t), None, vocab_size, source="target ids")
 
     @classmethod
     def from_drafter(cls, path: str | Path) -> VocabMapping:
