@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import CHATML, CHATML_GENERATION, make_target, make_tokenizer
+from .helpers import CHATML, CHATML_GENERATION, CHATML_THINKING, make_target, make_tokenizer
 
 VOCAB = 320  # the target pads its vocabulary beyond the tokenizer's 300 tokens, as Qwen does
 
@@ -16,6 +16,7 @@ def tokenizers_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_tokenizer(root / "plain", None)
     make_tokenizer(root / "chatml", CHATML)
     make_tokenizer(root / "generation", CHATML_GENERATION)
+    make_tokenizer(root / "thinking", CHATML_THINKING)
     return root
 
 
@@ -40,3 +41,8 @@ def target_chat(tokenizers_root: Path, tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture(scope="session")
 def target_generation(tokenizers_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _target_with_tokenizer(tokenizers_root, tmp_path_factory.mktemp("t") / "gen", "generation")
+
+
+@pytest.fixture(scope="session")
+def target_thinking(tokenizers_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _target_with_tokenizer(tokenizers_root, tmp_path_factory.mktemp("t") / "think", "thinking")

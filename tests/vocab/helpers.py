@@ -26,6 +26,13 @@ CHATML_GENERATION = (
     "{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# Like Qwen3: replies followed by later turns lose their reasoning ("<think>...</think>").
+CHATML_THINKING = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' and not loop.last %}{{ m['content'].split('</think>')[-1] | trim }}"
+    "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 SPECIAL = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 
 

@@ -75,6 +75,30 @@ def test_generation_template_and_prefix_rendering_agree(tmp_path: Path, target_c
     assert by_prefix == by_generation and sum(by_prefix.values()) > 100
 
 
+def test_replies_rewritten_in_history_are_counted_as_rendered(tmp_path: Path, target_thinking: Path) -> None:
+    rng = random.Random(11)
+    convs = []
+    for _ in range(20):
+        turns = []
+        for _ in range(rng.randint(1, 3)):
+            turns.append({"role": "user", "content": sentence(rng)})
+            turns.append({"role": "assistant",
+                          "content": f"<think>{sentence(rng, 4)}</think>\n\n{sentence(rng, 5)}"})
+        convs.append(turns)
+    data = write_jsonl(tmp_path / "d.jsonl", [{"messages": c} for c in convs])
+    counts = count_tokens([data], target_thinking, workers=1)
+    # earlier replies count as the template renders them (reasoning dropped), the last one in full
+    tok = AutoTokenizer.from_pretrained(str(target_thinking))
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    expected: Counter = Counter()
+    for conv in convs:
+        for k, m in enumerate(conv):
+            if m["role"] == "assistant":
+                text = m["content"] if k == len(conv) - 1 else m["content"].split("</think>")[-1].strip()
+                expected.update(tok(text, add_special_tokens=False)["input_ids"] + [end])
+    assert counts.counts == dict(expected)
+
+
 def test_sharegpt_rows_count_like_openai_rows(tmp_path: Path, target_chat: Path) -> None:
     convs = conversations(20, seed=5)
     openai = write_jsonl(tmp_path / "o.jsonl", [{"messages": c} for c in convs])

@@ -2,16 +2,19 @@
 
 SpecForge renders the whole conversation with the chat template, tokenizes it once and puts
 ``loss_mask = 1`` on the tokens of each assistant reply, end-of-turn marker included. We do the
-same with the tokenizer's own template, two ways:
+same with the tokenizer's own template, in three ways:
 
 - a template with ``{% generation %}`` blocks marks the assistant text itself; transformers
   returns that mask (``return_assistant_tokens_mask=True``);
 - otherwise the reply's character span is found by rendering prefixes: the reply of message j
   starts where ``render(messages[:j], add_generation_prompt=True)`` ends and stops where
-  ``render(messages[:j+1])`` ends, trailing whitespace after the end-of-turn marker excluded.
-  When a template renders history differently from the last turn (e.g. dropping reasoning),
-  the reply is located by its content text instead. A token belongs to the reply when its first
-  character lies in the span.
+  ``render(messages[:j+1])`` ends, trailing whitespace after the end-of-turn marker excluded;
+- a template that renders a reply differently once later turns follow (Qwen3 drops the reasoning
+  of earlier turns) breaks that prefix property; then the conversation is rendered again with
+  reply j replaced by a sentinel, and the reply is whatever the real rendering holds between the
+  text before and after the sentinel, plus the end-of-turn marker the template writes after it.
+
+A token belongs to the reply when its first character lies in the span.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from draftlab.vocab.rows import BadRow
 
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+SENTINEL = "\ue000draftlab-reply\ue001"  # private-use characters: in no template and no real reply
 
 
 def template_text(tokenizer: Any) -> str | None:
@@ -53,23 +57,42 @@ def assistant_char_spans(tokenizer: Any, messages: list[dict[str, str]]) -> tupl
     for j, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prompt = render(tokenizer, messages[:j], True) if j else ""
-        upto = render(tokenizer, messages[: j + 1], False).rstrip()
-        if prompt and upto.startswith(prompt) and full.startswith(upto) and len(prompt) >= cursor:
-            start, end = len(prompt), len(upto)
-        else:
-            content = message["content"]
-            if not content:
-                continue
-            start = full.find(content, cursor)
-            if start < 0:
-                raise BadRow(f"the chat template does not render assistant message {j} verbatim; "
-                             "its tokens cannot be located")
-            end = start + len(content)
-        if end > start:
-            spans.append((start, end))
-        cursor = end
+        span = _span_by_prefix(tokenizer, messages, j, full) or _span_by_sentinel(tokenizer, messages, j, full)
+        if span is None or span[0] < cursor:
+            raise BadRow(f"cannot locate assistant message {j} in the chat template's rendering")
+        if span[1] > span[0]:
+            spans.append(span)
+            cursor = span[1]
     return full, spans
+
+
+def _span_by_prefix(tokenizer: Any, messages: list[dict[str, str]], j: int, full: str) -> tuple[int, int] | None:
+    """Reply j lies between the generation prompt after messages[:j] and the end of messages[:j+1]."""
+    if j == 0:
+        return None
+    prompt = render(tokenizer, messages[:j], True)
+    upto = render(tokenizer, messages[: j + 1], False).rstrip()
+    if len(upto) > len(prompt) and upto.startswith(prompt) and full.startswith(upto):
+        return len(prompt), len(upto)
+    return None
+
+
+def _span_by_sentinel(tokenizer: Any, messages: list[dict[str, str]], j: int, full: str) -> tuple[int, int] | None:
+    """Reply j is what the template wrote where a sentinel stands when the reply is replaced by it."""
+    probe = [*messages[:j], {**messages[j], "content": SENTINEL}, *messages[j + 1:]]
+    text = render(tokenizer, probe, False)
+    at = text.find(SENTINEL)
+    if at < 0:
+        return None
+    before, after = text[:at], text[at + len(SENTINEL):]
+    if len(before) + len(after) > len(full) or not (full.startswith(before) and full.endswith(after)):
+        return None
+    start, end = len(before), len(full) - len(after)
+    last = render(tokenizer, probe[: j + 1], False)
+    marker = last[last.find(SENTINEL) + len(SENTINEL):].rstrip()  # the end-of-turn marker
+    if marker and after.startswith(marker):
+        end += len(marker)
+    return start, end
 
 
 def span_mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> np.ndarray:
