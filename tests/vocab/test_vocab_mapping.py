@@ -8,7 +8,8 @@ import torch
 from safetensors.torch import save_file
 
 from draftlab.errors import DraftlabError
-from draftlab.vocab import VocabMapping, load_mapping, validate_mapping
+from draftlab.checkpoint.d2t import validate_d2t
+from draftlab.vocab import VocabMapping, load_mapping
 
 from .helpers import make_drafter
 
@@ -25,29 +26,36 @@ def test_encoding_is_offsets_and_mask() -> None:
     assert m.d2t.dtype == torch.int64 and m.d2t.tolist() == [0, 2, 2, 6]
     assert m.t2d.dtype == torch.bool and m.t2d.nonzero().flatten().tolist() == [0, 3, 4, 9]
     assert m.target_ids.tolist() == [0, 3, 4, 9]
-    assert validate_mapping(m.d2t, m.t2d, 10) == []
+    assert validate_d2t(m.d2t, m.t2d, 10) == []
 
 
 @pytest.mark.parametrize("ids, vocab, t2d_ids, needle", [
-    ([1, 5, 12], 10, [1, 5], "draft id 2 to target id 12, outside"),
-    ([1, 5, 5], 10, [1, 5], "not strictly increasing: draft id 2 maps to 5"),
-    ([4, 2, 7], 10, [2, 4, 7], "not strictly increasing: draft id 1 maps to 2"),
-    ([1, 5, 7], 10, [1, 5, 8], "t2d is false at target id 7"),
-    ([1, 5, 7], 10, [1, 5], "t2d marks 2 target ids but d2t has 3"),
+    ([1, 5, 12], 10, [1, 5], "outside the target vocabulary [0, 10): draft 2 -> target 12"),
+    ([1, 5, 5], 10, [1, 5], "already taken: draft 2 -> target 5"),
+    ([4, 2, 7], 10, [2, 4, 7], "not increasing at 1 places"),
+    ([1, 5, 7], 10, [1, 5, 8], "t2d is false at 1 target ids that d2t maps to, e.g. [7]"),
 ])
-def test_validation_names_the_problem(ids: list[int], vocab: int, t2d_ids: list[int], needle: str) -> None:
+def test_mapping_refuses_invalid_buffers_naming_the_problem(ids: list[int], vocab: int, t2d_ids: list[int],
+                                                            needle: str) -> None:
     d2t = torch.tensor(ids) - torch.arange(len(ids))
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[t2d_ids] = True
-    problems = validate_mapping(d2t, t2d, vocab)
-    assert any(needle in p for p in problems), problems
+    with pytest.raises(DraftlabError, match="m.pt: invalid draft vocabulary: ") as err:
+        VocabMapping.from_tensors(d2t, t2d, vocab, source="m.pt")
+    assert needle in str(err.value)
 
 
-def test_validation_rejects_wrong_types_and_shapes() -> None:
+def test_mapping_refuses_wrong_types_shapes_and_empty_tables() -> None:
     d2t, t2d = encode([1, 2], 5)
-    assert "integer offsets" in validate_mapping(d2t.float(), t2d, 5)[0]
-    assert "mask over the 6 target ids" in validate_mapping(d2t, t2d, 6)[0]
-    assert "bool mask" in validate_mapping(d2t, t2d.to(torch.int64) * 3, 5)[0]
+    for bad_d2t, bad_t2d, vocab, needle in [
+        (d2t.float(), t2d, 5, "expected int64"),
+        (d2t, t2d, 6, "t2d has 5 entries but the target vocabulary has 6"),
+        (d2t, t2d.to(torch.int64) * 3, 5, "values other than true/false"),
+        (torch.zeros(0, dtype=torch.int64), None, 5, "d2t is empty"),
+    ]:
+        with pytest.raises(DraftlabError, match="invalid draft vocabulary") as err:
+            VocabMapping.from_tensors(bad_d2t, bad_t2d, vocab, source="m")
+        assert needle in str(err.value)
 
 
 def test_mapping_files_round_trip_in_both_formats(tmp_path: Path) -> None:
@@ -70,7 +78,7 @@ def test_bad_mapping_files_are_one_line_errors(tmp_path: Path) -> None:
         VocabMapping.from_file(tmp_path / "no_d2t.safetensors")
     d2t, t2d = encode([3, 1], 5)
     save_file({"d2t": d2t, "t2d": t2d}, str(tmp_path / "bad.safetensors"))
-    with pytest.raises(DraftlabError, match="bad.safetensors: invalid draft vocabulary: target ids are not"):
+    with pytest.raises(DraftlabError, match="bad.safetensors: invalid draft vocabulary: d2t target ids are not"):
         VocabMapping.from_file(tmp_path / "bad.safetensors")
 
 
@@ -90,5 +98,5 @@ def test_from_drafter_refuses_sizes_that_disagree(tmp_path: Path) -> None:
     with pytest.raises(DraftlabError, match="lm_head.weight has 3 rows but config draft_vocab_size is 4"):
         VocabMapping.from_drafter(folder)
     (folder / "config.json").write_text(json.dumps({**config, "vocab_size": 20}))
-    with pytest.raises(DraftlabError, match="mask over the 20 target ids"):
+    with pytest.raises(DraftlabError, match="t2d has 12 entries but the target vocabulary has 20"):
         VocabMapping.from_drafter(folder)

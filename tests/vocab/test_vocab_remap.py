@@ -112,5 +112,23 @@ def test_remap_refuses_a_drafter_whose_mapping_disagrees_with_its_head(tmp_path:
     from safetensors.torch import save_file
 
     save_file(tensors, str(drafter / "model.safetensors"))
-    with pytest.raises(DraftlabError, match="t2d marks 10 target ids but d2t has 9"):
+    with pytest.raises(DraftlabError, match="t2d is true at 1 target ids that no draft id maps to"):
         remap_drafter(drafter, VocabMapping.from_target_ids(NEW_IDS, VOCAB), tmp_path / "out")
+
+
+@pytest.mark.parametrize("layout, engines", [("specforge", ["sglang", "vllm"]), ("speculators", ["vllm"])])
+def test_remapped_drafter_passes_check(tmp_path: Path, layout: str, engines: list[str]) -> None:
+    from draftlab.compat import check_pair
+
+    target = make_target(tmp_path / "target", VOCAB)
+    drafter = make_drafter(tmp_path / "d", VocabMapping.from_target_ids(OLD_IDS, VOCAB), layout=layout)
+    out = tmp_path / "out"
+    remap_drafter(drafter, VocabMapping.from_target_ids(NEW_IDS, VOCAB), out, target=target)
+    for engine in engines:
+        assert check_pair(drafter, target, engine).ok  # the input passes, so the comparison is fair
+        result = check_pair(out, target, engine)
+        assert result.ok, [f.message for f in result.findings if f.severity == "error"]
+    # control: the same output with a stale draft_vocab_size is caught
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "draft_vocab_size": len(OLD_IDS)}))
+    assert not check_pair(out, target, engines[0]).ok

@@ -11,12 +11,12 @@ from draftlab.vocab.compare import CompareResult, compare_mappings
 from draftlab.vocab.count import CountResult, count_to_file, count_tokens
 from draftlab.vocab.counts import TokenCounts, read_counts
 from draftlab.vocab.coverage import CoverageResult, MissingToken, coverage
-from draftlab.vocab.mapping import VocabMapping, load_mapping, validate_mapping
+from draftlab.vocab.mapping import VocabMapping, load_mapping
 from draftlab.vocab.remap import INIT_METHODS, RemapResult, remap_drafter
 
 __all__ = [
     "INIT_METHODS", "BuildResult", "CompareResult", "CountResult", "CoverageResult", "MissingToken",
     "RemapResult", "TokenCounts", "VocabMapping", "build_mapping", "build_mapping_file", "compare_mappings",
     "count_to_file", "count_tokens", "coverage", "load_mapping", "read_counts", "remap_drafter",
-    "select_draft_tokens", "validate_mapping",
+    "select_draft_tokens",
 ]

@@ -1,6 +1,7 @@
-"""The draft vocabulary of an EAGLE-3 drafter: the one place its encoding and validation live.
+"""The draft vocabulary of an EAGLE-3 drafter as one validated value: :class:`VocabMapping`.
 
-Encoding, as SGLang and vLLM read it: ``d2t`` is an int64 tensor of length Vd holding OFFSETS, so
+The encoding and its validity rule are written once, in :mod:`draftlab.checkpoint.d2t`; as SGLang
+and vLLM read it: ``d2t`` is an int64 tensor of length Vd holding OFFSETS, so
 draft id ``i`` proposes target id ``i + d2t[i]``; ``t2d`` is a bool mask over the V target ids,
 true exactly for the target ids in the draft vocabulary. Target ids are strictly increasing in
 draft order (SpecForge and EAGLE sort them), so ``d2t`` is non-decreasing and non-negative.
@@ -19,63 +20,11 @@ from pathlib import Path
 import torch
 
 from draftlab.checkpoint import DrafterConfig, open_checkpoint
+from draftlab.checkpoint.d2t import draft_to_target_ids, target_to_offsets, validate_d2t
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path
 
 MAPPING_FORMATS = ("safetensors", "pt")
-
-
-def target_ids_of(d2t: torch.Tensor) -> torch.Tensor:
-    """The d2t convention: draft id ``i`` proposes target id ``i + d2t[i]`` (int64)."""
-    return d2t.to(torch.int64) + torch.arange(d2t.numel())
-
-
-def offsets_of(target_ids: torch.Tensor) -> torch.Tensor:
-    """The inverse: the d2t offsets under which draft id ``i`` proposes ``target_ids[i]``."""
-    return target_ids.to(torch.int64) - torch.arange(target_ids.numel())
-
-
-def validate_mapping(d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int) -> list[str]:
-    """Every way ``d2t``/``t2d`` break the encoding above, as short sentences (empty when valid).
-
-    Pure: tensors in, problems out. ``t2d`` may be None (SGLang and vLLM never read it).
-    """
-    problems: list[str] = []
-    if d2t.dim() != 1:
-        return [f"d2t must be 1-D, got shape {list(d2t.shape)}"]
-    if d2t.dtype.is_floating_point or d2t.dtype == torch.bool or d2t.dtype.is_complex:
-        return [f"d2t must hold integer offsets (int64), got {d2t.dtype}"]
-    size = d2t.numel()
-    if size == 0:
-        return ["d2t is empty; a draft vocabulary needs at least one token"]
-    if size > vocab_size:
-        problems.append(f"d2t has {size} entries, more than the {vocab_size}-token target vocabulary")
-    ids = target_ids_of(d2t)
-    bad = ((ids < 0) | (ids >= vocab_size)).nonzero()
-    if bad.numel():
-        i = int(bad[0])
-        problems.append(f"d2t[{i}] = {int(d2t[i])} maps draft id {i} to target id {int(ids[i])}, "
-                        f"outside the target vocabulary [0, {vocab_size})")
-    steps = (ids[1:] <= ids[:-1]).nonzero()
-    if steps.numel():
-        i = int(steps[0]) + 1
-        problems.append(f"target ids are not strictly increasing: draft id {i} maps to {int(ids[i])} "
-                        f"after draft id {i - 1} mapped to {int(ids[i - 1])}")
-    if t2d is None:
-        return problems
-    if t2d.dim() != 1 or t2d.numel() != vocab_size:
-        problems.append(f"t2d must be a mask over the {vocab_size} target ids, got shape {list(t2d.shape)}")
-        return problems
-    if t2d.dtype != torch.bool and not bool(((t2d == 0) | (t2d == 1)).all()):
-        problems.append(f"t2d must be a bool mask, got {t2d.dtype} values other than 0 and 1")
-        return problems
-    mask = t2d.to(torch.bool)
-    if int(mask.sum()) != size:
-        problems.append(f"t2d marks {int(mask.sum())} target ids but d2t has {size} entries")
-    elif not problems and not bool(mask[ids].all()):
-        i = int((~mask[ids]).nonzero()[0])
-        problems.append(f"t2d is false at target id {int(ids[i])}, which d2t maps draft id {i} to")
-    return problems
 
 
 @dataclass(frozen=True)
@@ -93,27 +42,28 @@ class VocabMapping:
     @property
     def target_ids(self) -> torch.Tensor:
         """Target id of each draft id, ascending (int64 [Vd])."""
-        return target_ids_of(self.d2t)
+        return torch.tensor(draft_to_target_ids(self.d2t.tolist()), dtype=torch.int64)
 
     @classmethod
     def from_tensors(cls, d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int,
                      *, source: str | Path) -> VocabMapping:
-        """Validate raw buffers; a missing ``t2d`` is derived from ``d2t``."""
-        problems = validate_mapping(d2t, t2d, vocab_size)
+        """Validate raw buffers (:func:`validate_d2t`); a missing ``t2d`` is derived from ``d2t``."""
+        problems = validate_d2t(d2t, t2d, vocab_size) if d2t.numel() else ["d2t is empty"]
         if problems:
             more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
             raise DraftlabError(f"invalid draft vocabulary: {problems[0]}{more}", path=source)
-        d2t = d2t.to(torch.int64).contiguous()
+        mapping_t2d = torch.zeros(vocab_size, dtype=torch.bool) if t2d is None else t2d.to(torch.bool)
+        mapping = cls(d2t.to(torch.int64).contiguous(), mapping_t2d.contiguous(), vocab_size)
         if t2d is None:
-            t2d = torch.zeros(vocab_size, dtype=torch.bool)
-            t2d[target_ids_of(d2t)] = True
-        return cls(d2t, t2d.to(torch.bool).contiguous(), vocab_size)
+            mapping.t2d[mapping.target_ids] = True
+        return mapping
 
     @classmethod
     def from_target_ids(cls, ids: list[int] | torch.Tensor, vocab_size: int) -> VocabMapping:
         """The mapping whose draft id ``i`` proposes ``ids[i]`` (ids must be strictly increasing)."""
         ids_t = torch.as_tensor(ids, dtype=torch.int64)
-        return cls.from_tensors(offsets_of(ids_t), None, vocab_size, source="target ids")
+        return cls.from_tensors(torch.tensor(target_to_offsets(ids_t.tolist()), dtype=torch.int64), None,
+                                vocab_size, source="target ids")
 
     @classmethod
     def from_drafter(cls, path: str | Path) -> VocabMapping:
