@@ -167,3 +167,15 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, target_plain: Path, toke
     data = write_jsonl(tmp_path / "d.jsonl", [{"text": "def x"}])
     with pytest.raises(DraftlabError, match="tokenizer has 300 tokens but config.json says vocab_size 100"):
         count_tokens([data], small)
+
+
+def test_byte_order_mark_is_accepted_and_impossible_ids_are_bad_lines(tmp_path: Path, target_plain: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_bytes(b'\xef\xbb\xbf{"input_ids": [4, 4]}\n{"input_ids": [1, 99999999999999999999999]}\n'
+                     b'{"input_ids": [320]}\n')
+    with pytest.raises(DraftlabError, match="line 2: input_ids hold a number too large"):
+        count_tokens([data], target_plain)
+    counts = count_tokens([data], target_plain, skip_bad_lines=True)
+    assert counts.counts == {4: 2} and counts.provenance["skipped_lines"] == 2
+    assert counts.provenance["skipped_examples"][1].endswith(
+        ":3: input_ids hold 320, outside the target vocabulary [0, 320)")

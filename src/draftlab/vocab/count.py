@@ -56,7 +56,7 @@ class _BlockResult:
 
 
 @dataclass
-class _Counter:
+class _BlockCounter:
     """Per-process state: the tokenizer and how to count with it."""
 
     tokenizer: Any
@@ -76,7 +76,7 @@ class _Counter:
             if not raw.strip():
                 continue
             try:
-                row = parse_row(raw.decode("utf-8"))
+                row = parse_row(raw.decode("utf-8").lstrip("\ufeff"))
                 if row.kind == "input_ids":
                     pieces.append(self._pretokenized(row.input_ids, row.loss_mask))
                 elif row.kind == "text":
@@ -107,21 +107,24 @@ class _Counter:
         return _BlockResult(block.file_index, ids, counts, rows, bad, len(block.data))
 
     def _pretokenized(self, ids: list[int], mask: list[int] | None) -> np.ndarray:
-        arr = np.asarray(ids, dtype=np.int64)
+        try:
+            arr = np.asarray(ids, dtype=np.int64)
+        except OverflowError:
+            raise BadRow("input_ids hold a number too large for a token id") from None
         if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
             raise BadRow(f"input_ids hold {int(arr.max() if arr.max() >= self.vocab_size else arr.min())}, "
                          f"outside the target vocabulary [0, {self.vocab_size})")
         return arr if mask is None else arr[np.asarray(mask, dtype=bool)]
 
 
-_STATE: _Counter | None = None
+_STATE: _BlockCounter | None = None
 
 
 def _init_worker(tokenizer_dir: str, vocab_size: int) -> None:
     global _STATE
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
     tok = load_tokenizer(tokenizer_dir)
-    _STATE = _Counter(tok, vocab_size, template_text(tok))
+    _STATE = _BlockCounter(tok, vocab_size, template_text(tok))
 
 
 def _count_in_worker(block: _Block) -> _BlockResult:
@@ -167,7 +170,7 @@ def count_tokens(data: list[str | Path], tokenizer_dir: str | Path, *, skip_bad_
     tokenizer_dir = Path(tokenizer_dir)
     tok = load_tokenizer(tokenizer_dir)
     vocab_size = target_vocab_size(tokenizer_dir, tok)
-    counter = _Counter(tok, vocab_size, template_text(tok))
+    counter = _BlockCounter(tok, vocab_size, template_text(tok))
     total_bytes = sum(p.stat().st_size for p in files)
     workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
     if total_bytes <= BLOCK_BYTES:
@@ -213,7 +216,7 @@ def count_tokens(data: list[str | Path], tokenizer_dir: str | Path, *, skip_bad_
 
 
 @contextlib.contextmanager
-def _block_results(files: list[Path], tokenizer_dir: Path, counter: _Counter,
+def _block_results(files: list[Path], tokenizer_dir: Path, counter: _BlockCounter,
                    workers: int) -> Iterator[Iterator[_BlockResult]]:
     """Block results in file order, from this process or from a pool of ``workers`` processes."""
     if workers == 1:
