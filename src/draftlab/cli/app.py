@@ -23,3 +23,4 @@ def _root() -> None:
 from draftlab.cli import compat_cmds  # noqa: E402,F401
 from draftlab.cli import plan_cmd  # noqa: E402,F401
 from draftlab.cli import profile_cmd  # noqa: E402,F401
+from draftlab.cli import vocab_cmd  # noqa: E402,F401
