@@ -12,7 +12,6 @@ from draftlab.engines import aux_layers
 from draftlab.models import Eagle3Drafter, TargetRunner
 from draftlab.toy import train
 from draftlab.toy.corpus import stdlib_text
-from draftlab.toy.draft_vocab import most_frequent_vocab
 from draftlab.toy.tokenizer import ASSISTANT, END, USER, byte_tokenizer
 
 
@@ -70,15 +69,6 @@ def test_byte_tokenizer_and_chat_template(toy_pair) -> None:
     ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
     assert ids == [USER, ord("h"), ord("i"), END, ASSISTANT]
     assert len(byte_tokenizer()) == 260
-
-
-def test_most_frequent_vocab_is_sorted_offsets() -> None:
-    tokens = torch.tensor([5, 5, 5, 1, 1, 9, 9, 9, 9, 2, 7, 7])
-    d2t, t2d = most_frequent_vocab(tokens, 10, 3)
-    assert (torch.arange(3) + d2t).tolist() == [1, 5, 9] and d2t.dtype == torch.long
-    assert t2d.nonzero().flatten().tolist() == [1, 5, 9]
-    d2t, _ = most_frequent_vocab(torch.tensor([3, 4, 8, 8]), 10, 2)  # tie between 3 and 4: lower id wins
-    assert (torch.arange(2) + d2t).tolist() == [3, 8]
 
 
 def test_train_and_heldout_text_differ() -> None:

@@ -26,8 +26,9 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
 from draftlab.toy import train
 from draftlab.toy.corpus import stdlib_text
-from draftlab.toy.draft_vocab import most_frequent_vocab
 from draftlab.toy.tokenizer import END, VOCAB_SIZE, byte_tokenizer
+from draftlab.vocab.build import build_mapping
+from draftlab.vocab.counts import TokenCounts
 
 TOY_VERSION = "1"  # bump when anything below changes what gets built
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, CONTEXT = 64, 4, 4, 2, 192, 2048
@@ -96,7 +97,9 @@ def _build(out_dir: Path, seed: int, show_progress: bool) -> ToyPair:
         task = bar.add_task("target features", total=FEATURE_WINDOWS)
         feats, logits = train.target_features(runner, windows, lambda k: bar.advance(task, k))
 
-        d2t, t2d = most_frequent_vocab(tokens, VOCAB_SIZE, DRAFT_VOCAB)
+        counts = TokenCounts.from_dense(torch.bincount(tokens.reshape(-1), minlength=VOCAB_SIZE).numpy())
+        mapping = build_mapping(counts, DRAFT_VOCAB, VOCAB_SIZE)  # SpecForge's rule, ties to the lower id
+        d2t, t2d = mapping.d2t, mapping.t2d
         drafter = Eagle3Drafter(DrafterConfig.from_dict(drafter_config_dict()), embed_tokens=runner.embed_tokens)
         drafter.d2t.copy_(d2t)
         task = bar.add_task("toy drafter", total=DRAFTER_STEPS)
