@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import io
 
-from builders import folder_hash
 from rich.console import Console
 
 from draftlab.demo import TRAINED_AUX, run_demo
@@ -17,5 +16,4 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert demo.fix.after.aux_layers == TRAINED_AUX
     text = out.getvalue()
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in text and "renamed layers.0." in text
-    before = folder_hash(demo.drafter)
-    assert folder_hash(demo.drafter) == before  # demo leaves its input as it was
+    assert "the code-built vocabulary can propose only" in text
