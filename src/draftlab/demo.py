@@ -1,0 +1,121 @@
+"""``draftlab demo``: the main job end to end on a small synthetic pair, offline.
+
+The story: a drafter trained for version 1 of a target is reused on version 2 (same architecture,
+longer context). It was shipped for vLLM, so its aux ids are in vLLM's convention and its weights
+are named ``layers.0.*``; served by SGLang it would load without a word and accept almost nothing.
+The demo inspects both, checks the pair, writes the fixed drafter and checks it again.
+
+It is a sequence of sections (:data:`SECTIONS`), each a function of the shared :class:`Demo`
+state, so later capabilities (generate, probe, bench, plan) add a section at the end.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.rule import Rule
+
+from draftlab.checkpoint.summary import InspectResult, inspect_checkpoint
+from draftlab.checkpoint.synth import specforge_drafter_config, write_drafter, write_target
+from draftlab.checkpoint.configs import TargetConfig
+from draftlab.compat import CheckResult, FixResult, check_pair, fix_pair
+from draftlab.engines import written_aux_ids
+
+ENGINE = "sglang"
+NUM_LAYERS = 8
+TRAINED_AUX = [1, 3, 5]  # canonical: the drafter was trained on the outputs of these target layers
+
+
+def target_v2_config() -> dict[str, Any]:
+    """A tiny Llama-shaped target (version 2: 8192-token context)."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": NUM_LAYERS, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu", "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "rope_scaling": None, "bos_token_id": 1,
+        "eos_token_id": 2, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }
+
+
+def reused_drafter_config(target: TargetConfig) -> dict[str, Any]:
+    """The drafter of version 1, as shipped for vLLM: 2048 context, vLLM aux ids and class name."""
+    return specforge_drafter_config(
+        target, draft_vocab_size=128, max_position_embeddings=2048, architectures=["Eagle3LlamaForCausalLM"],
+        eagle_aux_hidden_state_layer_ids=written_aux_ids("vllm", TRAINED_AUX))
+
+
+@dataclass
+class Demo:
+    """What the sections share: where things are and what each step returned."""
+
+    console: Console
+    workdir: Path
+    target: Path = Path()
+    drafter: Path = Path()
+    fixed: Path = Path()
+    inspected: dict[str, InspectResult] = field(default_factory=dict)
+    check: CheckResult | None = None
+    fix: FixResult | None = None
+
+
+def build(demo: Demo) -> None:
+    demo.target = write_target(demo.workdir / "target-v2", target_v2_config())
+    target = TargetConfig.from_dict(target_v2_config())
+    demo.drafter = write_drafter(demo.workdir / "drafter-for-v1", reused_drafter_config(target), layer_prefix="layers.0.")
+    demo.console.print(f"Built a {NUM_LAYERS}-layer Llama-shaped target and an EAGLE-3 drafter in {demo.workdir}\n"
+                       "The drafter was trained for the previous target version and shipped for vLLM:\n"
+                       "  - its context is 2048 tokens, the new target serves 8192;\n"
+                       f"  - its aux layer ids {written_aux_ids('vllm', TRAINED_AUX)} are written in vLLM's convention;\n"
+                       "  - its weights are named layers.0.* (vLLM), and its class Eagle3LlamaForCausalLM.\n"
+                       "We want to serve it with SGLang.")
+
+
+def inspect_both(demo: Demo) -> None:
+    from draftlab.report.compat import render_inspect
+
+    for key, path in (("target", demo.target), ("drafter", demo.drafter)):
+        demo.inspected[key] = inspect_checkpoint(path, engine=ENGINE, num_target_layers=NUM_LAYERS)
+        render_inspect(demo.inspected[key], demo.console)
+
+
+def check(demo: Demo) -> None:
+    from draftlab.report.compat import render_check
+
+    demo.check = check_pair(demo.drafter, demo.target, engine=ENGINE)
+    demo.console.print(f"$ draftlab check {demo.drafter.name} --target {demo.target.name} --engine {ENGINE}")
+    render_check(demo.check, demo.console)
+
+
+def fix(demo: Demo) -> None:
+    from draftlab.report.compat import render_fix
+
+    demo.fixed = demo.workdir / "drafter-fixed"
+    demo.console.print(f"$ draftlab check {demo.drafter.name} --target {demo.target.name} --fix {demo.fixed.name}")
+    demo.fix = fix_pair(demo.drafter, demo.target, demo.fixed, engine=ENGINE)
+    render_fix(demo.fix, demo.console)
+    captured = demo.fix.after.aux_layers
+    demo.console.print(f"SGLang now captures layers {captured}, the ones the drafter was trained on "
+                       f"({'yes' if captured == TRAINED_AUX else 'NO'}); the original folder is unchanged.")
+
+
+SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
+    ("Build a target and a reused drafter", build),
+    ("Inspect", inspect_both),
+    ("Check the pair for SGLang", check),
+    ("Fix, and check again", fix),
+]
+
+
+def run_demo(console: Console | None = None, workdir: Path | None = None) -> Demo:
+    """Run every section; files go to ``workdir`` (a new temporary folder when None)."""
+    console = console or Console()
+    demo = Demo(console, Path(workdir or tempfile.mkdtemp(prefix="draftlab-demo-")))
+    for i, (title, section) in enumerate(SECTIONS, 1):
+        console.print(Rule(f"{i}. {title}", align="left"))
+        section(demo)
+    return demo
