@@ -144,7 +144,7 @@ def test_sampling_preserves_the_target_distribution(cfg):
 def test_the_sampling_test_detects_a_biased_rule(monkeypatch):
     """A walk that accepts the first child outright (ignoring p) must fail the same test."""
     def biased(tree, probs, gen):
-        children = tree.children(0)
+        children = tree.children()[0]
         if not children:
             return Walk([0], [int(torch.multinomial(probs[0], 1, generator=gen))])
         return Walk([0, children[0]], [int(tree.tokens[children[0]]), int(torch.multinomial(probs[children[0]], 1, generator=gen))])
