@@ -32,7 +32,7 @@ class PromptResult:
 class GenerateResult:
     config: dict[str, Any]
     mean_accept_length: float  # over all cycles of all prompts; 0.0 with no cycle
-    tokens_per_second: float  # generated tokens over decoding wall time (loading excluded)
+    tokens_per_second: float  # generated tokens over decoding wall time (prefill included, loading excluded)
     results: list[PromptResult]
 
 
