@@ -17,5 +17,7 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert demo.fix.after.aux_layers == TRAINED_AUX
     text = out.getvalue()
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in text and "renamed layers.0." in text
+    assert demo.generated.mean_accept_length > 1.2 and "mean accept length" in text
+    assert [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
     before = folder_hash(demo.drafter)
     assert folder_hash(demo.drafter) == before  # demo leaves its input as it was
