@@ -11,7 +11,7 @@ from draftlab.spec.generate import generate
 
 PROMPTS = [b"def __init__(self", b"import os\nimport sys\n", b"    return self._", b"for i in range(len("]
 CONFIGS = [(3, 1, 4), (2, 2, 4), (4, 4, 8), (5, 4, 8)]
-NEW = 40
+NEW = 32
 
 
 @pytest.fixture(scope="module")
