@@ -107,6 +107,8 @@ def test_bad_arguments_raise_one_line_errors():
         list(dec.stream([1], max_new_tokens=0))
     with pytest.raises(DraftlabError, match="needs flags"):
         SpeculativeDecoder(target, drafter, None)
+    with pytest.raises(DraftlabError, match="larger than the drafter's vocabulary"):
+        SpeculativeDecoder(target, drafter, resolve_spec_flags(2, 9, 4))
 
 
 # -- sampling preserves the target's distribution ---------------------------------------------

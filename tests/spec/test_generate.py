@@ -85,3 +85,26 @@ def test_text_and_chat_rows_use_the_target_tokenizer(toy_pair, tmp_path):
     result = generate(toy_pair.target_dir, toy_pair.drafter_dir, path, steps=2, topk=1, num_draft_tokens=3,
                       max_new_tokens=4)
     assert [len(r.output_ids) for r in result.results] == [4, 4]
+
+
+def test_vllm_convention_reads_the_same_layers_on_the_toy_drafter(toy_pair, prompts_file):
+    """The toy drafter names the same layers in both engines' fields, so both runs must agree."""
+    runs = [generate(toy_pair.target_dir, toy_pair.drafter_dir, prompts_file, steps=2, topk=2, num_draft_tokens=4,
+                     max_new_tokens=8, engine=engine) for engine in ("sglang", "vllm")]
+    assert runs[0].config["aux_layers"] == runs[1].config["aux_layers"] == [0, 1, 2]
+    assert [r.output_ids for r in runs[0].results] == [r.output_ids for r in runs[1].results]
+
+
+@pytest.mark.parametrize("cfg", [(3, 1, 4), (2, 2, 4)], ids=["chain", "tree"])
+def test_sampling_is_reproducible_by_seed(toy_pair, prompts_file, cfg):
+    steps, topk, n = cfg
+
+    def run(seed):
+        result = generate(toy_pair.target_dir, toy_pair.drafter_dir, prompts_file, steps=steps, topk=topk,
+                          num_draft_tokens=n, max_new_tokens=16, temperature=1.0, seed=seed)
+        assert all(1 <= a <= steps + 1 for r in result.results for a in r.accept_lengths)
+        return [r.output_ids for r in result.results]
+
+    first = run(1)
+    assert run(1) == first
+    assert run(2) != first

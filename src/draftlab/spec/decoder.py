@@ -56,6 +56,9 @@ class SpeculativeDecoder:
     def __init__(self, target: TargetRunner, drafter: Eagle3Drafter | None, flags: SpecFlags | None) -> None:
         if drafter is not None and flags is None:
             raise DraftlabError("speculative decoding needs flags (steps, topk, num_draft_tokens)")
+        if drafter is not None and flags.topk > drafter.config.draft_vocab_size:
+            raise DraftlabError(f"--topk {flags.topk} is larger than the drafter's vocabulary "
+                                f"({drafter.config.draft_vocab_size} tokens); use a smaller --topk")
         self.target = target
         self.drafter = drafter
         self.flags = flags
