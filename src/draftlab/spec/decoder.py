@@ -26,7 +26,7 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
-from draftlab.spec.tree import DraftTree, Frontier, build_tree, chain_tree, organize_draft_results, select_top_k
+from draftlab.spec.tree import DraftTree, build_tree, chain_tree, organize_draft_results, select_top_k
 from draftlab.spec.verify import Walk, chain_sampling_walk, greedy_walk, tree_sampling_walk
 
 if TYPE_CHECKING:
