@@ -24,3 +24,5 @@ from draftlab.cli import compat_cmds  # noqa: E402,F401
 from draftlab.cli import plan_cmd  # noqa: E402,F401
 from draftlab.cli import profile_cmd  # noqa: E402,F401
 from draftlab.cli import vocab_cmd  # noqa: E402,F401
+
+from draftlab.cli import generate_cmd  # noqa: E402,F401
