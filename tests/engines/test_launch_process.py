@@ -146,3 +146,41 @@ def test_missing_binaries(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # no sglang here (nor, on this machine, anywhere)
     with pytest.raises(DraftlabError, match="SGLang is not installed"):
         EngineProcess(engine_command(LaunchRequest("sglang", "T", port=_free_port())), tmp_path / "l").start()
+
+
+def test_cli_dry_run_json(capsys):
+    from draftlab.cli import main
+
+    code = main(["launch", "sglang", "--target", "T", "--drafter", "D", "--steps", "2", "--topk", "1",
+                 "--num-draft-tokens", "3", "--port", "31234", "--dry-run", "--json", "--", "--mem-fraction-static", "0.8"])
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["argv"][-2:] == ["--mem-fraction-static", "0.8"]
+    assert out["spec"]["steps"] == 2 and out["spec"]["num_draft_tokens"] == 3
+    assert out["base_url"] == "http://127.0.0.1:31234" and out["env"] == {}
+
+
+def test_cli_ctrl_c_stops_the_engine_group(fake_vllm):
+    import signal
+    import subprocess
+
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    cli = subprocess.Popen([sys.executable, "-m", "draftlab", "launch", "vllm", "--target", "T", "--port", str(port),
+                            "--log-file", str(fake_vllm / "engine.log"), "--health-timeout", "30"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = ""
+        while "ready" not in line:
+            line = cli.stdout.readline()
+            assert line, cli.stderr.read()
+        pids = _pids(fake_vllm)
+        cli.send_signal(signal.SIGINT)
+        _, err = cli.communicate(timeout=30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 130 and "Traceback" not in err
+    assert not any(_alive(p) for p in pids)

@@ -21,3 +21,4 @@ def _root() -> None:
 
 # Command modules register themselves on `app` when imported (one line each, below).
 from draftlab.cli import bench_cmd  # noqa: E402,F401
+from draftlab.cli import launch_cmd  # noqa: E402,F401

@@ -317,3 +317,44 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
     return members
+
+
+# --- check first -----------------------------------------------------------------------------
+
+CONTEXT_TOO_SHORT = "context-too-short"  # the compat finding that calls for the SGLang override
+
+
+def check_before_launch(request: LaunchRequest) -> tuple[bool, list[str]]:
+    """Run ``draftlab check`` on a local drafter/target pair before launching it.
+
+    Returns (context_too_short, notes). Error findings refuse the launch (the engine would fail or
+    silently accept almost nothing); a too-short drafter context is the one error the engine can be
+    told to live with, so it becomes the SGLang override instead. Hub ids are not checked (no
+    network here): the notes say so.
+    """
+    if request.drafter is None:
+        return False, []
+    if not (Path(request.target).is_dir() and Path(request.drafter).is_dir()):
+        return False, ["check skipped: target or drafter is not a local folder (hub ids are not fetched)"]
+    from draftlab.compat import check_pair
+
+    result = check_pair(request.drafter, request.target, request.engine)
+    errors = [f for f in result.findings if f.severity == "error" and f.code != CONTEXT_TOO_SHORT]
+    if errors:
+        first = errors[0]
+        raise DraftlabError(
+            f"check found {len(errors)} error(s) for {request.engine}, first {first.code} ({first.field}): "
+            f"{first.message}; run draftlab check --fix OUT and launch OUT, or pass --skip-check"
+        )
+    too_short = any(f.code == CONTEXT_TOO_SHORT for f in result.findings)
+    return too_short, [f"check: {len(result.findings)} finding(s), no errors"]
+
+
+def local_architecture(target: str) -> str | None:
+    """The first ``architectures`` entry of a local target's config.json (None for hub ids)."""
+    config = Path(target) / "config.json"
+    try:
+        archs = json.loads(config.read_text()).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
