@@ -77,6 +77,8 @@ class FakeTarget(_Cached):
     def forward(self, input_ids, *, tree_mask=None, positions=None) -> Step:
         ids = input_ids.tolist()
         prev = self._prev_tokens(ids, tree_mask, positions)
+        context = self.config.max_position_embeddings
+        assert context is None or max(p for _, p in self.entries[self._last_start:]) < context, "past the context"
         logits = torch.stack([self.table[p, t] for p, t in zip(prev, ids)])
         aux = torch.zeros(len(ids), 3 * self.vocab)
         aux[torch.arange(len(ids)), input_ids] = 1.0

@@ -22,3 +22,4 @@ def _root() -> None:
 # Command modules register themselves on `app` when imported (one line each, below).
 from draftlab.cli import bench_cmd  # noqa: E402,F401
 from draftlab.cli import launch_cmd  # noqa: E402,F401
+from draftlab.cli import generate_cmd  # noqa: E402,F401
