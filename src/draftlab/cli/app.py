@@ -23,3 +23,4 @@ def _root() -> None:
 from draftlab.cli import bench_cmd  # noqa: E402,F401
 from draftlab.cli import launch_cmd  # noqa: E402,F401
 from draftlab.cli import generate_cmd  # noqa: E402,F401
+from draftlab.cli import serve_cmd  # noqa: E402,F401
