@@ -1,0 +1,41 @@
+"""``draftlab serve``: the reference speculative decoder behind SGLang- and vLLM-compatible HTTP."""
+
+from __future__ import annotations
+
+import typer
+
+from draftlab.cli.app import app
+from draftlab.cli.common import console, err_console
+from draftlab.serve.http import make_server
+from draftlab.serve.load import load_context
+
+
+@app.command()
+def serve(
+    target: str = typer.Option(..., "--target", help="Target model folder"),
+    drafter: str = typer.Option(None, "--drafter", help="EAGLE-3 drafter folder (omit: plain decoding)"),
+    steps: int = typer.Option(None, "--steps"),
+    topk: int = typer.Option(None, "--topk"),
+    num_draft_tokens: int = typer.Option(None, "--num-draft-tokens"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(30000, "--port", help="0 picks a free port (printed)"),
+    dtype: str = typer.Option("float32", "--dtype"),
+    device: str = typer.Option("cpu", "--device"),
+    engine: str = typer.Option("sglang", "--engine", help="Whose aux-layer convention to read from the drafter"),
+) -> int:
+    """Serve /v1/completions, /v1/chat/completions, /generate, /get_server_info, /metrics, /health."""
+    with err_console.status("loading models"):
+        ctx = load_context(target, drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
+                           dtype=dtype, device=device, engine=engine)
+    server = make_server(ctx, host, port)
+    bound_host, bound_port = server.server_address[:2]
+    shape = (f"EAGLE3 steps {ctx.spec['num_steps']} topk {ctx.spec['eagle_topk']} "
+             f"draft tokens {ctx.spec['num_draft_tokens']}") if ctx.spec else "no drafter"
+    console.print(f"serving {ctx.model_name} ({shape}) at http://{bound_host}:{bound_port}; Ctrl-C stops it",
+                  markup=False)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        ctx.engine.close()
+    return 0

@@ -1,0 +1,360 @@
+"""The exact SGLang / vLLM server command for a target (and drafter), and running it safely.
+
+Command lines (``engine_command``):
+
+- SGLang: ``python -m sglang.launch_server --model-path T --tp P --host H --port N`` plus, with a
+  drafter, ``--speculative-algorithm EAGLE3 --speculative-draft-model-path D
+  --speculative-num-steps S --speculative-eagle-topk K --speculative-num-draft-tokens N`` after
+  SGLang's own flag rules (``engines.sglang_flags``; its rewrites are applied and reported, its
+  rejections refused).
+- vLLM: ``vllm serve T --tensor-parallel-size P --host H --port N`` plus ``--speculative-config
+  '{"method": "eagle3", "model": D, "num_speculative_tokens": S}'``. vLLM drafts a chain of
+  ``num_speculative_tokens``; trees need its experimental ``speculative_token_tree``, which this
+  does not translate, so topk > 1 is refused.
+
+Fairness: both arms of an A/B get the same explicit settings. SGLang with EAGLE caps running
+requests at 48, turns the overlap scheduler off and mixed chunked prefill off; so every SGLang
+command gets ``--max-running-requests`` (48 unless asked) and ``--disable-overlap-schedule``, and
+mixed chunking stays at its default (off) for both. vLLM gets ``--max-num-seqs`` (48 unless asked)
+on both arms. A chunked-prefill size, when given, goes to both (SGLang ``--chunked-prefill-size``,
+vLLM ``--max-num-batched-tokens``).
+
+Processes (``EngineProcess``): the engine runs in its own session / process group with its output in
+a log file; stopping it signals exactly that group (SIGTERM, then SIGKILL), never processes by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from draftlab.engines import ENGINES
+from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
+from draftlab.errors import DraftlabError
+
+SGLANG_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+SPEC_MAX_RUNNING_REQUESTS = 48  # SGLang's cap with EAGLE; used for both arms and both engines
+HEALTH_PATH = "/health"
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What the user asked for; ``engine_command`` turns it into the engine's exact command."""
+
+    engine: str
+    target: str
+    drafter: str | None = None
+    steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    tp: int = 1
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: the engine's usual port
+    max_running_requests: int = SPEC_MAX_RUNNING_REQUESTS
+    chunked_prefill_size: int | None = None
+    extra_args: tuple[str, ...] = ()
+    target_architecture: str | None = None  # for SGLang's automatic flags when none are given
+
+
+@dataclass(frozen=True)
+class EngineCommand:
+    """A command ready to run: argv, the variables set on top of the environment, and why."""
+
+    engine: str
+    argv: list[str]
+    env: dict[str, str]
+    base_url: str
+    host: str
+    port: int
+    spec: SpecFlags | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def shell(self) -> str:
+        """The command as one copy-pasteable shell line, variables first."""
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (prefix + " " if prefix else "") + shlex.join(self.argv)
+
+
+def engine_command(request: LaunchRequest, *, context_too_short: bool = False) -> EngineCommand:
+    """The engine's command line for ``request``; DraftlabError for what the engine would reject.
+
+    ``context_too_short``: ``check`` found the drafter's context shorter than the target's; SGLang
+    then refuses to start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, which is set only
+    in that case.
+    """
+    if request.engine not in ENGINES:
+        raise DraftlabError(f"unknown engine {request.engine!r}; choose one of {', '.join(ENGINES)}")
+    for name in ("tp", "max_running_requests", "chunked_prefill_size"):
+        value = getattr(request, name)
+        if value is not None and value < 1:
+            raise DraftlabError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
+    if request.drafter is None and any(v is not None for v in (request.steps, request.topk, request.num_draft_tokens)):
+        raise DraftlabError("--steps/--topk/--num-draft-tokens need --drafter; leave them out for the baseline")
+    port = request.port or DEFAULT_PORTS[request.engine]
+    if request.engine == "sglang":
+        return _sglang(request, port, context_too_short)
+    return _vllm(request, port, context_too_short)
+
+
+def _sglang(request: LaunchRequest, port: int, context_too_short: bool) -> EngineCommand:
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", request.target, "--tp", str(request.tp),
+            "--host", request.host, "--port", str(port),
+            "--max-running-requests", str(request.max_running_requests), "--disable-overlap-schedule"]
+    notes = [
+        f"--max-running-requests {request.max_running_requests} and --disable-overlap-schedule on every arm: "
+        "SGLang sets 48 and turns the overlap scheduler off whenever EAGLE is on",
+        "mixed chunked prefill off on every arm (SGLang's default; EAGLE forces it off)",
+    ]
+    if request.chunked_prefill_size is not None:
+        argv += ["--chunked-prefill-size", str(request.chunked_prefill_size)]
+    env: dict[str, str] = {}
+    spec = None
+    if request.drafter is not None:
+        spec = resolve_spec_flags(request.steps, request.topk, request.num_draft_tokens,
+                                  architecture=request.target_architecture)
+        argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", request.drafter,
+                 "--speculative-num-steps", str(spec.steps), "--speculative-eagle-topk", str(spec.topk),
+                 "--speculative-num-draft-tokens", str(spec.num_draft_tokens)]
+        if spec.source != "explicit":
+            notes.append(f"speculative flags: SGLang's {spec.source} choice, written out")
+        notes += [f"SGLang rule: {r}" for r in spec.rewrites]
+        if context_too_short:
+            env[SGLANG_CONTEXT_ENV] = "1"
+            notes.append(f"{SGLANG_CONTEXT_ENV}=1: check found the drafter's context shorter than the target's "
+                         "(SGLang refuses to start otherwise); long prompts may draft poorly")
+    if "--enable-mixed-chunk" in request.extra_args and request.drafter is not None:
+        notes.append("--enable-mixed-chunk is ignored by SGLang with EAGLE; the arms are not equal")
+    argv += list(request.extra_args)
+    return EngineCommand("sglang", argv, env, f"http://{_url_host(request.host)}:{port}", request.host, port, spec, notes)
+
+
+def _vllm(request: LaunchRequest, port: int, context_too_short: bool) -> EngineCommand:
+    argv = ["vllm", "serve", request.target, "--tensor-parallel-size", str(request.tp), "--host", request.host,
+            "--port", str(port), "--max-num-seqs", str(request.max_running_requests)]
+    notes = [f"--max-num-seqs {request.max_running_requests} on every arm (SGLang's EAGLE cap, for like-for-like A/B)"]
+    if request.chunked_prefill_size is not None:
+        argv += ["--max-num-batched-tokens", str(request.chunked_prefill_size)]
+    spec = None
+    if request.drafter is not None:
+        spec = _vllm_spec(request)
+        config = {"method": "eagle3", "model": request.drafter, "num_speculative_tokens": spec.steps}
+        argv += ["--speculative-config", json.dumps(config)]
+        if context_too_short:
+            notes.append("the drafter's context is shorter than the target's and vLLM has no override: "
+                         "prompts beyond it can crash or draft garbage; fix the config with draftlab check --fix")
+    argv += list(request.extra_args)
+    return EngineCommand("vllm", argv, {}, f"http://{_url_host(request.host)}:{port}", request.host, port, spec, notes)
+
+
+def _vllm_spec(request: LaunchRequest) -> SpecFlags:
+    """vLLM drafts a chain of num_speculative_tokens = steps; it verifies steps + 1 tokens."""
+    steps, topk, ndt = request.steps, request.topk, request.num_draft_tokens
+    if steps is None:
+        raise DraftlabError("vLLM needs --steps (its num_speculative_tokens); it has no automatic choice")
+    if steps < 1:
+        raise DraftlabError(f"--steps must be at least 1 (got {steps})")
+    if topk not in (None, 1):
+        raise DraftlabError(
+            f"--topk {topk}: vLLM's EAGLE-3 drafts a chain of num_speculative_tokens; trees need its experimental "
+            "speculative_token_tree, which draftlab does not translate; use --topk 1 (or SGLang for trees)"
+        )
+    if ndt is not None and ndt != steps + 1:
+        raise DraftlabError(
+            f"--num-draft-tokens {ndt}: a vLLM chain of {steps} drafts verifies steps + 1 = {steps + 1} tokens; "
+            f"use --num-draft-tokens {steps + 1} or leave it out"
+        )
+    return SpecFlags(steps, 1, steps + 1, "explicit")
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+# --- running it ------------------------------------------------------------------------------
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port something else already listens on (the engine would die late and unclearly)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise DraftlabError(f"port {port} on {host} is in use; choose another --port or stop what listens there") from None
+
+
+def check_installed(command: EngineCommand) -> None:
+    """Refuse an engine that is not installed where the command would run it."""
+    env = {**os.environ, **command.env}
+    if command.engine == "vllm":
+        if shutil.which(command.argv[0], path=env.get("PATH")) is None:
+            raise DraftlabError(f"'{command.argv[0]}' not found on PATH; install vLLM (pip install vllm) on this machine")
+        return
+    probe = [command.argv[0], "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"]
+    if subprocess.run(probe, env=env, capture_output=True).returncode != 0:
+        raise DraftlabError(f"SGLang is not installed for {command.argv[0]}; install it (pip install 'sglang[all]')")
+
+
+class EngineProcess:
+    """One engine server in its own process group; ``stop`` ends exactly that group.
+
+    Use as a context manager: whatever happens inside (error, Ctrl-C), the group is stopped.
+    """
+
+    def __init__(self, command: EngineCommand, log_path: str | Path, *, stop_grace_s: float = 10.0) -> None:
+        self.command = command
+        self.log_path = Path(log_path)
+        self.stop_grace_s = stop_grace_s
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        check_installed(self.command)
+        check_port_free(self.command.host, self.command.port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command.argv, env={**os.environ, **self.command.env}, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        """Poll ``/health`` until it answers 200; DraftlabError if the engine exits or time runs out."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        url = self.command.base_url + HEALTH_PATH
+        with httpx.Client(trust_env=False, timeout=2.0) as client:
+            while True:
+                code = self.process.poll()
+                if code is not None:
+                    raise DraftlabError(f"{self.command.engine} exited with code {code} before it was healthy: "
+                                        f"{self.last_log_line()} (log: {self.log_path})")
+                try:
+                    if client.get(url).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise DraftlabError(f"{self.command.engine} not healthy at {url} after {timeout_s:g} s; "
+                                        f"raise --health-timeout or read the log: {self.log_path}")
+                time.sleep(0.25)
+
+    def last_log_line(self) -> str:
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "(no log)"
+        return lines[-1].strip()[:300] if lines else "(empty log)"
+
+    def stop(self) -> None:
+        """SIGTERM the whole process group, then SIGKILL whatever is left after the grace time."""
+        if self.process is None:
+            return
+        pgid = self.process.pid  # start_new_session: the leader's pid is the group id
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_s
+        while _group_alive(pgid, self.process) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _group_alive(pgid, self.process):
+            _signal_group(pgid, signal.SIGKILL)
+            while _group_alive(pgid, self.process):
+                time.sleep(0.05)
+        self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> EngineProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int, leader: subprocess.Popen[bytes]) -> bool:
+    """Whether any process of the group still runs (zombies waiting for a reaper do not count)."""
+    leader.poll()  # reap the leader so its zombie does not count
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return bool(group_members(pgid))
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes in process group ``pgid`` (Linux /proc)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+# --- check first -----------------------------------------------------------------------------
+
+CONTEXT_TOO_SHORT = "context-too-short"  # the compat finding that calls for the SGLang override
+
+
+def check_before_launch(request: LaunchRequest) -> tuple[bool, list[str]]:
+    """Run ``draftlab check`` on a local drafter/target pair before launching it.
+
+    Returns (context_too_short, notes). Error findings refuse the launch (the engine would fail or
+    silently accept almost nothing); a too-short drafter context is the one error the engine can be
+    told to live with, so it becomes the SGLang override instead. Hub ids are not checked (no
+    network here): the notes say so.
+    """
+    if request.drafter is None:
+        return False, []
+    if not (Path(request.target).is_dir() and Path(request.drafter).is_dir()):
+        return False, ["check skipped: target or drafter is not a local folder (hub ids are not fetched)"]
+    from draftlab.compat import check_pair
+
+    result = check_pair(request.drafter, request.target, request.engine)
+    errors = [f for f in result.findings if f.severity == "error" and f.code != CONTEXT_TOO_SHORT]
+    if errors:
+        first = errors[0]
+        raise DraftlabError(
+            f"check found {len(errors)} error(s) for {request.engine}, first {first.code} ({first.field}): "
+            f"{first.message}; run draftlab check --fix OUT and launch OUT, or pass --skip-check"
+        )
+    too_short = any(f.code == CONTEXT_TOO_SHORT for f in result.findings)
+    return too_short, [f"check: {len(result.findings)} finding(s), no errors"]
+
+
+def local_architecture(target: str) -> str | None:
+    """The first ``architectures`` entry of a local target's config.json (None for hub ids)."""
+    config = Path(target) / "config.json"
+    try:
+        archs = json.loads(config.read_text()).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None

@@ -1,0 +1,59 @@
+"""Build what ``draftlab serve`` serves from folders: target, drafter, flags, tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from draftlab.checkpoint.configs import DrafterConfig, TargetConfig
+from draftlab.checkpoint.reader import open_checkpoint
+from draftlab.engines import ENGINES, aux_layers
+from draftlab.engines.sglang_flags import resolve_spec_flags
+from draftlab.errors import DraftlabError
+from draftlab.serve.engine import ServeEngine
+from draftlab.serve.http import ServeContext
+
+
+def load_context(
+    target: str | Path, drafter: str | Path | None, *, steps: int | None = None, topk: int | None = None,
+    num_draft_tokens: int | None = None, dtype: str = "float32", device: str = "cpu", engine: str = "sglang",
+) -> ServeContext:
+    """Load the pair and start the decoder worker. ``engine`` picks whose aux-id convention to read."""
+    from draftlab.models.drafter import Eagle3Drafter
+    from draftlab.models.target import TargetRunner
+    from draftlab.spec.decoder import SpeculativeDecoder
+
+    if engine not in ENGINES:
+        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if drafter is None and any(v is not None for v in (steps, topk, num_draft_tokens)):
+        raise DraftlabError("--steps/--topk/--num-draft-tokens need --drafter")
+    target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
+    flags = draft_model = None
+    if drafter is None:
+        runner = TargetRunner.load(target, dtype=dtype, device=device)
+    else:
+        flags = resolve_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
+        if flags.rewrites:
+            raise DraftlabError(f"{flags.rewrites[0]}; pass --num-draft-tokens {flags.num_draft_tokens}")
+        layers = aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config), target_cfg.num_layers)
+        runner = TargetRunner.load(target, aux_layers=layers.layers, dtype=dtype, device=device)
+        draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device)
+    decoder = SpeculativeDecoder(runner, draft_model, flags)
+    spec = None if flags is None else {"num_steps": flags.steps, "eagle_topk": flags.topk,
+                                       "num_draft_tokens": flags.num_draft_tokens}
+    serve_engine = ServeEngine(decoder, steps=flags.steps if flags else None,
+                               num_draft_tokens=flags.num_draft_tokens if flags else None)
+    return ServeContext(serve_engine, _tokenizer(Path(target)), Path(target).name, str(target), spec,
+                        set(runner.eos_token_ids))
+
+
+def _tokenizer(folder: Path) -> Any | None:
+    """The target folder's tokenizer, or None when it has none (token-id requests still work)."""
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise DraftlabError(f"cannot load its tokenizer: {str(exc).splitlines()[0]}", path=folder) from None
