@@ -20,3 +20,4 @@ def _root() -> None:
 
 
 # Command modules register themselves on `app` when imported (one line each, below).
+from draftlab.cli import generate_cmd  # noqa: E402,F401

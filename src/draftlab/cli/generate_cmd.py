@@ -1,0 +1,60 @@
+"""``draftlab generate``: speculative decoding over a prompts file, with accept lengths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from draftlab.cli.app import app
+from draftlab.cli.common import console, emit_json
+from draftlab.spec.generate import GenerateResult, generate
+
+
+@app.command("generate")
+def generate_command(
+    target: Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")],
+    prompts: Annotated[Path, typer.Option("--prompts", help="JSONL: one of input_ids, prompt or messages a line.")],
+    drafter: Annotated[Optional[Path], typer.Option("--drafter", help="EAGLE-3 drafter folder.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="SGLang --speculative-num-steps.")] = None,
+    topk: Annotated[Optional[int], typer.Option("--topk", help="SGLang --speculative-eagle-topk.")] = None,
+    num_draft_tokens: Annotated[Optional[int], typer.Option(
+        "--num-draft-tokens", help="SGLang --speculative-num-draft-tokens (root included).")] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate per prompt.")] = 128,
+    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy.")] = 0.0,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed (temperature > 0).")] = None,
+    no_draft: Annotated[bool, typer.Option("--no-draft", help="Decode with the target alone (baseline).")] = False,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
+    engine: Annotated[str, typer.Option(
+        "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")] = "sglang",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
+    result = generate(
+        target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
+        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,
+        dtype=dtype, device=device, engine=engine, progress=not json_out,
+    )
+    if json_out:
+        emit_json(result)
+    else:
+        _render(result)
+
+
+def _render(result: GenerateResult) -> None:
+    cfg = result.config
+    shape = "baseline (no drafter)" if cfg["no_draft"] else (
+        f"steps {cfg['steps']}, topk {cfg['topk']}, draft tokens {cfg['num_draft_tokens']} ({cfg['flags_source']})")
+    table = Table(title=f"generate: {shape}, temperature {cfg['temperature']}")
+    for column in ("prompt", "tokens", "cycles", "mean accept", "accept lengths"):
+        table.add_column(column, justify="right" if column != "accept lengths" else "left")
+    for r in result.results:
+        mean = sum(r.accept_lengths) / r.num_cycles if r.num_cycles else 0.0
+        lengths = " ".join(map(str, r.accept_lengths[:24])) + (" ..." if r.num_cycles > 24 else "")
+        table.add_row(str(r.prompt_index), str(len(r.output_ids)), str(r.num_cycles), f"{mean:.2f}", lengths)
+    console.print(table)
+    console.print(f"mean accept length [bold]{result.mean_accept_length:.3f}[/bold], "
+                  f"{result.tokens_per_second:.1f} tokens/s")

@@ -1,0 +1,312 @@
+"""The EAGLE-3 drafter, computed as SGLang and SpecForge compute it.
+
+One step, for tokens x (target ids) and hidden states h:
+
+    h  = fc(h)                      only for target features (width != hidden_size)
+    a  = attn(concat(input_layernorm(embed(x)), hidden_norm(h)))     q/k/v take 2 * hidden
+    r  = h + a                      residual on the hidden branch (hidden_norm(h) with norm_before_residual)
+    m  = mlp(post_attention_layernorm(r))
+    out = m + r                     pre-norm output, fed back as `hidden` at the next draft step
+    logits = lm_head(norm(out))     over the draft vocabulary; target id = draft id + d2t[draft id]
+
+With ``num_hidden_layers > 1`` SGLang's ``additional_layers`` follow, each taking the previous
+layer's MLP output m (SGLang drops the running residual there) as hidden_norm -> attn -> +,
+post_attention_layernorm -> mlp. RoPE comes from the drafter's own config through transformers'
+rotary implementation (default, llama3, yarn, ...).
+
+Two ways to run: :meth:`Eagle3Drafter.forward` over the drafter's own KV cache (batch 1, like
+:class:`~draftlab.models.target.TargetRunner`), and :meth:`Eagle3Drafter.forward_masked`, a batched
+cache-free pass with explicit positions and a full attention mask (training, offline probes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import (
+    LlamaMLP,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+
+from draftlab.checkpoint import DrafterConfig, is_drafter, open_checkpoint
+from draftlab.errors import DraftlabError
+from draftlab.models.devices import parse_device, parse_dtype
+from draftlab.models.drafter_weights import canonical_names
+from draftlab.models.masks import attention_mask
+
+if TYPE_CHECKING:
+    from draftlab.models.target import TargetRunner
+
+KV = tuple[torch.Tensor, torch.Tensor]  # keys, values: [B, kv_heads, S, head_dim]
+
+
+@dataclass
+class DraftStep:
+    logits: torch.Tensor  # [n, draft_vocab] float32
+    hidden: torch.Tensor  # [n, H] pre-norm output, the next step's `hidden`
+
+
+class _Attention(nn.Module):
+    def __init__(self, in_size: int, cfg: DrafterConfig, bias: bool) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = nn.Linear(in_size, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(in_size, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(in_size, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | None,
+                mask: torch.Tensor) -> tuple[torch.Tensor, KV]:
+        """x [B, n, in]; mask [B, n, S] bool over past + new keys. Returns output and the new keys/values."""
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, *rope)
+        new = (k, v)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        groups = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), new
+
+
+class _FirstLayer(nn.Module):
+    """``midlayer``: attention over concat(input_layernorm(embeds), hidden_norm(hidden))."""
+
+    def __init__(self, cfg: DrafterConfig, llama: LlamaConfig, bias: bool) -> None:
+        super().__init__()
+        h, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.norm_before_residual = cfg.norm_before_residual
+        self.input_layernorm, self.hidden_norm = LlamaRMSNorm(h, eps), LlamaRMSNorm(h, eps)
+        self.post_attention_layernorm = LlamaRMSNorm(h, eps)
+        self.self_attn = _Attention(2 * h, cfg, bias)
+        self.mlp = LlamaMLP(llama)
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                past: KV | None, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, KV]:
+        normed = self.hidden_norm(hidden)
+        residual = normed if self.norm_before_residual else hidden
+        attn, kv = self.self_attn(torch.cat([self.input_layernorm(embeds), normed], dim=-1), rope, past, mask)
+        residual = residual + attn
+        return self.mlp(self.post_attention_layernorm(residual)), residual, kv
+
+
+class _ExtraLayer(nn.Module):
+    """SGLang's ``additional_layers`` entry (``BasicDecoderLayer``)."""
+
+    def __init__(self, cfg: DrafterConfig, llama: LlamaConfig, bias: bool) -> None:
+        super().__init__()
+        h, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.hidden_norm, self.post_attention_layernorm = LlamaRMSNorm(h, eps), LlamaRMSNorm(h, eps)
+        self.self_attn = _Attention(h, cfg, bias)
+        self.mlp = LlamaMLP(llama)
+
+    def forward(self, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | None,
+                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, KV]:
+        attn, kv = self.self_attn(self.hidden_norm(hidden), rope, past, mask)
+        residual = hidden + attn
+        return self.mlp(self.post_attention_layernorm(residual)), residual, kv
+
+
+class Eagle3Drafter(nn.Module):
+    """An EAGLE-3 drafter with its own KV cache (batch 1) and a batched masked path."""
+
+    def __init__(self, config: DrafterConfig, *, embed_tokens: nn.Embedding | None = None,
+                 fc_in: int | None = None, bias: bool = False) -> None:
+        super().__init__()
+        self.config = config
+        h = config.hidden_size
+        llama = _llama_config(config)
+        self.embed_tokens = embed_tokens if embed_tokens is not None else nn.Embedding(config.vocab_size, h)
+        self.fc = nn.Linear(fc_in or 3 * config.target_hidden_size, h, bias=bool(config.layer_config.get("bias")))
+        self.midlayer = _FirstLayer(config, llama, bias)
+        self.additional_layers = nn.ModuleList(_ExtraLayer(config, llama, bias) for _ in range(config.num_layers - 1))
+        self.norm = LlamaRMSNorm(h, config.rms_norm_eps)
+        self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
+        self.rotary = LlamaRotaryEmbedding(llama)
+        self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        self.reset()
+
+    @classmethod
+    def load(cls, path: str | Path, *, target: TargetRunner | None = None, use_target_embedding: bool = True,
+             dtype: str = "float32", device: str = "cpu") -> Eagle3Drafter:
+        """Load a SpecForge- or speculators-layout drafter folder.
+
+        The embedding is the target's when ``use_target_embedding`` and the hidden sizes match (as
+        SGLang does); otherwise the checkpoint's own ``embed_tokens.weight``. With no ``lm_head.weight``
+        and a null ``draft_vocab_size``, the head is the target's (SGLang's ``load_lm_head_from_target``).
+        """
+        path = Path(path)
+        ckpt = open_checkpoint(path)
+        if not is_drafter(ckpt):
+            raise DraftlabError("is not an EAGLE-3 drafter (no drafter architecture, speculators config "
+                                "or fc/midlayer tensors)", path=path)
+        config = DrafterConfig.from_dict(ckpt.config)
+        tensors = canonical_names(ckpt.load(), path)
+        fc = tensors.get("fc.weight")
+        if fc is None:
+            raise DraftlabError("has no fc.weight (the 3 x target hidden -> hidden fusion)", path=path)
+        embed = _choose_embedding(config, tensors, target, use_target_embedding, path)
+        bias = "midlayer.self_attn.q_proj.bias" in tensors
+        drafter = cls(config, embed_tokens=embed, fc_in=fc.shape[1], bias=bias)
+        if "lm_head.weight" not in tensors:
+            if config.tie_word_embeddings:
+                tensors["lm_head.weight"] = drafter.embed_tokens.weight
+            elif not config.draft_vocab_size_set and target is not None:
+                tensors["lm_head.weight"] = target.lm_head.weight
+            else:
+                raise DraftlabError("has no lm_head.weight", path=path)
+        if embed is not None:
+            tensors.pop("embed_tokens.weight", None)
+        drafter._load_tensors(tensors, path)
+        return drafter.place(parse_dtype(dtype), parse_device(device), keep_embedding=embed is not None).eval()
+
+    def place(self, dtype: torch.dtype, device: torch.device, *, keep_embedding: bool = False) -> Eagle3Drafter:
+        """Move to ``device`` and cast weights to ``dtype``; RoPE frequencies stay float32, and a shared
+        (target's) embedding is left where and as it is."""
+        for module in self.children():
+            if module is self.embed_tokens and keep_embedding:
+                continue
+            module.to(device=device, dtype=None if module is self.rotary else dtype)
+        self.d2t = self.d2t.to(device)
+        return self
+
+    def _load_tensors(self, tensors: dict[str, torch.Tensor], path: Path) -> None:
+        own = {k: v for k, v in self.state_dict().items() if not k.startswith("embed_tokens.")}
+        if "embed_tokens.weight" in tensors:
+            own["embed_tokens.weight"] = self.embed_tokens.weight
+        missing = sorted(set(own) - set(tensors) - {"d2t"})
+        unexpected = sorted(set(tensors) - set(own))
+        if missing or unexpected:
+            what = f"lacks tensor {missing[0]!r}" if missing else f"has unexpected tensor {unexpected[0]!r}"
+            raise DraftlabError(f"{what} for a {self.config.num_layers}-layer EAGLE-3 drafter", path=path)
+        for name, tensor in tensors.items():
+            if tensor.shape != own[name].shape:
+                raise DraftlabError(f"tensor {name!r} has shape {list(tensor.shape)}; the config implies "
+                                    f"{list(own[name].shape)}", path=path)
+        with torch.no_grad():
+            for name, tensor in tensors.items():
+                own[name].copy_(tensor)
+
+    # --- the drafter's own KV cache (batch 1) ---
+
+    def reset(self) -> None:
+        """Empty the KV cache (start a new prompt)."""
+        self._kv: list[KV] | None = None
+        self._cached = 0
+        self._last_new = 0
+
+    @property
+    def cache_len(self) -> int:
+        return self._cached
+
+    def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, *, positions: torch.Tensor | None = None,
+                tree_mask: torch.Tensor | None = None) -> DraftStep:
+        """Run n new entries after the cached ones and append them to the cache.
+
+        ``input_ids`` [n] target token ids; ``hidden`` [n, 3T] target features (fc is applied) or
+        [n, H] the drafter's own previous outputs. ``positions`` default to ``cache_len + arange(n)``;
+        ``tree_mask`` [n, n] bool says which new entries each may attend to (None = causal).
+        """
+        device = self.lm_head.weight.device
+        n = input_ids.numel()
+        if positions is None:
+            positions = torch.arange(self._cached, self._cached + n, device=device)
+        mask = attention_mask(self._cached, tree_mask, n, device)
+        logits, out, kv = self.forward_masked(input_ids.reshape(1, n), hidden.reshape(1, n, -1),
+                                              positions.reshape(1, n), mask[None], self._kv)
+        self._kv = kv if self._kv is None else [
+            (torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)) for (pk, pv), (k, v) in zip(self._kv, kv)]
+        self._cached += n
+        self._last_new = n
+        return DraftStep(logits=logits[0].float(), hidden=out[0])
+
+    def keep(self, indices: torch.Tensor) -> None:
+        """Of the entries the last forward appended, keep ``indices`` (in that order) right after the prefix."""
+        start = self._cached - self._last_new
+        if self._kv is None:
+            return
+        device = self._kv[0][0].device
+        indices = indices.reshape(-1).to(device, torch.long)
+        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self._last_new):
+            raise DraftlabError(f"keep() indices must lie in 0..{self._last_new - 1} (the last forward's entries)")
+        full = torch.cat([torch.arange(start, device=device), start + indices])
+        self._kv = [(k.index_select(2, full), v.index_select(2, full)) for k, v in self._kv]
+        self._cached = start + indices.numel()
+        self._last_new = indices.numel()
+
+    # --- the batched, cache-free computation both paths share ---
+
+    def forward_masked(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+                       mask: torch.Tensor, past: list[KV] | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
+        """input_ids [B, n], hidden [B, n, 3T or H], positions [B, n], mask [B, n, S] bool over the
+        ``past`` keys (S - n of them, per layer) then the n new ones. Returns float32 logits [B, n, Vd],
+        the pre-norm output [B, n, H] and each layer's new keys/values."""
+        device, dtype = self.lm_head.weight.device, self.lm_head.weight.dtype
+        embed_device = self.embed_tokens.weight.device
+        embeds = self.embed_tokens(input_ids.to(embed_device)).to(device, dtype)
+        hidden = hidden.to(device, dtype)
+        if hidden.shape[-1] != self.config.hidden_size:
+            if hidden.shape[-1] != self.fc.in_features:
+                raise DraftlabError(f"drafter got hidden states of width {hidden.shape[-1]}; expected "
+                                    f"{self.fc.in_features} (target features) or {self.config.hidden_size}")
+            hidden = self.fc(hidden)
+        rope = self.rotary(hidden, positions.to(device))
+        mask = mask.to(device)
+        out, residual, kv0 = self.midlayer(embeds, hidden, rope, past[0] if past else None, mask)
+        new = [kv0]
+        for i, layer in enumerate(self.additional_layers, start=1):
+            out, residual, kv = layer(out, rope, past[i] if past else None, mask)
+            new.append(kv)
+        pre_norm = out + residual
+        logits = self.lm_head(self.norm(pre_norm)).float()
+        return logits, pre_norm, new
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Target token ids of draft-vocabulary ids: ``draft_ids + d2t[draft_ids]``."""
+        d2t = self.d2t.to(draft_ids.device)
+        return draft_ids + d2t[draft_ids]
+
+    def checkpoint_tensors(self) -> dict[str, torch.Tensor]:
+        """The tensors SpecForge saves (its names; no embedding, which serving takes from the target)."""
+        return {k: v for k, v in self.state_dict().items()
+                if not k.startswith(("embed_tokens.", "rotary."))}
+
+
+def _llama_config(config: DrafterConfig) -> LlamaConfig:
+    """A LlamaConfig carrying the drafter layer's sizes and RoPE (for transformers' MLP and rotary code)."""
+    fields = dict(config.layer_config)
+    fields.update(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+                  num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
+                  head_dim=config.head_dim, rms_norm_eps=config.rms_norm_eps,
+                  vocab_size=config.vocab_size, num_hidden_layers=config.num_layers)
+    for key in ("architectures", "eagle_config", "speculators_config", "transformer_layer_config", "auto_map"):
+        fields.pop(key, None)
+    return LlamaConfig.from_dict(fields)
+
+
+def _choose_embedding(config: DrafterConfig, tensors: dict[str, torch.Tensor], target: TargetRunner | None,
+                      use_target_embedding: bool, path: Path) -> nn.Embedding | None:
+    """The target's embedding module (shared), or None to use the checkpoint's own."""
+    same_width = config.target_hidden_size == config.hidden_size
+    if use_target_embedding and target is not None and same_width:
+        if target.embed_tokens.weight.shape != (config.vocab_size, config.hidden_size):
+            raise DraftlabError(f"the target's embedding is {list(target.embed_tokens.weight.shape)}; the drafter "
+                                f"expects [{config.vocab_size}, {config.hidden_size}]", path=path)
+        return target.embed_tokens
+    if "embed_tokens.weight" not in tensors:
+        reason = "pass the target to share its embedding, as SGLang does" if same_width else \
+            "its hidden size differs from the target's, so SGLang would not share the target's either"
+        raise DraftlabError(f"has no embed_tokens.weight; {reason}", path=path)
+    return None

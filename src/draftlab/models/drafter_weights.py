@@ -1,0 +1,34 @@
+"""A drafter checkpoint's tensors under one naming: SpecForge's (``midlayer.*``, no ``model.`` prefix).
+
+Accepted spellings: SpecForge / EAGLE / SGLang (``midlayer.*``), vLLM speculators (``layers.0.*``),
+either with a ``model.`` prefix; SGLang's extra layers for ``num_hidden_layers > 1`` are
+``additional_layers.{i}.*``. ``t2d`` is dropped: like both engines, draftlab maps ids through ``d2t``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from draftlab.errors import DraftlabError
+
+
+def canonical_names(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
+    """Rename to SpecForge names; refuse layouts whose meaning draftlab would have to guess."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in tensors.items():
+        canon = name.removeprefix("model.")
+        if canon == "t2d":
+            continue
+        if canon.startswith("layers.0."):
+            canon = "midlayer." + canon.removeprefix("layers.0.")
+        elif re.match(r"layers\.[1-9]\d*\.", canon):
+            raise DraftlabError(
+                f"tensor {name!r}: multi-layer drafters in the speculators layout (layers.1+) run differently in "
+                "vLLM and SGLang and are not supported; use the SGLang layout (additional_layers.*)", path=path)
+        if canon in out:
+            raise DraftlabError(f"tensor {name!r} duplicates {canon!r} under another spelling", path=path)
+        out[canon] = tensor
+    return out

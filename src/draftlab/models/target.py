@@ -1,0 +1,175 @@
+"""The target model as speculative decoding needs it: logits plus aux hidden states, over a KV cache
+that can verify a draft tree in one pass and then keep only the accepted path.
+
+Aux capture follows the canonical convention (``draftlab.engines``): aux layer k is the OUTPUT of
+decoder layer k, before the final norm, captured by a forward hook on that layer. (HF's
+``hidden_states[k + 1]`` is the same tensor except for the last layer, whose HF entry is post-norm.)
+
+The model is any Hugging Face causal LM loaded through ``AutoModelForCausalLM``. Tree verification
+passes transformers a ready 4D additive mask (``masking_utils`` returns a 4D mask as it is, for
+eager and sdpa alike) and explicit ``position_ids``; models whose layers mix full and
+sliding-window attention get one mask per layer type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from draftlab.checkpoint import TargetConfig
+from draftlab.engines import default_aux_layers
+from draftlab.errors import DraftlabError
+from draftlab.models.devices import parse_device, parse_dtype
+from draftlab.models.masks import apply_window, attention_mask, to_additive
+
+
+@dataclass
+class TargetStep:
+    logits: torch.Tensor  # [n, V] float32
+    aux: torch.Tensor  # [n, len(aux_layers) * hidden], model dtype, concatenated low to high
+
+
+class TargetRunner:
+    """Runs one sequence (batch size 1) of a target model over its own KV cache."""
+
+    def __init__(self, model: PreTrainedModel, *, aux_layers: list[int] | None = None) -> None:
+        self.model = model.eval()
+        self.config = TargetConfig.from_dict(model.config.to_dict())
+        layers = model.get_decoder().layers
+        n_layers = len(layers)
+        self.aux_layers = list(aux_layers) if aux_layers is not None else default_aux_layers(n_layers)
+        bad = [k for k in self.aux_layers if not 0 <= k < n_layers]
+        if bad:
+            raise DraftlabError(f"aux layer {bad[0]} does not exist: the target has decoder layers 0..{n_layers - 1}")
+        self.eos_token_ids = _eos_ids(model)
+        self.device = model.get_input_embeddings().weight.device
+        self.dtype = model.get_input_embeddings().weight.dtype
+        self._windows = _layer_windows(model.config, n_layers)
+        self._captured: dict[int, torch.Tensor] = {}
+        for k in sorted(set(self.aux_layers)):
+            layers[k].register_forward_hook(self._capture_hook(k))
+        self.reset()
+
+    @classmethod
+    def load(cls, path: str | Path, *, aux_layers: list[int] | None = None, dtype: str = "float32",
+             device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False) -> TargetRunner:
+        """Load a local Hugging Face folder (never the network)."""
+        from transformers import AutoModelForCausalLM
+
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise DraftlabError("is not a model folder (no config.json)", path=path)
+        torch_dtype = parse_dtype(dtype)
+        kwargs = {"device_map": device_map} if device_map else {}
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch_dtype, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            hint = "" if trust_remote_code else " (if it needs its own modelling code, pass --trust-remote-code)"
+            raise DraftlabError(f"cannot load as a causal LM: {first}{hint}", path=path) from None
+        if not device_map:
+            model.to(parse_device(device))
+        return cls(model, aux_layers=aux_layers)
+
+    @property
+    def embed_tokens(self) -> torch.nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> torch.nn.Module:
+        return self.model.get_output_embeddings()
+
+    def reset(self) -> None:
+        """Empty the KV cache (start a new prompt)."""
+        self._cache = DynamicCache()
+        self._positions = torch.empty(0, dtype=torch.long, device=self.device)  # position of each cached entry
+        self._last_new = 0
+
+    @property
+    def cache_len(self) -> int:
+        return int(self._positions.numel())
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, *, tree_mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> TargetStep:
+        """Run n new tokens (1-D LongTensor) after the cached prefix and append them to the cache.
+
+        ``positions`` default to ``cache_len + arange(n)``; ``tree_mask`` [n, n] bool says which new
+        tokens each new token may attend to (the cached prefix is always visible); None = causal.
+        """
+        input_ids = input_ids.reshape(-1).to(self.device)
+        n = input_ids.numel()
+        cached = self.cache_len
+        if positions is None:
+            positions = torch.arange(cached, cached + n, device=self.device)
+        positions = positions.reshape(-1).to(self.device, torch.long)
+        if positions.numel() != n:
+            raise DraftlabError(f"got {positions.numel()} positions for {n} new tokens")
+        limit = self.config.max_position_embeddings
+        if limit is not None and int(positions.max()) >= limit:
+            raise DraftlabError(f"position {int(positions.max())} is past the target's context of {limit} tokens")
+        key_positions = torch.cat([self._positions, positions])
+        mask = self._mask(attention_mask(cached, tree_mask, n, self.device), positions, key_positions)
+        self._captured.clear()
+        out = self.model(input_ids=input_ids[None], position_ids=positions[None], attention_mask=mask,
+                         cache=self._cache, use_cache=True)
+        self._positions = key_positions
+        self._last_new = n
+        aux = torch.cat([self._captured[k][0].to(self.device) for k in self.aux_layers], dim=-1)
+        return TargetStep(logits=out.logits[0].float().to(self.device), aux=aux)
+
+    __call__ = forward
+
+    def keep(self, indices: torch.Tensor) -> None:
+        """Of the entries the last forward appended, keep ``indices`` (in that order) right after the prefix."""
+        start = self.cache_len - self._last_new
+        indices = indices.reshape(-1).to(self.device, torch.long)
+        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self._last_new):
+            raise DraftlabError(f"keep() indices must lie in 0..{self._last_new - 1} (the last forward's entries)")
+        full = torch.cat([torch.arange(start, device=self.device), start + indices])
+        for layer in self._cache.layers:
+            if layer.is_initialized and layer.keys.numel():
+                idx = full.to(layer.keys.device)
+                layer.keys = layer.keys.index_select(-2, idx)
+                layer.values = layer.values.index_select(-2, idx)
+        self._positions = self._positions.index_select(0, full)
+        self._last_new = indices.numel()
+
+    def _mask(self, allowed: torch.Tensor, positions: torch.Tensor,
+              key_positions: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The 4D additive mask, or one per layer type when full and sliding layers are mixed."""
+        masks = {kind: to_additive(apply_window(allowed, positions, key_positions, window), self.dtype)
+                 for kind, window in self._windows.items()}
+        return next(iter(masks.values())) if len(masks) == 1 else masks
+
+    def _capture_hook(self, k: int):
+        def hook(module: torch.nn.Module, args: object, output: object) -> None:
+            self._captured[k] = output[0] if isinstance(output, tuple) else output
+        return hook
+
+
+def _layer_windows(config: object, n_layers: int) -> dict[str, int | None]:
+    """Sliding window (None = full attention) of each layer type the model uses."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if not layer_types:
+        return {"all": window}
+    unknown = sorted(set(layer_types) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise DraftlabError(f"target layer type {unknown[0]!r} is not supported by the reference runner")
+    return {kind: (window if kind == "sliding_attention" else None) for kind in dict.fromkeys(layer_types[:n_layers])}
+
+
+def _eos_ids(model: PreTrainedModel) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids

@@ -1,0 +1,1 @@
+"""Speculative decoding: the draft tree, verification, the decode loop and ``generate``."""

@@ -1,0 +1,230 @@
+"""The speculative decoding loop, one prompt at a time (batch size 1).
+
+    prefill the target (aux features captured) -> draft-extend the drafter over the prompt
+    repeat:
+        draft: build SGLang's tree from the drafter (steps passes, topk branching)
+        verify: every tree node in one target forward with the tree mask
+        walk: accept a path, add the bonus token; keep() only that path in the target's cache
+        draft-extend: run the drafter over the newly committed tokens with the target's features
+
+Without a drafter the tree is the root alone, so the same loop is plain decoding.
+
+The drafter's cache holds only committed positions between cycles. Its draft passes re-run the
+frontier's ancestors in one forward with a tree mask and then drop every entry they appended
+(``keep`` of nothing), because a cached entry is visible to every later token and siblings must not
+see each other. This costs the same number of drafter passes as SGLang (steps - 1 per cycle) and
+the same math; only the token count of a pass grows with depth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from draftlab.engines.sglang_flags import SpecFlags
+from draftlab.errors import DraftlabError
+from draftlab.spec.tree import DraftTree, Frontier, build_tree, chain_tree, organize_draft_results, select_top_k
+from draftlab.spec.verify import Walk, chain_sampling_walk, greedy_walk, tree_sampling_walk
+
+if TYPE_CHECKING:
+    from draftlab.models.drafter import Eagle3Drafter
+    from draftlab.models.target import TargetRunner
+
+
+@dataclass
+class Commit:
+    """Tokens made final together: the prefill's first token, then one verify cycle's."""
+
+    tokens: list[int]  # after trimming to max_new_tokens / EOS
+    accept_length: int | None  # tokens the cycle committed before trimming; None for the prefill
+
+
+@dataclass
+class _DraftState:
+    """The drafter's output at the last committed position: it predicts the token after the root."""
+
+    logits: torch.Tensor  # [draft_vocab]
+    hidden: torch.Tensor  # [H]
+
+
+class SpeculativeDecoder:
+    """EAGLE-3 speculative decoding with SGLang's tree and lossless verification."""
+
+    def __init__(self, target: TargetRunner, drafter: Eagle3Drafter | None, flags: SpecFlags | None) -> None:
+        if drafter is not None and flags is None:
+            raise DraftlabError("speculative decoding needs flags (steps, topk, num_draft_tokens)")
+        self.target = target
+        self.drafter = drafter
+        self.flags = flags
+
+    @torch.inference_mode()
+    def stream(
+        self, input_ids: list[int], *, max_new_tokens: int, temperature: float = 0.0,
+        ignore_eos: bool = False, seed: int | None = None,
+    ) -> Iterator[Commit]:
+        """Generate up to ``max_new_tokens`` tokens after ``input_ids``, yielding each commit."""
+        if not input_ids:
+            raise DraftlabError("the prompt is empty; give at least one token")
+        if max_new_tokens < 1:
+            raise DraftlabError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise DraftlabError(f"temperature must be >= 0, got {temperature}")
+        context = self.target.config.max_position_embeddings
+        if context is not None and len(input_ids) >= context:
+            raise DraftlabError(
+                f"the prompt has {len(input_ids)} tokens but the target's context is {context}; shorten it"
+            )
+        device = self.target.device
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed) if seed is not None else gen.seed()
+        eos = set() if ignore_eos else set(self.target.eos_token_ids)
+        depth = self.flags.steps if self.drafter is not None else 0
+
+        self.target.reset()
+        prompt = torch.tensor(input_ids, dtype=torch.long, device=device)
+        prefill = self.target.forward(prompt)
+        root = self._pick(prefill.logits[-1], temperature, gen)
+        yield Commit([root], None)
+        produced = 1
+        if root in eos:
+            return
+        state = None
+        if self.drafter is not None:
+            self.drafter.reset()
+            state = self._extend(torch.cat([prompt[1:], prompt.new_tensor([root])]), prefill.aux)
+
+        while produced < max_new_tokens:
+            if context is not None and self.target.cache_len + depth + 1 > context:
+                return  # the next verify would run past the target's context
+            tree, draft_q = self._draft(root, state, temperature, gen)
+            positions = self.target.cache_len + tree.depth
+            verify = self.target.forward(tree.tokens, tree_mask=tree.mask, positions=positions)
+            walk = self._walk(tree, draft_q, verify.logits, temperature, gen)
+            path = torch.tensor(walk.nodes, dtype=torch.long, device=device)
+            self.target.keep(path)
+
+            tokens = walk.tokens[: max_new_tokens - produced]
+            stop = next((i for i, t in enumerate(tokens) if t in eos), None)
+            if stop is not None:
+                tokens = tokens[: stop + 1]
+            produced += len(tokens)
+            yield Commit(tokens, walk.accept_length)
+            if stop is not None:
+                return
+            root = walk.tokens[-1]
+            if self.drafter is not None and produced < max_new_tokens:
+                new = torch.tensor(walk.tokens, dtype=torch.long, device=device)
+                state = self._extend(new, verify.aux[path])
+
+    # -- pieces of one cycle ---------------------------------------------------------------------
+
+    def _pick(self, logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
+        if temperature == 0:
+            return int(logits.argmax())
+        return int(torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=gen))
+
+    def _extend(self, tokens: torch.Tensor, features: torch.Tensor) -> _DraftState:
+        """Draft-extend: the drafter over committed tokens with the target's features."""
+        step = self.drafter.forward(tokens, features)
+        return _DraftState(step.logits[-1], step.hidden[-1])
+
+    def _draft(
+        self, root: int, state: _DraftState | None, temperature: float, gen: torch.Generator
+    ) -> tuple[DraftTree, torch.Tensor | None]:
+        """The tree to verify, and for a sampled chain the q each draft was sampled from."""
+        if self.drafter is None:
+            none = torch.empty(0, dtype=torch.long, device=self.target.device)
+            return build_tree(root, none, none), None
+        if self.flags.is_chain and temperature > 0:
+            return self._draft_sampled_chain(root, state, temperature, gen)
+        return self._draft_tree(root, state), None
+
+    def _draft_tree(self, root: int, state: _DraftState) -> DraftTree:
+        k, steps = self.flags.topk, self.flags.steps
+        top_p, top_d = torch.softmax(state.logits.float(), -1).topk(k)
+        frontier, chunk = select_top_k(0, top_p, self.drafter.to_target_ids(top_d), None, k)
+        chunks = [chunk]
+        nodes = _DraftNodes(state.hidden)
+        level = [-1] * k  # run-set index of each frontier node's parent (-1: the root)
+        for step in range(1, steps):
+            level = [nodes.add(int(t), level[int(r)]) for t, r in zip(frontier.tokens, frontier.rows)]
+            out = nodes.run(self.drafter)
+            top_p, top_d = torch.softmax(out.logits[level].float(), -1).topk(k, dim=-1)
+            frontier, chunk = select_top_k(step, top_p, self.drafter.to_target_ids(top_d), frontier, k)
+            chunks.append(chunk)
+        return organize_draft_results(chunks, root, self.flags.num_draft_tokens)
+
+    def _draft_sampled_chain(
+        self, root: int, state: _DraftState, temperature: float, gen: torch.Generator
+    ) -> tuple[DraftTree, torch.Tensor]:
+        """A chain of drafts sampled from q = softmax(draft logits / T) mapped to target ids."""
+        vocab = self.target.config.vocab_size
+        draft_to_target = self.drafter.to_target_ids(
+            torch.arange(state.logits.numel(), device=state.logits.device)
+        )
+        nodes = _DraftNodes(state.hidden)
+        logits, parent, drafts, qs = state.logits, -1, [], []
+        for step in range(self.flags.steps):
+            q_draft = torch.softmax(logits.float() / temperature, -1)
+            token = int(draft_to_target[torch.multinomial(q_draft, 1, generator=gen)])
+            q = torch.zeros(vocab, device=q_draft.device).index_put_((draft_to_target,), q_draft, accumulate=True)
+            drafts.append(token)
+            qs.append(q)
+            if step < self.flags.steps - 1:
+                parent = nodes.add(token, parent)
+                logits = nodes.run(self.drafter).logits[parent]
+        return chain_tree(root, torch.tensor(drafts, dtype=torch.long, device=self.target.device)), torch.stack(qs)
+
+    def _walk(
+        self, tree: DraftTree, draft_q: torch.Tensor | None, logits: torch.Tensor,
+        temperature: float, gen: torch.Generator,
+    ) -> Walk:
+        if temperature == 0:
+            return greedy_walk(tree, logits)
+        probs = torch.softmax(logits.float() / temperature, -1)
+        if draft_q is not None:
+            return chain_sampling_walk(tree, draft_q, probs, gen)
+        return tree_sampling_walk(tree, probs, gen)
+
+
+class _DraftNodes:
+    """Draft nodes run through the drafter so far this cycle, re-run together at each pass."""
+
+    def __init__(self, root_hidden: torch.Tensor) -> None:
+        self.root_hidden = root_hidden
+        self.tokens: list[int] = []
+        self.parents: list[int] = []
+        self.depth: list[int] = []
+        self.out_hidden: torch.Tensor | None = None  # outputs of the last run, one row per node
+
+    def add(self, token: int, parent: int) -> int:
+        """Add a node under run-set node ``parent`` (-1: the root); return its index."""
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depth.append(1 if parent < 0 else self.depth[parent] + 1)
+        return len(self.tokens) - 1
+
+    def run(self, drafter: Eagle3Drafter):
+        """One drafter pass over every node (each sees its ancestors), then drop its cache entries."""
+        n = len(self.tokens)
+        device = self.root_hidden.device
+        mask = torch.zeros(n, n, dtype=torch.bool, device=device)
+        hidden = []
+        for i, p in enumerate(self.parents):
+            if p >= 0:
+                mask[i] = mask[p]
+                hidden.append(self.out_hidden[p])
+            else:
+                hidden.append(self.root_hidden)
+            mask[i, i] = True
+        positions = drafter.cache_len + torch.tensor(self.depth, device=device) - 1
+        out = drafter.forward(
+            torch.tensor(self.tokens, dtype=torch.long, device=device), torch.stack(hidden),
+            positions=positions, tree_mask=mask,
+        )
+        drafter.keep(torch.empty(0, dtype=torch.long, device=device))
+        self.out_hidden = out.hidden
+        return out

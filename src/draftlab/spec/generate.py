@@ -1,0 +1,130 @@
+"""``generate``: real speculative decoding over a prompts file, one prompt at a time."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+
+from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+from draftlab.engines import ENGINES, aux_layers
+from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
+from draftlab.errors import DraftlabError
+from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.spec.metrics import accept_stats
+from draftlab.spec.prompts import read_prompts
+
+
+@dataclass
+class PromptResult:
+    prompt_index: int  # 0-based, in file order
+    output_ids: list[int]
+    accept_lengths: list[int]  # one per verify cycle, bonus included, before trimming
+    num_cycles: int
+
+
+@dataclass
+class GenerateResult:
+    config: dict[str, Any]
+    mean_accept_length: float  # over all cycles of all prompts; 0.0 with no cycle
+    tokens_per_second: float  # generated tokens over decoding wall time (loading excluded)
+    results: list[PromptResult]
+
+
+def generate(
+    target: str | Path, drafter: str | Path | None, prompts: str | Path, *,
+    steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
+    max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None, no_draft: bool = False,
+    dtype: str = "float32", device: str = "cpu", engine: str = "sglang", progress: bool = False,
+) -> GenerateResult:
+    """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``)."""
+    from draftlab.models.drafter import Eagle3Drafter
+    from draftlab.models.target import TargetRunner
+
+    if engine not in ENGINES:
+        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if max_new_tokens < 1:
+        raise DraftlabError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
+    if drafter is None and not no_draft:
+        raise DraftlabError("give --drafter, or --no-draft to decode with the target alone")
+    target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
+    flags = None if no_draft else _flags(steps, topk, num_draft_tokens, target_cfg.architecture)
+    rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
+    context = target_cfg.max_position_embeddings
+    for row in rows:
+        if context is not None and len(row.input_ids) >= context:
+            raise DraftlabError(
+                f"{prompts}:{row.line}: the prompt has {len(row.input_ids)} tokens but the target's context "
+                f"is {context}; shorten it"
+            )
+
+    if no_draft:
+        runner, draft_model, layers = TargetRunner.load(target, dtype=dtype, device=device), None, None
+    else:
+        _refuse_incompatible(drafter, target, engine)
+        drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
+        layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
+        runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device)
+        draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device)
+    decoder = SpeculativeDecoder(runner, draft_model, flags)
+
+    results, elapsed = [], 0.0
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        task = bar.add_task("generating", total=len(rows))
+        for index, row in enumerate(rows):
+            start = time.perf_counter()
+            output, lengths = [], []
+            for commit in decoder.stream(row.input_ids, max_new_tokens=max_new_tokens,
+                                         temperature=temperature, seed=seed):
+                output += commit.tokens
+                if commit.accept_length is not None:
+                    lengths.append(commit.accept_length)
+            elapsed += time.perf_counter() - start
+            results.append(PromptResult(index, output, lengths, len(lengths)))
+            bar.advance(task)
+
+    generated = sum(len(r.output_ids) for r in results)
+    config = {
+        "target": str(target), "drafter": None if no_draft else str(drafter), "engine": engine,
+        "no_draft": no_draft, "steps": flags.steps if flags else None, "topk": flags.topk if flags else None,
+        "num_draft_tokens": flags.num_draft_tokens if flags else None,
+        "flags_source": flags.source if flags else None, "aux_layers": layers,
+        "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
+        "dtype": dtype, "device": device, "num_prompts": len(rows),
+    }
+    return GenerateResult(
+        config=config,
+        mean_accept_length=accept_stats(n for r in results for n in r.accept_lengths).mean_accept_length,
+        tokens_per_second=generated / elapsed if elapsed > 0 else 0.0,
+        results=results,
+    )
+
+
+def _flags(steps: int | None, topk: int | None, num_draft_tokens: int | None, architecture: str) -> SpecFlags:
+    """SGLang's flags; refuse what SGLang would reject or silently change."""
+    flags = resolve_spec_flags(steps, topk, num_draft_tokens, architecture=architecture)
+    if flags.rewrites:
+        raise DraftlabError(
+            f"{flags.rewrites[0]}; pass --num-draft-tokens {flags.num_draft_tokens} to run what SGLang runs"
+        )
+    return flags
+
+
+def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:
+    """Refuse a drafter with error findings from ``draftlab check`` for this target and engine."""
+    try:
+        from draftlab.compat import check_pair
+    except ImportError:  # the compat checks are not on this branch yet
+        return
+    errors = [f for f in check_pair(drafter, target, engine=engine).findings if f.severity == "error"]
+    if errors:
+        listed = "; ".join(f"{f.code}: {f.message}" for f in errors)
+        raise DraftlabError(
+            f"{drafter}: will not run against {target} in {engine}: {listed} (see draftlab check for fixes)"
+        )

@@ -1,0 +1,134 @@
+"""SGLang's dynamic draft tree (EAGLE-2 style), as pure functions over tensors.
+
+One cycle drafts ``steps`` times from the root (the last verified token):
+
+- step 0 (:func:`select_top_k`): the root's top-k draft tokens are the first ``k`` pool entries
+  and the frontier; their score is the drafter's probability;
+- step i > 0: each of the k frontier nodes proposes its top-k children, scored parent score x
+  child probability; all k*k children enter the pool (row-major: frontier row, then child rank)
+  and the best k become the next frontier (in descending score, as ``torch.topk`` returns them);
+- :func:`organize_draft_results`: of the ``k + (steps - 1) * k**2`` pool entries the best
+  ``num_draft_tokens - 1`` by score are kept *in pool order* behind the root. A child's score never
+  exceeds its parent's, so a kept node's parent is kept too (barring exact ties).
+
+This mirrors ``select_top_k_tokens`` (spec_utils.py) and ``organize_draft_results`` /
+``build_tree_kernel_efficient`` (eagle_utils.py) in SGLang; a chain is topk = 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Frontier:
+    """The nodes the drafter expands at the next step."""
+
+    tokens: torch.Tensor  # [k] target token ids
+    scores: torch.Tensor  # [k] cumulative draft probability
+    rows: torch.Tensor  # [k] which node of the previous frontier each came from (0 at step 0: the root)
+    pool_index: torch.Tensor  # [k] each node's index in the pool
+
+
+@dataclass
+class PoolChunk:
+    """The pool entries one step adds, in pool order."""
+
+    scores: torch.Tensor  # [m]
+    tokens: torch.Tensor  # [m]
+    parents: torch.Tensor  # [m] pool index of each entry's parent, -1 for the root
+
+
+def select_top_k(
+    step: int, top_p: torch.Tensor, top_ids: torch.Tensor, frontier: Frontier | None, topk: int
+) -> tuple[Frontier, PoolChunk]:
+    """One drafting step: pool entries and the next frontier.
+
+    ``top_p``/``top_ids``: at step 0 the root's top-k probabilities and target ids ``[k]``; later
+    ``[k, k]``, row r holding the top-k children of ``frontier`` node r.
+    """
+    if step == 0:
+        index = torch.arange(topk, device=top_p.device)
+        chunk = PoolChunk(top_p, top_ids, torch.full_like(index, -1))
+        return Frontier(top_ids, top_p, torch.zeros_like(index), index), chunk
+    assert frontier is not None
+    expand = (frontier.scores[:, None] * top_p).flatten()  # [k*k], row-major
+    ids = top_ids.flatten()
+    chunk = PoolChunk(expand, ids, frontier.pool_index.repeat_interleave(topk))
+    best_scores, best = torch.topk(expand, topk)
+    offset = topk + (step - 1) * topk * topk
+    return Frontier(ids[best], best_scores, best // topk, offset + best), chunk
+
+
+@dataclass
+class DraftTree:
+    """The tree verified in one target pass; node 0 is the root (the last verified token)."""
+
+    tokens: torch.Tensor  # [N] target ids
+    parents: torch.Tensor  # [N] parent node, -1 for the root (and for a node whose parent was not kept)
+    depth: torch.Tensor  # [N] 0 for the root
+    mask: torch.Tensor  # [N, N] bool: node i attends node j (its ancestors and itself)
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.numel())
+
+    def children(self, node: int) -> list[int]:
+        """Children of ``node`` in pool order (the order SGLang's retrieve lists visit siblings)."""
+        return [int(i) for i in torch.nonzero(self.parents == node).flatten()]
+
+    def paths(self) -> list[list[int]]:
+        """Every root-to-leaf path as node indices (SGLang's retrieve paths), leaves in index order."""
+        parents = self.parents.tolist()
+        has_child = {p for p in parents if p >= 0}
+        out = []
+        for leaf in range(self.size):
+            if leaf in has_child:
+                continue
+            path = [leaf]
+            while parents[path[-1]] >= 0:
+                path.append(parents[path[-1]])
+            if path[-1] == 0:  # skip orphans
+                out.append(path[::-1])
+        return out
+
+
+def build_tree(root: int, tokens: torch.Tensor, parents: torch.Tensor) -> DraftTree:
+    """A tree from its drafted nodes; ``parents`` index nodes (0 = root), each below its own index."""
+    n = tokens.numel() + 1
+    device = tokens.device
+    all_tokens = torch.cat([torch.tensor([root], device=device, dtype=torch.long), tokens.long()])
+    all_parents = torch.cat([torch.tensor([-1], device=device, dtype=torch.long), parents.long()])
+    mask = torch.zeros(n, n, dtype=torch.bool, device=device)
+    depth = torch.zeros(n, dtype=torch.long, device=device)
+    mask[0, 0] = True
+    for i, p in enumerate(all_parents.tolist()[1:], start=1):
+        if p < 0:  # orphan: only reachable if SGLang's tie-breaking differed; never accepted
+            mask[i, 0] = True
+            depth[i] = 1
+        else:
+            mask[i] = mask[p]
+            depth[i] = depth[p] + 1
+        mask[i, i] = True
+    return DraftTree(all_tokens, all_parents, depth, mask)
+
+
+def organize_draft_results(chunks: list[PoolChunk], root: int, num_draft_tokens: int) -> DraftTree:
+    """Keep the best ``num_draft_tokens - 1`` pool entries (in pool order) under ``root``."""
+    scores = torch.cat([c.scores for c in chunks])
+    tokens = torch.cat([c.tokens for c in chunks])
+    pool_parents = torch.cat([c.parents for c in chunks])
+    kept = torch.sort(torch.topk(scores, num_draft_tokens - 1).indices).values
+    node_of_pool = {int(p): node for node, p in enumerate(kept.tolist(), start=1)}
+    parents = torch.tensor(
+        [0 if int(pp) < 0 else node_of_pool.get(int(pp), -1) for pp in pool_parents[kept].tolist()],
+        dtype=torch.long, device=tokens.device,
+    )
+    return build_tree(root, tokens[kept], parents)
+
+
+def chain_tree(root: int, drafts: torch.Tensor) -> DraftTree:
+    """A chain: root -> drafts[0] -> drafts[1] -> ..."""
+    return build_tree(root, drafts, torch.arange(drafts.numel(), device=drafts.device))

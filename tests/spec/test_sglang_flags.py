@@ -1,0 +1,51 @@
+import pytest
+
+from draftlab.engines.sglang_flags import draft_pool_size, resolve_spec_flags
+from draftlab.errors import DraftlabError
+
+
+@pytest.mark.parametrize(
+    ("arch", "expected"),
+    [("LlamaForCausalLM", (5, 4, 8)), ("Grok1ForCausalLM", (5, 4, 8)), ("DeepseekV3ForCausalLM", (3, 1, 4)),
+     ("GptOssForCausalLM", (3, 1, 4)), ("Qwen3ForCausalLM", (3, 1, 4)), (None, (3, 1, 4))],
+)
+def test_none_set_takes_sglang_auto_choice_by_architecture(arch, expected):
+    flags = resolve_spec_flags(None, None, None, architecture=arch)
+    assert (flags.steps, flags.topk, flags.num_draft_tokens) == expected
+    assert flags.source.startswith("auto") and flags.rewrites == []
+
+
+@pytest.mark.parametrize("given", [(3, None, None), (None, 1, 4), (3, 1, None), (None, None, 4)])
+def test_partial_settings_are_rejected_naming_the_missing_flags(given):
+    with pytest.raises(DraftlabError, match="all three"):
+        resolve_spec_flags(*given)
+
+
+def test_chain_with_wrong_draft_tokens_is_rewritten_and_recorded():
+    flags = resolve_spec_flags(3, 1, 8)
+    assert (flags.steps, flags.topk, flags.num_draft_tokens) == (3, 1, 4)
+    assert len(flags.rewrites) == 1 and "steps + 1 = 4" in flags.rewrites[0]
+
+
+def test_two_one_three_is_a_chain_of_two_drafts_unchanged():
+    flags = resolve_spec_flags(2, 1, 3)
+    assert flags.is_chain and flags.num_draft_tokens == 3 and flags.rewrites == []
+
+
+def test_draft_token_upper_bound_is_the_pool_size_plus_root():
+    assert draft_pool_size(2, 2) == 6
+    assert resolve_spec_flags(2, 2, 7).num_draft_tokens == 7
+    with pytest.raises(DraftlabError, match="offers only 6"):
+        resolve_spec_flags(2, 2, 8)
+    assert resolve_spec_flags(5, 4, 8).num_draft_tokens == 8
+
+
+@pytest.mark.parametrize("given", [(0, 1, 1), (3, 0, 4), (3, 2, 0), (-1, 4, 8)])
+def test_non_positive_values_are_rejected(given):
+    with pytest.raises(DraftlabError, match="positive integer"):
+        resolve_spec_flags(*given)
+
+
+def test_a_tree_that_verifies_only_the_root_is_rejected():
+    with pytest.raises(DraftlabError, match=">= 2"):
+        resolve_spec_flags(3, 2, 1)
