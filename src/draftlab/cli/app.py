@@ -21,3 +21,5 @@ def _root() -> None:
 
 # Command modules register themselves on `app` when imported (one line each, below).
 from draftlab.cli import generate_cmd  # noqa: E402,F401
+from draftlab.cli import probe_cmd  # noqa: E402,F401
+from draftlab.cli import drift_cmd  # noqa: E402,F401
