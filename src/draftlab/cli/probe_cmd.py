@@ -17,8 +17,13 @@ from draftlab.probe.probe import ProbeResult, probe
 def probe_command(
     target: Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")],
     drafter: Annotated[Path, typer.Option("--drafter", help="EAGLE-3 drafter folder.")],
-    prompts: Annotated[Path, typer.Option("--prompts", help="JSONL: one of input_ids, prompt or messages a line "
-                                          "(plus response_ids with --responses given).")],
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", help="JSONL: one of input_ids, prompt or messages a line (plus response_ids with "
+                          "--responses given).")] = None,
+    features: Annotated[Optional[Path], typer.Option(
+        "--features", help="Hidden states captured by an engine (SpecForge data_*.ckpt, speculators data_*.pt or "
+                           "hs_*.safetensors) instead of running the target; --target then gives only its config, "
+                           "embedding and lm_head.")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="SGLang --speculative-num-steps.")] = None,
     topk: Annotated[Optional[int], typer.Option("--topk", help="SGLang --speculative-eagle-topk.")] = None,
     num_draft_tokens: Annotated[Optional[int], typer.Option(
@@ -37,7 +42,7 @@ def probe_command(
 ) -> None:
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
     result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                   max_new_tokens=max_new_tokens, responses=responses, batch_size=batch_size, dtype=dtype,
+                   max_new_tokens=max_new_tokens, responses=responses, features=features, batch_size=batch_size, dtype=dtype,
                    device=device, engine=engine, progress=not json_out)
     if json_out:
         emit_json(result)

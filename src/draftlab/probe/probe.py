@@ -29,6 +29,8 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
 from draftlab.probe.continuations import greedy_continuations, read_responses
 from draftlab.probe.drafts import accepted_drafts
+from draftlab.probe.features import feature_files, read_sample, response_spans
+from draftlab.probe.heads import TargetHeads
 from draftlab.probe.walk import acceptance_by_step, decoder_walk, histogram_list, per_position_lengths
 from draftlab.spec.metrics import accept_stats
 from draftlab.spec.prompts import read_prompts
@@ -64,13 +66,16 @@ class _Sample:
     tokens: list[int]  # prompt + continuation (+ look-ahead)
     prompt_len: int
     max_new_tokens: int  # tokens the walk must produce
+    aux: torch.Tensor | None = None  # captured features (--features), else computed by the live target
+    final_hidden: torch.Tensor | None = None
 
 
-def probe(target: str | Path, drafter: str | Path, prompts: str | Path, *, steps: int | None = None,
+def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = None, *, steps: int | None = None,
           topk: int | None = None, num_draft_tokens: int | None = None, max_new_tokens: int = 128,
-          responses: str = "generate", batch_size: int = 4, dtype: str = "float32", device: str = "cpu",
-          engine: str = "sglang", progress: bool = False) -> ProbeResult:
-    """Exact greedy accept lengths of ``drafter`` on ``target`` over the prompts of ``prompts``."""
+          responses: str = "generate", features: str | Path | None = None, batch_size: int = 4,
+          dtype: str = "float32", device: str = "cpu", engine: str = "sglang", progress: bool = False) -> ProbeResult:
+    """Exact greedy accept lengths of ``drafter`` on ``target`` over ``prompts``, or over the captured
+    hidden states in ``features`` (then ``target`` supplies only its config, embedding and lm_head)."""
     if engine not in ENGINES:
         raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if responses not in RESPONSES:
@@ -79,53 +84,53 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path, *, steps
         raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), got {max_new_tokens}")
     if batch_size < 1:
         raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
+    if (prompts is None) == (features is None):
+        raise DraftlabError("give --prompts (a live target) or --features (captured hidden states), not both")
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     flags = probe_flags(steps, topk, num_draft_tokens, target_cfg.architecture)
-    rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
-    given = read_responses(prompts, len(rows), target_cfg.vocab_size) if responses == "given" else None
-
     drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
     layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
-    runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device)
-    draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device)
     context = target_cfg.max_position_embeddings
 
-    kept = [(i, row.input_ids) for i, row in enumerate(rows) if context is None or len(row.input_ids) < context]
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        if given is None:
-            task = bar.add_task("target greedy continuations", total=len(kept))
-            room = [max_new_tokens + flags.steps if context is None else
-                    min(max_new_tokens + flags.steps, context - len(p)) for _, p in kept]
-            conts = greedy_continuations(runner, [p for _, p in kept], max(room, default=0),
-                                         batch_size=batch_size, advance=lambda n: bar.advance(task, n))
-            samples = [_Sample(i, p + c[:r], len(p), min(max_new_tokens, r)) for (i, p), c, r in zip(kept, conts, room)]
+        if features is None:
+            runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device)
+            draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device)
+            samples, num_inputs = _live_samples(runner, target, prompts, target_cfg, flags, responses, max_new_tokens,
+                                                batch_size, bar)
+            lm_head, eos = runner.lm_head, runner.eos_token_ids
         else:
-            samples = []
-            for i, p in kept:
-                response = given[i][:max(0, context - len(p))] if context is not None else given[i]
-                samples.append(_Sample(i, p + response, len(p), min(max_new_tokens, len(response))))
+            runner, heads = None, TargetHeads(target, dtype=dtype, device=device)
+            draft_model = Eagle3Drafter.load(drafter, target=heads, dtype=dtype, device=device)
+            samples, num_inputs = _feature_samples(features, target_cfg, draft_model, max_new_tokens)
+            lm_head, eos = heads.lm_head, heads.eos_token_ids
         task = bar.add_task("probing", total=len(samples))
-        per_prompt, per_position, in_vocab, drafted = [], [], 0, 0
+        per_prompt: dict[int, ProbePromptResult] = {}
+        per_position, in_vocab, drafted, disagree, judged = [], 0, 0, 0, 0
         draft_ids = set(draft_model.to_target_ids(torch.arange(draft_model.d2t.numel())).tolist())
-        for batch, accepted, argmax in _probe_batches(runner, draft_model, samples, flags, batch_size):
+        for batch, accepted, argmax in _probe_batches(runner, lm_head, draft_model, samples, flags, batch_size):
             for sample, acc, top in zip(batch, accepted, argmax):
                 lengths = decoder_walk(acc, sample.tokens, sample.prompt_len, sample.max_new_tokens,
-                                       steps=flags.steps, eos=runner.eos_token_ids, context=context)
+                                       steps=flags.steps, eos=eos, context=context)
                 per_position += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
                 span = range(sample.prompt_len, sample.prompt_len + sample.max_new_tokens)
-                disagree = sum(int(top[i - 1]) != sample.tokens[i] for i in span) / len(span)
+                off = None if top is None else sum(int(top[i - 1]) != sample.tokens[i] for i in span)
+                if off is not None:
+                    disagree, judged = disagree + off, judged + len(span)
                 in_vocab += sum(sample.tokens[i] in draft_ids for i in span[1:])
                 drafted += len(span) - 1
-                per_prompt.append(ProbePromptResult(sample.index, lengths, len(lengths), len(span), disagree))
+                _add(per_prompt, sample.index, lengths, len(span), off)
             bar.advance(task, len(batch))
 
-    all_lengths = [n for r in per_prompt for n in r.accept_lengths]
-    covered = sum(r.continuation_tokens for r in per_prompt)
+    results = [per_prompt[i] for i in sorted(per_prompt)]
+    all_lengths = [n for r in results for n in r.accept_lengths]
     config = {
         "target": str(target), "drafter": str(drafter), "engine": engine, "steps": flags.steps, "topk": flags.topk,
         "num_draft_tokens": flags.num_draft_tokens, "flags_source": flags.source, "aux_layers": layers,
-        "max_new_tokens": max_new_tokens, "temperature": 0.0, "responses": responses, "batch_size": batch_size,
-        "dtype": dtype, "device": device, "num_prompts": len(rows),
+        "max_new_tokens": max_new_tokens, "temperature": 0.0,
+        "responses": "features" if features is not None else responses,
+        "features": None if features is None else str(features), "batch_size": batch_size,
+        "dtype": dtype, "device": device, "num_prompts": num_inputs,
     }
     return ProbeResult(
         config=config,
@@ -134,11 +139,62 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path, *, steps
         accept_length_histogram=histogram_list(all_lengths, flags.steps),
         per_position_accept_length=accept_stats(per_position).mean_accept_length,
         vocab_bound=in_vocab / drafted if drafted else 0.0,
-        target_disagreement=(sum(r.target_disagreement * r.continuation_tokens for r in per_prompt) / covered
-                             if covered else None),
-        skipped_prompts=len(rows) - len(kept),
-        results=per_prompt,
+        target_disagreement=disagree / judged if judged else None,
+        skipped_prompts=num_inputs - len(results),
+        results=results,
     )
+
+
+def _live_samples(runner: TargetRunner, target: str | Path, prompts: str | Path, target_cfg: TargetConfig, flags: SpecFlags,
+                  responses: str, max_new_tokens: int, batch_size: int, bar: Progress) -> tuple[list[_Sample], int]:
+    """Prompts and their continuations (the target's greedy ones, or the file's), cut to the context."""
+    rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
+    context = target_cfg.max_position_embeddings
+    kept = [(i, row.input_ids) for i, row in enumerate(rows) if context is None or len(row.input_ids) < context]
+    if responses == "given":
+        given = read_responses(prompts, len(rows), target_cfg.vocab_size)
+        samples = []
+        for i, p in kept:
+            response = given[i][:context - len(p)] if context is not None else given[i]
+            samples.append(_Sample(i, p + response, len(p), min(max_new_tokens, len(response))))
+        return samples, len(rows)
+    task = bar.add_task("target greedy continuations", total=len(kept))
+    room = [max_new_tokens + flags.steps if context is None else min(max_new_tokens + flags.steps, context - len(p))
+            for _, p in kept]
+    conts = greedy_continuations(runner, [p for _, p in kept], max(room, default=0), batch_size=batch_size,
+                                 advance=lambda n: bar.advance(task, n))
+    return [_Sample(i, p + c[:r], len(p), min(max_new_tokens, r)) for (i, p), c, r in zip(kept, conts, room)], len(rows)
+
+
+def _feature_samples(folder: str | Path, target_cfg: TargetConfig, drafter: Eagle3Drafter,
+                     max_new_tokens: int) -> tuple[list[_Sample], int]:
+    """One walk per run of target-produced tokens in each captured file (at most ``max_new_tokens``)."""
+    width = target_cfg.hidden_size
+    if drafter.fc.in_features % width:
+        raise DraftlabError(f"the drafter's fc takes {drafter.fc.in_features} features, not a multiple of the "
+                            f"target's hidden size {width}; the drafter does not belong to this target")
+    files = feature_files(folder)
+    samples = []
+    for index, path in enumerate(files):
+        sample = read_sample(path, hidden_size=width, num_aux=drafter.fc.in_features // width)
+        for start, end in response_spans(sample):  # tokens after the response are not the target's
+            final = None if sample.final_hidden is None else sample.final_hidden[:end]
+            samples.append(_Sample(index, sample.input_ids[:end], start, min(max_new_tokens, end - start),
+                                   sample.aux[:end], final))
+    return samples, len(files)
+
+
+def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int], tokens: int, off: int | None) -> None:
+    """Merge one walk into its prompt's result (a captured file may hold several responses)."""
+    if index not in per_prompt:
+        per_prompt[index] = ProbePromptResult(index, [], 0, 0, None if off is None else 0.0)
+    r = per_prompt[index]
+    before = r.continuation_tokens
+    r.accept_lengths += lengths
+    r.num_cycles = len(r.accept_lengths)
+    r.continuation_tokens += tokens
+    if off is not None:
+        r.target_disagreement = ((r.target_disagreement or 0.0) * before + off) / r.continuation_tokens
 
 
 def probe_flags(steps: int | None, topk: int | None, num_draft_tokens: int | None, architecture: str) -> SpecFlags:
@@ -150,26 +206,42 @@ def probe_flags(steps: int | None, topk: int | None, num_draft_tokens: int | Non
     return flags
 
 
-def _probe_batches(runner: TargetRunner, drafter: Eagle3Drafter, samples: list[_Sample], flags: SpecFlags,
-                   batch_size: int) -> Iterator[tuple[list[_Sample], list[list[int]], list[list[int]]]]:
-    """Per batch: the drafts each cycle start accepts, and the target's argmax at every position."""
+def _probe_batches(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
+                   samples: list[_Sample], flags: SpecFlags, batch_size: int
+                   ) -> Iterator[tuple[list[_Sample], list[list[int]], list[list[int] | None]]]:
+    """Per batch: the drafts each cycle start accepts, and the target's argmax at every position
+    (None for captured features without a final state)."""
     for start in range(0, len(samples), batch_size):
         batch = samples[start:start + batch_size]
         width = max(len(s.tokens) for s in batch)
         tokens = torch.zeros(len(batch), width, dtype=torch.long)
         for row, s in enumerate(batch):
             tokens[row, :len(s.tokens)] = torch.tensor(s.tokens)
-        step = runner.forward_batch(tokens)
-        argmax = _argmax(runner, step.hidden)
+        if runner is not None:
+            step = runner.forward_batch(tokens)
+            aux, hidden = step.aux, step.hidden
+        else:
+            aux = _pad([s.aux for s in batch], width)
+            hidden = _pad([s.final_hidden for s in batch], width) if all(s.final_hidden is not None for s in batch) \
+                else None
+        argmax = None if hidden is None else _argmax(lm_head, hidden.to(lm_head.weight.device, lm_head.weight.dtype))
         truth = torch.full((len(batch), width + flags.steps + 1), -1, dtype=torch.long)
         for row, s in enumerate(batch):  # the known text, then the target's next token after its end
             truth[row, :len(s.tokens)] = tokens[row, :len(s.tokens)]
-            truth[row, len(s.tokens)] = argmax[row, len(s.tokens) - 1]
-        accepted = accepted_drafts(drafter, tokens, step.aux, truth, flags)
-        yield batch, accepted.tolist(), argmax.tolist()
+            if argmax is not None:
+                truth[row, len(s.tokens)] = argmax[row, len(s.tokens) - 1]
+        accepted = accepted_drafts(drafter, tokens, aux, truth, flags)
+        yield batch, accepted.tolist(), argmax.tolist() if argmax is not None else [None] * len(batch)
 
 
-def _argmax(runner: TargetRunner, hidden: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    out = rows[0].new_zeros(len(rows), width, rows[0].shape[-1])
+    for i, row in enumerate(rows):
+        out[i, :row.shape[0]] = row
+    return out
+
+
+def _argmax(lm_head: torch.nn.Module, hidden: torch.Tensor, chunk: int = 512) -> torch.Tensor:
     """The target's greedy token at every position, [B, L] on the CPU, computed in chunks of positions."""
-    parts = [runner.lm_head(hidden[:, i:i + chunk]).argmax(-1).cpu() for i in range(0, hidden.shape[1], chunk)]
+    parts = [lm_head(hidden[:, i:i + chunk]).argmax(-1).cpu() for i in range(0, hidden.shape[1], chunk)]
     return torch.cat(parts, dim=1)
