@@ -124,3 +124,16 @@ def test_bad_checkpoints_raise_one_line_errors(tmp_path) -> None:
     drafter = Eagle3Drafter.load(write_specforge(tmp_path / "c", drafter_tensors()))
     with pytest.raises(DraftlabError, match="width 7"):
         drafter.forward(IDS[:2], torch.zeros(2, 7))
+
+
+def test_crop_drops_draft_steps_before_a_draft_extend(tmp_path) -> None:
+    t = drafter_tensors()
+    drafter = Eagle3Drafter.load(write_specforge(tmp_path / "d", t))
+    first = drafter.forward(IDS[:5], FEATS[:5])
+    step = drafter.forward(IDS[5:6], first.hidden[-1:])  # two chained draft steps
+    drafter.forward(IDS[6:7], step.hidden)
+    drafter.crop(5)
+    extend = drafter.forward(IDS[5:7], FEATS[5:7])
+    ref, _ = reference(t, t["embed_tokens.weight"], IDS[:7], list(FEATS[:7]))
+    _close(extend.logits, ref[5:7])
+    assert drafter.cache_len == 7

@@ -106,3 +106,17 @@ def test_load_from_folder_uses_default_aux_layers_and_eos(tmp_path) -> None:
     assert runner.dtype == torch.bfloat16
     step = runner.forward(torch.tensor([5, 6, 7]))
     assert step.logits.dtype == torch.float32 and step.aux.shape == (3, 3 * H)
+
+
+def test_crop_drops_everything_after_a_length() -> None:
+    model = tiny_target("llama")
+    runner = TargetRunner(model, aux_layers=AUX)
+    runner.forward(torch.tensor([1, 2, 3, 4]))
+    runner.forward(torch.tensor([5]))
+    runner.forward(torch.tensor([6, 7]))
+    runner.crop(4)
+    step = runner.forward(torch.tensor([8]))
+    ref = _full(model, torch.tensor([1, 2, 3, 4, 8]))
+    torch.testing.assert_close(step.logits[0], ref.logits[0, -1], rtol=1e-4, atol=1e-5)
+    with pytest.raises(DraftlabError, match="crop"):
+        runner.crop(9)

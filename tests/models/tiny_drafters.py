@@ -66,7 +66,9 @@ def write_speculators(folder: Path, tensors: dict[str, torch.Tensor]) -> Path:
     folder.mkdir(parents=True)
     config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
               "transformer_layer_config": llama_fields(), "draft_vocab_size": DRAFT_VOCAB,
-              "speculators_config": {"algorithm": "eagle3"}}
+              "speculators_config": {"algorithm": "eagle3"},
+              # speculators defaults to True; False computes the SpecForge/SGLang formula
+              "norm_before_residual": False}
     (folder / "config.json").write_text(json.dumps(config))
     renamed = {"model." + k.replace("midlayer.", "layers.0."): v.contiguous() for k, v in tensors.items()}
     save_file(renamed, str(folder / "model.safetensors"))

@@ -16,8 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from draftlab.checkpoint.reader import Checkpoint
+from draftlab.errors import DraftlabError
 
-DRAFTER_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator")
+
+def _is_eagle3_architecture(name: str) -> bool:
+    """EAGLE-3 drafter class names all carry "Eagle3" (LlamaForCausalLMEagle3, Eagle3Speculator, ...)."""
+    return "eagle3" in name.lower()
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,14 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(inner, dict) and "hidden_size" in inner:
         return {**inner, "architectures": inner.get("architectures") or config.get("architectures")}
     return config
+
+
+def _required(cfg: dict[str, Any], key: str, where: str = "") -> int:
+    value = cfg.get(key)
+    if type(value) is not int or value <= 0:
+        found = "is missing" if value is None else f"is {value!r}, not a positive integer"
+        raise DraftlabError(f"config field {where}{key!r} {found}")
+    return value
 
 
 def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -87,9 +99,10 @@ class TargetConfig:
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> TargetConfig:
         cfg = text_config(config)
-        heads = int(_first(cfg, "num_attention_heads", default=0))
+        where = "text_config." if cfg is not config else ""
+        heads = _required(cfg, "num_attention_heads", where)
         kv_heads = int(_first(cfg, "num_key_value_heads", default=heads))
-        hidden = int(cfg["hidden_size"])
+        hidden = _required(cfg, "hidden_size", where)
         mla = cfg.get("kv_lora_rank") is not None
         attention = "MLA" if mla else ("MHA" if kv_heads == heads else "GQA")
         head_dim = _first(cfg, "head_dim", default=None)
@@ -99,16 +112,16 @@ class TargetConfig:
         return cls(
             architecture=(cfg.get("architectures") or ["?"])[0],
             model_type=str(cfg.get("model_type", "?")),
-            num_layers=int(cfg["num_hidden_layers"]),
+            num_layers=_required(cfg, "num_hidden_layers", where),
             hidden_size=hidden,
-            vocab_size=int(cfg["vocab_size"]),
+            vocab_size=_required(cfg, "vocab_size", where),
             max_position_embeddings=_first(cfg, "max_position_embeddings"),
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
             head_dim=int(head_dim) if head_dim else (hidden // heads if heads else 0),
             attention=attention,
             num_experts=int(experts) if experts else None,
-            experts_per_token=_first(cfg, "num_experts_per_tok", "num_experts_per_token") if experts else None,
+            experts_per_token=_first(cfg, "num_experts_per_tok", "num_experts_per_token", "experts_per_token") if experts else None,
             num_shared_experts=_first(cfg, "n_shared_experts", "num_shared_experts") if experts else None,
             moe_intermediate_size=_first(cfg, "moe_intermediate_size") if experts else None,
             rope=Rope.from_config(cfg),
@@ -151,10 +164,12 @@ class DrafterConfig:
     def from_dict(cls, config: dict[str, Any]) -> DrafterConfig:
         speculators = "speculators_config" in config or "speculators_model_type" in config
         layer = config.get("transformer_layer_config") if speculators else config
-        layer = layer if isinstance(layer, dict) else {}
-        hidden = int(_first(layer, "hidden_size", default=config.get("hidden_size", 0)))
-        heads = int(_first(layer, "num_attention_heads", default=0))
-        vocab = int(_first(layer, "vocab_size", default=config.get("vocab_size", 0)))
+        if not isinstance(layer, dict):
+            raise DraftlabError("config field 'transformer_layer_config' is missing or not an object")
+        where = "transformer_layer_config." if speculators else ""
+        hidden = _required(layer, "hidden_size", where)
+        heads = _required(layer, "num_attention_heads", where)
+        vocab = _required(layer, "vocab_size", where)
         draft_vocab = _first(config, "draft_vocab_size")
         eagle_cfg = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
         head_dim = _first(layer, "head_dim")
@@ -180,7 +195,8 @@ class DrafterConfig:
             bos_token_id=_first(layer, "bos_token_id", default=config.get("bos_token_id")),
             eos_token_id=_first(layer, "eos_token_id", default=config.get("eos_token_id")),
             tie_word_embeddings=bool(_first(layer, "tie_word_embeddings", default=False)),
-            norm_before_residual=bool(config.get("norm_before_residual", False)),
+            # vLLM's speculators translation defaults it to True; flat configs default to False.
+            norm_before_residual=bool(config.get("norm_before_residual", speculators)),
             layer_config=layer,
         )
 
@@ -198,7 +214,26 @@ def is_drafter(ckpt: Checkpoint) -> bool:
     cfg = ckpt.config
     if "speculators_config" in cfg or "speculators_model_type" in cfg:
         return True
-    if any(a in DRAFTER_ARCHITECTURES for a in cfg.get("architectures") or []):
+    if any(isinstance(a, str) and _is_eagle3_architecture(a) for a in cfg.get("architectures") or []):
         return True
     names = ckpt.tensors
     return "fc.weight" in names and any(n.startswith(("midlayer.", "layers.0.")) for n in names)
+
+
+def target_config(ckpt: Checkpoint) -> TargetConfig:
+    """The checkpoint's config read as a target; any unusable field raises naming config.json."""
+    return _parse(ckpt, TargetConfig.from_dict)
+
+
+def drafter_config(ckpt: Checkpoint) -> DrafterConfig:
+    """The checkpoint's config read as an EAGLE-3 drafter; any unusable field raises naming config.json."""
+    return _parse(ckpt, DrafterConfig.from_dict)
+
+
+def _parse(ckpt: Checkpoint, parse: Any) -> Any:
+    try:
+        return parse(ckpt.config)
+    except DraftlabError as exc:
+        raise DraftlabError(str(exc), path=ckpt.config_path) from None
+    except (TypeError, ValueError, KeyError) as exc:
+        raise DraftlabError(f"config has a field of the wrong type ({exc})", path=ckpt.config_path) from None

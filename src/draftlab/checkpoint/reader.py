@@ -11,16 +11,20 @@ no tensor bytes until they are touched.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from array import array
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from draftlab.checkpoint.safetensors_header import TensorInfo, read_header
+from draftlab.checkpoint.safetensors_header import FLOAT_DTYPES, TORCH_NAMES, TensorInfo, read_header
 from draftlab.errors import DraftlabError
 
 if TYPE_CHECKING:
     import torch
+
+INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 _TORCH_TO_ST = {
     "torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32", "torch.float64": "F64",
@@ -28,6 +32,10 @@ _TORCH_TO_ST = {
     "torch.uint8": "U8", "torch.bool": "BOOL", "torch.float8_e4m3fn": "F8_E4M3",
     "torch.float8_e5m2": "F8_E5M2",
 }
+
+
+_INT_TYPECODES = {"BOOL": "B", "U8": "B", "I8": "b", "I16": "h", "U16": "H", "I32": "i", "U32": "I",
+                  "I64": "q", "U64": "Q"}
 
 
 @dataclass
@@ -52,7 +60,39 @@ class Checkpoint:
     @property
     def num_parameters(self) -> int:
         """Elements of all floating-point tensors (integer/bool buffers such as d2t/t2d excluded)."""
-        return sum(t.numel for t in self.tensors.values() if t.dtype.startswith(("F", "BF")))
+        return sum(t.numel for t in self.tensors.values() if t.dtype in FLOAT_DTYPES)
+
+    @property
+    def dtype(self) -> str | None:
+        """The floating-point dtype holding most bytes, torch-style ("bfloat16"); None if no floats."""
+        by_dtype: dict[str, int] = {}
+        for t in self.tensors.values():
+            if t.dtype in FLOAT_DTYPES:
+                by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.nbytes
+        return TORCH_NAMES[max(by_dtype, key=by_dtype.__getitem__)] if by_dtype else None
+
+    def read_ints(self, name: str) -> list[int]:
+        """The values of a small integer or bool tensor (d2t, t2d) as a flat list.
+
+        Safetensors bytes are read directly at the header's offsets, without torch.
+        """
+        info = self.tensors.get(name)
+        if info is None:
+            raise DraftlabError(f"has no tensor {name!r}", path=self.path)
+        if self.format != "safetensors":
+            return [int(v) for v in self.load([name])[name].flatten().tolist()]
+        typecode = _INT_TYPECODES.get(info.dtype)
+        if typecode is None:
+            raise DraftlabError(f"tensor {name!r} has dtype {info.dtype}, expected an integer or bool tensor",
+                                path=info.file)
+        with info.file.open("rb") as f:
+            f.seek(info.data_start)
+            raw = f.read(info.data_end - info.data_start)
+        values = array(typecode)
+        values.frombytes(raw)
+        if sys.byteorder == "big" and values.itemsize > 1:
+            values.byteswap()
+        return values.tolist()
 
     def load(self, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
         """Read the named tensors (all when ``names`` is None) into CPU memory."""
@@ -72,7 +112,7 @@ class Checkpoint:
                     for name in file_names:
                         out[name] = f.get_tensor(name)
             else:
-                state = _torch_load(file)
+                state = load_pickled(file)
                 for name in file_names:
                     out[name] = state[name].clone()
         return out
@@ -81,14 +121,24 @@ class Checkpoint:
 def open_checkpoint(path: str | Path) -> Checkpoint:
     """Open ``path`` (a checkpoint folder or a weights file beside a config.json)."""
     path = Path(path)
+    try:
+        return _open(path)
+    except PermissionError as exc:
+        raise DraftlabError(f"cannot read ({exc.strerror})", path=exc.filename or path) from None
+    except OSError as exc:
+        raise DraftlabError(f"cannot read ({exc.strerror or exc})", path=exc.filename or path) from None
+
+
+def _open(path: Path) -> Checkpoint:
     if not path.exists():
         raise DraftlabError("no such file or folder", path=path)
     if path.is_file():
         folder, files = path.parent, [path]
         fmt = _format_of(path)
+        weight_map: dict[str, str] | None = None
     else:
         folder = path
-        files, fmt = _find_weight_files(folder)
+        files, fmt, weight_map = _find_weight_files(folder)
     config = read_json(folder / "config.json")
     if not isinstance(config, dict):
         raise DraftlabError("config must be a JSON object", path=folder / "config.json")
@@ -105,6 +155,8 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
             if name in tensors:
                 raise DraftlabError(f"tensor {name!r} is stored twice (also in {tensors[name].file.name})", path=file)
             tensors[name] = info
+    if weight_map is not None:
+        _check_index_matches(folder, weight_map, tensors)
     return Checkpoint(folder, config, tensors, files, fmt, metadata)
 
 
@@ -130,43 +182,63 @@ def _format_of(file: Path) -> str:
     raise DraftlabError("unsupported weights file; expected .safetensors or .bin", path=file)
 
 
-def _find_weight_files(folder: Path) -> tuple[list[Path], str]:
+def _find_weight_files(folder: Path) -> tuple[list[Path], str, dict[str, str] | None]:
     for index_name, fmt in (("model.safetensors.index.json", "safetensors"),
                             ("pytorch_model.bin.index.json", "pytorch")):
         index = folder / index_name
         if index.exists():
-            return _files_from_index(folder, index), fmt
+            weight_map = _read_index(index)
+            return _files_from_index(folder, index, weight_map), fmt, weight_map
     for single, fmt in (("model.safetensors", "safetensors"), ("pytorch_model.bin", "pytorch")):
         if (folder / single).exists():
-            return [folder / single], fmt
+            return [folder / single], fmt, None
     found = sorted(folder.glob("*.safetensors"))
     if found:
-        return found, "safetensors"
+        return found, "safetensors", None
     raise DraftlabError(
         "no weights found (looked for model.safetensors[.index.json], pytorch_model.bin[.index.json], *.safetensors)",
         path=folder)
 
 
-def _files_from_index(folder: Path, index: Path) -> list[Path]:
+def _read_index(index: Path) -> dict[str, str]:
     data = read_json(index)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise DraftlabError("index has no weight_map object", path=index)
-    root = folder.resolve()
+    for name, file in weight_map.items():
+        if not isinstance(file, str):
+            raise DraftlabError(f"weight_map entry {name!r} -> {file!r} is not a file name", path=index)
+    return weight_map
+
+
+def _files_from_index(folder: Path, index: Path, weight_map: dict[str, str]) -> list[Path]:
+    """The shard files an index names, each checked to be a plain name inside ``folder``.
+
+    The check is on the name, not the resolved target, so a Hugging Face cache snapshot (whose
+    shards are symlinks into ``../../blobs``) is accepted while ``../x`` or ``/etc/x`` is refused.
+    """
     files: list[Path] = []
     for name in dict.fromkeys(weight_map.values()):
-        if not isinstance(name, str):
-            raise DraftlabError(f"weight_map value {name!r} is not a file name", path=index)
-        file = (folder / name).resolve()
-        if not file.is_relative_to(root):
+        parts = PurePosixPath(name).parts
+        if not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name:
             raise DraftlabError(f"weight_map names {name!r}, outside the checkpoint folder; refusing it", path=index)
+        file = folder / name
         if not file.is_file():
             raise DraftlabError(f"weight_map names {name!r}, which does not exist", path=index)
         files.append(file)
     return files
 
 
-def _torch_load(file: Path) -> dict[str, torch.Tensor]:
+def _check_index_matches(folder: Path, weight_map: dict[str, str], tensors: dict[str, TensorInfo]) -> None:
+    for name, file in weight_map.items():
+        info = tensors.get(name)
+        if info is None or info.file != folder / file:
+            raise DraftlabError(
+                f"index says tensor {name!r} is in {file}, but that file does not hold it; the index is stale",
+                path=folder / next(n for n in INDEX_NAMES if (folder / n).exists()))
+
+
+def load_pickled(file: Path) -> dict[str, torch.Tensor]:
     import pickle
 
     import torch
@@ -182,7 +254,7 @@ def _torch_load(file: Path) -> dict[str, torch.Tensor]:
 
 
 def _bin_catalogue(file: Path) -> dict[str, TensorInfo]:
-    state = _torch_load(file)
+    state = load_pickled(file)
     out: dict[str, TensorInfo] = {}
     for name, tensor in state.items():
         dtype = _TORCH_TO_ST.get(str(tensor.dtype))

@@ -28,6 +28,16 @@ DTYPE_SIZES: dict[str, float] = {
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the bound the safetensors library itself enforces
 
+# Torch-style names for the summary ("bfloat16"), and the safetensors spelling of torch dtypes.
+TORCH_NAMES: dict[str, str] = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "I32": "int32",
+    "U32": "uint32", "I64": "int64", "U64": "uint64", "F16": "float16", "BF16": "bfloat16",
+    "F32": "float32", "F64": "float64", "C64": "complex64", "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu", "F4": "float4_e2m1fn_x2",
+    "F6_E2M3": "float6_e2m3", "F6_E3M2": "float6_e3m2",
+}
+FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2"})
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -97,10 +107,10 @@ def _parse_entry(path: Path, name: str, entry: object, base: int, data_len: int)
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in DTYPE_SIZES:
         raise DraftlabError(f"tensor {name!r} has unknown dtype {dtype!r}", path=path)
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise DraftlabError(f"tensor {name!r} has an invalid shape {shape!r}", path=path)
     if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(o, int) for o in offsets) or not 0 <= offsets[0] <= offsets[1]):
+            or not all(type(o) is int for o in offsets) or not 0 <= offsets[0] <= offsets[1]):
         raise DraftlabError(f"tensor {name!r} has invalid data_offsets {offsets!r}", path=path)
     begin, end = offsets
     if end > data_len:

@@ -20,6 +20,10 @@ def _root() -> None:
 
 
 # Command modules register themselves on `app` when imported (one line each, below).
+from draftlab.cli import compat_cmds  # noqa: E402,F401
+from draftlab.cli import plan_cmd  # noqa: E402,F401
+from draftlab.cli import profile_cmd  # noqa: E402,F401
+from draftlab.cli import vocab_cmd  # noqa: E402,F401
 from draftlab.cli import generate_cmd  # noqa: E402,F401
 from draftlab.cli import probe_cmd  # noqa: E402,F401
 from draftlab.cli import drift_cmd  # noqa: E402,F401

@@ -57,3 +57,38 @@ def written_aux_ids(engine: str, canonical: list[int]) -> list[int]:
     if engine == "vllm":
         return [k + 1 for k in canonical]
     raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+AUX_FIELDS = {"sglang": "eagle_config.eagle_aux_hidden_state_layer_ids", "vllm": "eagle_aux_hidden_state_layer_ids"}
+
+# The engine whose aux-id convention each drafter layout is trained and shipped with.
+NATIVE_ENGINE = {"specforge": "sglang", "speculators": "vllm"}
+
+
+def aux_field(engine: str) -> str:
+    """The (dotted) config field ``engine`` reads aux ids from."""
+    if engine not in AUX_FIELDS:
+        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    return AUX_FIELDS[engine]
+
+
+def capturable(num_layers: int) -> range:
+    """Canonical ids an engine can capture: both capture the input of layer k + 1 inside the layer
+    loop, so the last layer's output (k = L - 1) is never captured."""
+    return range(0, num_layers - 1)
+
+
+def intended_aux_layers(drafter: DrafterConfig, num_target_layers: int) -> AuxLayers:
+    """The layers the drafter was trained on, as far as its config says.
+
+    The field of the engine native to the drafter's layout wins (SpecForge drafters are trained
+    through SGLang's convention, speculators drafters through vLLM's); else the other field; else
+    the default both engines share.
+    """
+    native = NATIVE_ENGINE[drafter.layout]
+    other = "vllm" if native == "sglang" else "sglang"
+    for engine in (native, other):
+        found = aux_layers(engine, drafter, num_target_layers)
+        if found.source != "default":
+            return found
+    return aux_layers(native, drafter, num_target_layers)

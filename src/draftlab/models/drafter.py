@@ -245,6 +245,15 @@ class Eagle3Drafter(nn.Module):
         self._cached = start + indices.numel()
         self._last_new = indices.numel()
 
+    def crop(self, length: int) -> None:
+        """Keep only the first ``length`` cached entries (drop draft steps, before a draft-extend)."""
+        if not 0 <= length <= self._cached:
+            raise DraftlabError(f"crop() length must lie in 0..{self._cached}; got {length}")
+        if self._kv is not None:
+            self._kv = [(k[:, :, :length], v[:, :, :length]) for k, v in self._kv]
+        self._cached = length
+        self._last_new = 0
+
     # --- the batched, cache-free computation both paths share ---
 
     def forward_masked(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,

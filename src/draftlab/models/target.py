@@ -162,6 +162,16 @@ class TargetRunner:
         self._positions = self._positions.index_select(0, full)
         self._last_new = indices.numel()
 
+    def crop(self, length: int) -> None:
+        """Keep only the first ``length`` cached entries (drop everything after them)."""
+        if not 0 <= length <= self.cache_len:
+            raise DraftlabError(f"crop() length must lie in 0..{self.cache_len}; got {length}")
+        for layer in self._cache.layers:
+            if layer.is_initialized and layer.keys.numel():
+                layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
+        self._positions = self._positions[:length]
+        self._last_new = 0
+
     def _mask(self, allowed: torch.Tensor, positions: torch.Tensor,
               key_positions: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """The 4D additive mask, or one per layer type when full and sliding layers are mixed."""

@@ -1,0 +1,100 @@
+"""How long `inspect` and `check` take on multi-GB checkpoints (headers only), against reading the bytes.
+
+Builds, in a temporary folder, a Llama-3.1-8B-shaped target (4 safetensors shards, ~16 GB) and a
+Kimi-K2-shaped EAGLE-3 drafter (AQ-MedAI's config, ~2.4 GB) as sparse files: real headers, holes
+for the data, so they cost no disk. Then times, in this process:
+  - inspect_checkpoint on each (headers, config, and the drafter's d2t/t2d bytes),
+  - check_pair on the pair,
+  - reading every tensor byte of each once (what any tool that loads the weights must do; on sparse
+    files this is a lower bound, since holes read at memory speed instead of disk speed),
+and the cold `python -m draftlab inspect` command end to end (interpreter start and imports included).
+
+    python benchmarks/inspect_speed.py [--repeats 5] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from draftlab.checkpoint import open_checkpoint  # noqa: E402
+from draftlab.checkpoint.summary import inspect_checkpoint  # noqa: E402
+from draftlab.checkpoint.synth import write_drafter, write_target  # noqa: E402
+from draftlab.compat import check_pair  # noqa: E402
+
+KIMI_DRAFTER = Path("/work/shared/reference/configs/aq-medai-kimi-k2-instruct-eagle3.config.json")
+
+LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192},
+    "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def timed(fn, repeats: int) -> float:
+    """Median seconds of ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def read_all_bytes(path: Path) -> int:
+    total = 0
+    for file in open_checkpoint(path).weight_files:
+        with file.open("rb") as f:
+            while chunk := f.read(64 * 1024 * 1024):
+                total += len(chunk)
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="draftlab-bench-"))
+    target = write_target(work / "llama-3.1-8b", LLAMA_31_8B, shards=4, sparse=True)
+    drafter_config = json.loads(KIMI_DRAFTER.read_text())
+    drafter = write_drafter(work / "kimi-k2-eagle3", drafter_config, sparse=True)
+    sizes = {p.name: open_checkpoint(p).size_on_disk for p in (target, drafter)}
+
+    results = {
+        "inspect target (s)": timed(lambda: inspect_checkpoint(target), args.repeats),
+        "inspect drafter (s)": timed(lambda: inspect_checkpoint(drafter, num_target_layers=61), args.repeats),
+        "check drafter vs target (s)": timed(lambda: check_pair(drafter, target), args.repeats),
+        "read all bytes, target (s)": timed(lambda: read_all_bytes(target), 1),
+        "read all bytes, drafter (s)": timed(lambda: read_all_bytes(drafter), 1),
+    }
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    cmd = [sys.executable, "-m", "draftlab", "inspect", str(target), "--json"]
+    results["`draftlab inspect` cold command (s)"] = timed(
+        lambda: subprocess.run(cmd, env=env, check=True, capture_output=True), args.repeats)
+
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
+    for name, size in sizes.items():
+        print(f"{name}: {size / 1e9:.2f} GB on disk (sparse)")
+    for key, value in results.items():
+        print(f"{key:40s} {value:8.3f}")
+    ratio = results["read all bytes, target (s)"] / results["inspect target (s)"]
+    print(f"reading the target's bytes once takes {ratio:,.0f}x as long as inspecting it")
+
+
+if __name__ == "__main__":
+    main()

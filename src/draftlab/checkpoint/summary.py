@@ -1,0 +1,120 @@
+"""``inspect``: what a checkpoint is, from its headers and config alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from draftlab.checkpoint.configs import drafter_config, is_drafter, target_config
+from draftlab.checkpoint.d2t import validate_d2t
+from draftlab.checkpoint.reader import Checkpoint, open_checkpoint
+from draftlab.engines import aux_layers, default_aux_layers
+from draftlab.engines.loading import engine_loading
+
+
+@dataclass
+class Summary:
+    """Fields every checkpoint has."""
+
+    path: Path
+    kind: str  # "target" or "drafter"
+    layout: str  # "hf" for targets; "specforge" or "speculators" for drafters
+    architecture: str
+    format: str  # "safetensors" or "pytorch"
+    num_parameters: int
+    dtype: str | None
+    num_tensors: int
+    size_on_disk: int  # bytes of the weight files
+
+
+@dataclass
+class TargetSummary(Summary):
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    max_position_embeddings: int | None
+    attention: str  # "MHA", "GQA" or "MLA"
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    moe: dict[str, int | None] | None  # routed experts, per token, shared, expert width; None if dense
+    rope_theta: float | None
+    rope_scaling: dict[str, Any] | None
+
+
+@dataclass
+class DrafterSummary(Summary):
+    engine: str
+    weight_naming: str  # "midlayer" (SpecForge/SGLang) or "layers.0" (vLLM speculators)
+    hidden_size: int
+    target_hidden_size: int
+    vocab_size: int
+    draft_vocab_size: int
+    num_layers: int
+    aux_layers: list[int] | None  # canonical ids the engine captures; None: the default, which needs L
+    aux_source: str  # the config field read, or "default"
+    aux_default_rule: str
+    max_position_embeddings: int | None
+    rope_theta: float | None
+    rope_scaling: dict[str, Any] | None
+    has_d2t: bool
+    has_t2d: bool
+    d2t_valid: bool | None  # None when there is no d2t
+    d2t_problems: list[str]
+    has_embed_tokens: bool
+
+
+InspectResult = TargetSummary | DrafterSummary
+
+
+def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_layers: int | None = None) -> InspectResult:
+    """Describe the checkpoint at ``path``; for a drafter, as ``engine`` will load it.
+
+    ``num_target_layers`` lets a drafter's default aux layers be resolved to layer indices.
+    """
+    engine_loading(engine)
+    ckpt = open_checkpoint(path)
+    common = dict(path=Path(path), format=ckpt.format, num_parameters=ckpt.num_parameters, dtype=ckpt.dtype,
+                  num_tensors=len(ckpt.tensors), size_on_disk=ckpt.size_on_disk)
+    if is_drafter(ckpt):
+        return _drafter(ckpt, engine, num_target_layers, common)
+    t = target_config(ckpt)
+    moe = None if t.num_experts is None else {
+        "num_experts": t.num_experts, "experts_per_token": t.experts_per_token,
+        "num_shared_experts": t.num_shared_experts, "moe_intermediate_size": t.moe_intermediate_size}
+    return TargetSummary(
+        kind="target", layout="hf", architecture=t.architecture, **common, model_type=t.model_type,
+        num_layers=t.num_layers, hidden_size=t.hidden_size, vocab_size=t.vocab_size,
+        max_position_embeddings=t.max_position_embeddings, attention=t.attention,
+        num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads, head_dim=t.head_dim,
+        moe=moe, rope_theta=t.rope.theta, rope_scaling=t.rope.scaling)
+
+
+def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, common: dict[str, Any]) -> DrafterSummary:
+    d = drafter_config(ckpt)
+    aux = aux_layers(engine, d, num_target_layers or 0)
+    layers = aux.layers if aux.source != "default" or num_target_layers else None
+    names = ckpt.tensors
+    d2t_name = next((n for n in ("d2t", "model.d2t") if n in names), None)
+    t2d_name = next((n for n in ("t2d", "model.t2d") if n in names), None)
+    problems: list[str] = []
+    if d2t_name:
+        d2t = ckpt.read_ints(d2t_name)
+        t2d = ckpt.read_ints(t2d_name) if t2d_name else None
+        problems = validate_d2t(d2t, t2d, d.vocab_size)
+        if len(d2t) != d.draft_vocab_size:
+            problems.insert(0, f"d2t has {len(d2t)} entries but draft_vocab_size is {d.draft_vocab_size}")
+    naming = "layers.0" if any(n.removeprefix("model.").startswith("layers.") for n in names) else "midlayer"
+    rule = f"default: outputs of layers {default_aux_layers(num_target_layers)}" if num_target_layers \
+        else "default: outputs of layers [1, L//2 - 1, L - 4] of an L-layer target"
+    return DrafterSummary(
+        kind="drafter", layout=d.layout, architecture=d.architecture, **common, engine=engine,
+        weight_naming=naming, hidden_size=d.hidden_size, target_hidden_size=d.target_hidden_size,
+        vocab_size=d.vocab_size, draft_vocab_size=d.draft_vocab_size, num_layers=d.num_layers,
+        aux_layers=layers, aux_source=aux.source, aux_default_rule=rule,
+        max_position_embeddings=d.max_position_embeddings, rope_theta=d.rope.theta, rope_scaling=d.rope.scaling,
+        has_d2t=d2t_name is not None, has_t2d=t2d_name is not None,
+        d2t_valid=(not problems) if d2t_name else None, d2t_problems=problems,
+        has_embed_tokens=any(n.removeprefix("model.") == "embed_tokens.weight" for n in names))

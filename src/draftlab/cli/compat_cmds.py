@@ -1,0 +1,71 @@
+"""``draftlab inspect``, ``draftlab check [--fix]`` and ``draftlab demo``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from draftlab.cli.app import app
+from draftlab.cli.common import console, emit_json
+
+EngineOpt = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+@app.command()
+def inspect(
+    path: Annotated[Path, typer.Argument(help="Checkpoint folder, or a weights file beside its config.json.")],
+    engine: EngineOpt = "sglang",
+    target_layers: Annotated[Optional[int], typer.Option(help="Target layer count, to resolve default aux layers.")] = None,
+    json_out: JsonOpt = False,
+) -> int:
+    """What a checkpoint is (target or drafter), from headers and config only."""
+    from draftlab.checkpoint.summary import inspect_checkpoint
+
+    result = inspect_checkpoint(path, engine=engine, num_target_layers=target_layers)
+    if json_out:
+        emit_json(result)
+    else:
+        from draftlab.report.compat import render_inspect
+
+        render_inspect(result, console)
+    return 0
+
+
+@app.command()
+def check(
+    drafter: Annotated[Path, typer.Argument(help="The EAGLE-3 drafter folder.")],
+    target: Annotated[Path, typer.Option("--target", "-t", help="The target model folder.")],
+    engine: EngineOpt = "sglang",
+    fix: Annotated[Optional[Path], typer.Option("--fix", help="Write a fixed copy of the drafter here.")] = None,
+    json_out: JsonOpt = False,
+) -> int:
+    """Every problem DRAFTER will have with TARGET in ENGINE. Exit 0 no error, 1 an error, 2 bad input."""
+    from draftlab.report.compat import render_check, render_fix
+
+    if fix is None:
+        from draftlab.compat import check_pair
+
+        result = check_pair(drafter, target, engine=engine)
+        emit_json(result) if json_out else render_check(result, console)
+        return 0 if result.ok else 1
+    from draftlab.compat import fix_pair
+
+    fixed = fix_pair(drafter, target, fix, engine=engine)
+    if json_out:
+        emit_json(fixed)
+    else:
+        render_check(fixed.before, console)
+        render_fix(fixed, console)
+    return 0 if fixed.after.ok else 1
+
+
+@app.command()
+def demo() -> int:
+    """Build a small target and a mismatched drafter, then inspect, check, fix and check again."""
+    from draftlab.demo import run_demo
+
+    run_demo(console)
+    return 0

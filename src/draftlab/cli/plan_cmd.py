@@ -1,0 +1,134 @@
+"""``draftlab plan``: will speculation pay off, and with which config?
+
+Two ways in: measured costs plus accept lengths (``--costs PROFILE.json --probe PROBE.json``), or
+numbers read off a serving engine (``--baseline-tps 82 --spec-tps 52 --accept-length 1.5``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from draftlab.cli.app import app
+from draftlab.cli.common import console, emit_json, to_jsonable
+from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine, parse_what_if
+from draftlab.cost.plan import Plan, make_plan, parse_grid
+from draftlab.cost.probes import load_probes
+from draftlab.cost.profile import load_profile
+from draftlab.errors import DraftlabError
+
+
+def _batch_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise DraftlabError(f"--batch-sizes {text!r}: expected integers like 1,8,32") from None
+    if min(values) < 1:
+        raise DraftlabError(f"--batch-sizes {text!r}: batch sizes must be positive")
+    return values
+
+
+@app.command()
+def plan(
+    costs: Annotated[Optional[Path], typer.Option(help="PROFILE.json written by draftlab profile.")] = None,
+    probe: Annotated[Optional[list[Path]], typer.Option(help="Probe result JSON (one config, or a list); repeatable.")] = None,
+    grid: Annotated[Optional[str], typer.Option(help="Configs to plan, e.g. 3/1/4,5/4/8:2.9 (':AL' assumes an accept length). Default: the probed configs.")] = None,
+    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes to plan (default: all profiled), e.g. 1,8,32.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of predicted tok/s per config and batch size.")] = None,
+    baseline_tps: Annotated[Optional[float], typer.Option(help="Engine: tokens/s without speculation.")] = None,
+    decode_ms: Annotated[Optional[float], typer.Option(help="Engine: decode step in ms (instead of --baseline-tps).")] = None,
+    spec_tps: Annotated[Optional[float], typer.Option(help="Engine: tokens/s with speculation.")] = None,
+    cycle_ms: Annotated[Optional[float], typer.Option(help="Engine: speculative cycle in ms (instead of --spec-tps).")] = None,
+    accept_length: Annotated[Optional[float], typer.Option(help="Engine: mean accept length of the speculative run (bonus token included).")] = None,
+    allreduce_ms: Annotated[Optional[float], typer.Option(help="Engine: all-reduce time per cycle in ms.")] = None,
+    allreduce_share: Annotated[Optional[float], typer.Option(help="Engine: all-reduce share of a cycle, 0..1.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Engine: batch size the throughputs were measured at.")] = 1,
+    what_if: Annotated[Optional[list[str]], typer.Option(help="Engine: a scenario, e.g. accept_length=3.2 or allreduce_scale=0.5; repeatable.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Predict tokens per second per speculation config, the break-even accept length and the best config."""
+    engine = {"baseline_tps": baseline_tps, "decode_ms": decode_ms, "spec_tps": spec_tps,
+              "cycle_ms": cycle_ms, "accept_length": accept_length,
+              "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
+    given_engine = [k for k, v in engine.items() if v is not None] + (["what_if"] if what_if else [])
+    if costs is not None:
+        if given_engine:
+            raise DraftlabError(
+                f"--costs plans from a profile; drop --{given_engine[0].replace('_', '-')} "
+                "(engine numbers are a separate mode)"
+            )
+        result = make_plan(
+            load_profile(costs), load_probes(list(probe or [])),
+            grid=parse_grid(grid) if grid else None, batch_sizes=_batch_list(batch_sizes),
+        )
+        plot_path = None
+        if plot is not None:
+            from draftlab.cost.plot import plot_plan
+
+            plot_path = plot_plan(result, plot)
+        if json_out:
+            emit_json({**to_jsonable(result), "plot": plot_path})
+        else:
+            _render_plan(result, plot_path)
+        return
+    if probe or grid or batch_sizes or plot:
+        raise DraftlabError("--probe, --grid, --batch-sizes and --plot need --costs PROFILE.json")
+    if not given_engine:
+        raise DraftlabError(
+            "give --costs PROFILE.json --probe PROBE.json, or numbers read off an engine "
+            "(--baseline-tps 82 --spec-tps 52 --accept-length 1.5)"
+        )
+    est = estimate_from_engine(
+        batch_size=batch_size, **engine, what_ifs=[parse_what_if(w) for w in what_if or []]
+    )
+    if json_out:
+        emit_json(est)
+    else:
+        _render_estimate(est)
+
+
+def _render_plan(result: Plan, plot_path: Path | None) -> None:
+    table = Table(title="Predicted throughput per speculation config")
+    for col in ("batch", "config", "accept len", "cycle ms", "tok/s", "speedup", "break-even"):
+        table.add_column(col, justify="left" if col == "config" else "right")
+    for b, base in result.baseline_tokens_per_second.items():
+        table.add_row(str(b), "baseline", "1.00", f"{result.decode_ms[b]:.2f}",
+                      f"{base:.1f}", "1.00x", "", style="dim")
+        for r in (r for r in result.configs if r.batch_size == b):
+            star = " *" if r is result.best[b] else ""
+            style = "bold green" if star and r.speedup > 1 else ("bold red" if star else None)
+            table.add_row("", r.label + star, f"{r.accept_length:.2f}", f"{r.cycle_ms:.2f}",
+                          f"{r.tokens_per_second:.1f}", f"{r.speedup:.2f}x",
+                          f"{r.break_even_accept_length:.2f}", style=style)
+    console.print(table)
+    console.print("* best config at that batch size")
+    console.print(result.verdict)
+    if plot_path is not None:
+        console.print(f"plot: {plot_path}")
+
+
+def _render_estimate(est: EngineEstimate) -> None:
+    table = Table(title=f"Speculation from engine numbers (batch {est.batch_size})")
+    table.add_column("scenario", overflow="fold", min_width=16)
+    for col in ("accept len", "cycle ms", "decode ms", "tok/s", "speedup", "break-even"):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def cell(v: float | None, fmt: str) -> str:
+        return "?" if v is None else format(v, fmt)
+
+    table.add_row("measured", cell(est.accept_length, ".2f"), f"{est.cycle_ms:.1f}",
+                  f"{est.decode_ms:.1f}", cell(est.tokens_per_second, ".1f"),
+                  cell(est.speedup, ".2f") + ("x" if est.speedup is not None else ""),
+                  f"{est.break_even_accept_length:.2f}")
+    for s in est.what_ifs:
+        table.add_row(", ".join(f"{k}={v:g}" for k, v in s.assumptions.items()),
+                      f"{s.accept_length:.2f}", f"{s.cycle_ms:.1f}", f"{s.decode_ms:.1f}",
+                      f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
+                      f"{s.break_even_accept_length:.2f}")
+    console.print(table)
+    console.print(est.verdict)

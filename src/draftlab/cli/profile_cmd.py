@@ -1,0 +1,109 @@
+"""``draftlab profile``: measure the costs of a speculative cycle on this machine (PROFILE.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from draftlab.cli.app import app
+from draftlab.cli.common import console, emit_json
+from draftlab.cost.profile import ModelInfo, Profile, save_profile
+from draftlab.errors import DraftlabError
+
+
+def _ints(option: str, text: str) -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",")})
+    except ValueError:
+        raise DraftlabError(f"{option} {text!r}: expected integers like 1,8,32") from None
+    if min(values) < 1:
+        raise DraftlabError(f"{option} {text!r}: values must be positive")
+    return values
+
+
+@app.command()
+def profile(
+    out: Annotated[Path, typer.Option(help="Where to write PROFILE.json.")],
+    target: Annotated[Optional[Path], typer.Option(help="Target model folder (Hugging Face layout).")] = None,
+    drafter: Annotated[Optional[Path], typer.Option(help="EAGLE-3 drafter folder: adds draft-step and draft-extend costs.")] = None,
+    batch_sizes: Annotated[str, typer.Option(help="Batch sizes, e.g. 1,8,32.")] = "1",
+    verify_tokens: Annotated[str, typer.Option(help="Tokens per sequence of a verify (1 = decode step).")] = "1,2,4,8,16,32,64",
+    draft_rows: Annotated[str, typer.Option(help="Rows per sequence of a draft step (the topk values to plan).")] = "1,2,4,8",
+    extend_tokens: Annotated[str, typer.Option(help="Accepted tokens per sequence of a draft-extend.")] = "1,2,3,4,5,6,7,8",
+    context: Annotated[int, typer.Option(help="KV-cache length every pass runs after.")] = 256,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "bfloat16",
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cuda",
+    warmup: Annotated[int, typer.Option(help="Untimed calls before each measurement.")] = 3,
+    repeats: Annotated[int, typer.Option(help="Timed calls per measurement (median and spread).")] = 10,
+    overhead_ms: Annotated[float, typer.Option(help="Fixed per-cycle overhead to assume, ms.")] = 0.0,
+    tp: Annotated[int, typer.Option(help="Also time the all-reduce over this many processes (>= 2; NCCL on GPUs, gloo on CPU).")] = 1,
+    hidden_size: Annotated[Optional[int], typer.Option(help="With --tp and no --target: the model's hidden size.")] = None,
+    num_layers: Annotated[Optional[int], typer.Option(help="With --tp and no --target: the model's layer count.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the profile as one JSON document on stdout.")] = False,
+) -> None:
+    """Time decode, verify, draft steps and draft-extend (and the TP all-reduce) on this machine."""
+    batches = _ints("--batch-sizes", batch_sizes)
+    tokens = _ints("--verify-tokens", verify_tokens)
+    if target is None and tp < 2:
+        raise DraftlabError("give --target T (and --drafter D), or --tp P to time the all-reduce")
+    if drafter is not None and target is None:
+        raise DraftlabError("--drafter needs --target (the drafter reads the target's features)")
+    result = Profile(model=ModelInfo(), verify=[])
+    if target is not None:
+        from draftlab.cost.profiler import profile_costs
+        from draftlab.cost.runtime_workload import runtime_workload
+        from draftlab.models.drafter import Eagle3Drafter
+        from draftlab.models.target import TargetRunner
+
+        runner = TargetRunner.load(target, dtype=dtype, device=device)
+        draft = None if drafter is None else Eagle3Drafter.load(
+            drafter, target=runner, dtype=dtype, device=device)
+        workload = runtime_workload(runner, draft, context_tokens=context,
+                                    target_name=str(target), drafter_name=drafter and str(drafter))
+        result = profile_costs(
+            workload, batch_sizes=batches, verify_tokens=tokens,
+            draft_rows=_ints("--draft-rows", draft_rows),
+            extend_tokens=_ints("--extend-tokens", extend_tokens),
+            warmup=warmup, repeats=repeats, overhead_ms=overhead_ms,
+        )
+        hidden_size, num_layers = result.model.hidden_size, result.model.num_layers
+    if tp >= 2:
+        from dataclasses import replace
+
+        from draftlab.cost.allreduce import measure_allreduce
+        from draftlab.cost.profiler import environment
+
+        if hidden_size is None or num_layers is None:
+            raise DraftlabError("--tp without --target needs --hidden-size and --num-layers")
+        ar = measure_allreduce(tp=tp, hidden_size=hidden_size, num_layers=num_layers,
+                               batch_sizes=batches, tokens=tokens, warmup=warmup,
+                               repeats=repeats, dtype=dtype)
+        result = replace(result, allreduce=ar, environment=result.environment or environment())
+        if target is None:
+            result = replace(result, model=ModelInfo(hidden_size=hidden_size, num_layers=num_layers),
+                             warmup=warmup, repeats=repeats)
+    save_profile(result, out)
+    if json_out:
+        emit_json(result)
+    else:
+        _render(result, out)
+
+
+def _render(result: Profile, out: Path) -> None:
+    table = Table(title=f"Measured costs ({result.timer or 'all-reduce only'}, ms)")
+    for col in ("pass", "batch", "tokens", "median", "p10", "p90"):
+        table.add_column(col, justify="left" if col == "pass" else "right")
+    sections = [("verify", result.verify), ("draft step", result.draft_step),
+                ("draft-extend", result.draft_extend)]
+    if result.allreduce is not None:
+        sections.append((f"all-reduce x{result.allreduce.calls_per_forward}", result.allreduce.points))
+    for name, points in sections:
+        for m in points:
+            table.add_row(name, str(m.batch_size), str(m.tokens), f"{m.median_ms:.3f}",
+                          f"{m.p10_ms:.3f}", f"{m.p90_ms:.3f}")
+    console.print(table)
+    env = result.environment
+    console.print(f"torch {env.get('torch')}, {env.get('gpus') or env.get('cpu')}; written to {out}")

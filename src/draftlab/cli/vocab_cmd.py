@@ -1,0 +1,186 @@
+"""``draftlab vocab count|coverage|compare|build|remap``: thin wrappers over :mod:`draftlab.vocab`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from draftlab.cli.app import app
+from draftlab.cli.common import console, emit_json, err_console, to_jsonable
+from draftlab.vocab import (
+    INIT_METHODS,
+    build_mapping_file,
+    compare_mappings,
+    count_to_file,
+    coverage,
+    load_mapping,
+    read_counts,
+    remap_drafter,
+)
+
+vocab_app = typer.Typer(name="vocab", no_args_is_help=True,
+                        help="Draft vocabularies (d2t/t2d): count tokens, coverage, compare, build, remap.")
+app.add_typer(vocab_app, name="vocab")
+
+JsonFlag = typer.Option(False, "--json", help="Print one JSON document on stdout instead of a table.")
+
+
+def _table(title: str, rows: list[tuple[str, Any]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, f"{value:.2%}" if isinstance(value, float) else str(value))
+    return table
+
+
+@contextmanager
+def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A byte-progress bar on stderr; yields the ``progress(done, total)`` callback."""
+    with Progress(TextColumn(description), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+@vocab_app.command("count")
+def count_cmd(
+    data: list[Path] = typer.Option(..., "--data", help="JSONL file(s): messages, conversations, text or input_ids rows."),
+    tokenizer: Path = typer.Option(..., "--tokenizer", help="The target's folder (tokenizer files, config.json)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Counts JSON to write."),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Count and skip malformed lines."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Tokenizer processes (default: CPUs)."),
+    json_out: bool = JsonFlag,
+) -> None:
+    """Count target-token frequencies (assistant tokens only when the tokenizer has a chat template)."""
+    with _progress("counting") as progress:
+        result = count_to_file(data, tokenizer, output, skip_bad_lines=skip_bad_lines, workers=workers,
+                               progress=progress)
+    if json_out:
+        emit_json(result)
+        return
+    console.print(_table("vocab count", [
+        ("output", result.output), ("mode", result.mode), ("vocab size", result.vocab_size),
+        ("tokens counted", f"{result.num_tokens:,}"), ("distinct tokens", f"{result.distinct_tokens:,}"),
+        ("rows", ", ".join(f"{k} {v}" for k, v in result.rows.items() if v)),
+        ("skipped lines", result.skipped_lines),
+        ("throughput", f"{result.tokens_per_second:,.0f} tokens/s ({result.seconds:.1f} s, tokenizer loading included)"),
+    ]))
+
+
+@vocab_app.command("coverage")
+def coverage_cmd(
+    source: Path = typer.Argument(..., help="A drafter folder or a mapping file (.safetensors / .pt)."),
+    counts: Path = typer.Option(..., "--counts", help="Counts JSON from `vocab count`."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Decode the missing tokens with it."),
+    top: int = typer.Option(20, "--top", min=0, help="How many missing tokens to list."),
+    json_out: bool = JsonFlag,
+) -> None:
+    """Share of counted tokens the draft vocabulary can propose, and the most frequent ones it cannot."""
+    mapping = load_mapping(source)
+    token_counts = read_counts(counts)
+    decode = _decoder(tokenizer, mapping.vocab_size) if tokenizer is not None else None
+    result = coverage(mapping, token_counts, top=top, decode=decode, source=str(counts))
+    if json_out:
+        emit_json(result)
+        return
+    console.print(_table(f"coverage of {source}", [
+        ("coverage", result.coverage), ("tokens counted", f"{result.num_tokens:,}"),
+        ("draft / target vocab", f"{result.draft_size:,} / {result.vocab_size:,}"),
+        ("distinct tokens missing", f"{result.distinct_missing:,}"),
+    ]))
+    if result.missing:
+        table = Table(title="most frequent missing tokens", title_justify="left")
+        for column in ("token id", "count", "share", "text"):
+            table.add_column(column, justify="right" if column != "text" else "left")
+        for m in result.missing:
+            table.add_row(str(m.token_id), f"{m.count:,}", f"{m.count / result.num_tokens:.3%}",
+                          repr(m.text) if m.text is not None else "")
+        console.print(table)
+
+
+def _decoder(tokenizer_dir: Path, vocab_size: int) -> Callable[[int], str | None]:
+    from draftlab.vocab.tokenizer import check_tokenizer_fits, load_tokenizer
+
+    tok = load_tokenizer(tokenizer_dir)
+    check_tokenizer_fits(tok, vocab_size, path=tokenizer_dir)
+    size = len(tok)
+    return lambda token: tok.decode([token]) if token < size else None
+
+
+@vocab_app.command("compare")
+def compare_cmd(
+    a: Path = typer.Argument(..., help="Drafter folder or mapping file A."),
+    b: Path = typer.Argument(..., help="Drafter folder or mapping file B."),
+    counts: Optional[Path] = typer.Option(None, "--counts", help="Counts JSON: also report each one's coverage."),
+    json_out: bool = JsonFlag,
+) -> None:
+    """Two draft vocabularies side by side: shared tokens, Jaccard index, differing d2t entries."""
+    token_counts = read_counts(counts) if counts is not None else None
+    result = compare_mappings(load_mapping(a), load_mapping(b), token_counts, counts_source=str(counts))
+    doc = {k: v for k, v in to_jsonable(result).items() if v is not None}
+    if json_out:
+        emit_json(doc)
+        return
+    rows: list[tuple[str, Any]] = [
+        ("draft size A / B", f"{result.a_size:,} / {result.b_size:,}"),
+        ("shared tokens", f"{result.shared_tokens:,}"), ("jaccard", f"{result.jaccard:.4f}"),
+        ("differing d2t entries", f"{result.differing_d2t_entries:,}"),
+        ("only in A", f"{len(result.only_in_a):,}"), ("only in B", f"{len(result.only_in_b):,}"),
+    ]
+    if result.coverage_a is not None:
+        rows += [("coverage A", result.coverage_a), ("coverage B", result.coverage_b)]
+    console.print(_table(f"{a} vs {b}", rows))
+
+
+@vocab_app.command("build")
+def build_cmd(
+    counts: Path = typer.Option(..., "--counts", help="Counts JSON from `vocab count`."),
+    size: int = typer.Option(..., "--size", min=1, help="Draft vocabulary size (e.g. 32000)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Mapping file to write."),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1,
+                                             help="Target vocabulary size (default: the counts' vocab_size)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="safetensors or pt (SpecForge's torch.save dict); "
+                                      "default from the output suffix."),
+    json_out: bool = JsonFlag,
+) -> None:
+    """Build a mapping from counts by SpecForge's rule (top-N by count, padded, sorted, d2t offsets)."""
+    result = build_mapping_file(counts, size, output, vocab_size, fmt)
+    if json_out:
+        emit_json(result)
+        return
+    console.print(_table("vocab build", [
+        ("output", f"{result.output} ({result.format})"),
+        ("draft / target vocab", f"{result.draft_size:,} / {result.vocab_size:,}"),
+        ("distinct tokens seen", f"{result.seen_tokens:,}"), ("padded with unseen ids", result.padded),
+        ("coverage of the counts", result.coverage),
+    ]))
+
+
+@vocab_app.command("remap")
+def remap_cmd(
+    drafter: Path = typer.Argument(..., help="The drafter checkpoint folder (either layout)."),
+    mapping: Path = typer.Option(..., "--mapping", help="The new mapping (file or drafter folder)."),
+    output: Path = typer.Option(..., "-o", "--output", help="New drafter folder to write."),
+    init: Optional[str] = typer.Option(None, "--init", help=f"Rows of new tokens: {', '.join(INIT_METHODS)} "
+                                       "(default: target-lm-head with --target, else mean)."),
+    target: Optional[Path] = typer.Option(None, "--target", help="Target checkpoint, for --init target-lm-head."),
+    json_out: bool = JsonFlag,
+) -> None:
+    """Rewrite a drafter for a new draft vocabulary, keeping shared lm_head rows bit-exactly."""
+    result = remap_drafter(drafter, load_mapping(mapping), output, init=init, target=target)
+    if json_out:
+        emit_json(result)
+        return
+    console.print(_table("vocab remap", [
+        ("output", result.output), ("layout", result.layout),
+        ("draft size old -> new", f"{result.old_size:,} -> {result.new_size:,}"),
+        ("rows kept (bit-exact)", f"{result.kept:,}"), (f"rows new ({result.init})", f"{result.new:,}"),
+        ("rows dropped", f"{result.dropped:,}"),
+    ]))

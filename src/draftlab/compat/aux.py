@@ -1,0 +1,111 @@
+"""Rules on the aux layers: which target layers the engine captures for the drafter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from draftlab.compat.findings import Finding
+from draftlab.compat.pair import Pair
+from draftlab.engines import ENGINES, aux_field, aux_layers, capturable, default_aux_layers, written_aux_ids
+from draftlab.engines.loading import engine_loading
+
+
+def _name(engine: str) -> str:
+    return engine_loading(engine).name
+
+
+def _field(source_engine: str | None) -> str:
+    return aux_field(source_engine) if source_engine else "eagle_aux_hidden_state_layer_ids"
+
+
+def _source_engine(source: str) -> str | None:
+    return {"eagle_config": "sglang", "top-level": "vllm"}.get(source)
+
+
+def out_of_range(pair: Pair) -> Iterator[Finding]:
+    """Engines capture the input of layer k + 1, so k must lie in [0, L - 2]."""
+    captured, num_layers = pair.captured, pair.target.num_layers
+    ok = capturable(num_layers)
+    bad = [k for k in captured.layers if k not in ok]
+    if bad:
+        yield Finding("aux-out-of-range", "error", _field(_source_engine(captured.source)),
+                      f"{_name(pair.engine)} would capture the outputs of layers {captured.layers} but the target "
+                      f"has {num_layers} layers and only outputs 0..{num_layers - 2} can be captured "
+                      f"(offending: {bad}); the drafter would get fewer features than fc expects",
+                      "this drafter was trained for a deeper target; use one trained for this target")
+
+
+def duplicates(pair: Pair) -> Iterator[Finding]:
+    """A layer named twice is captured once, so fc gets fewer features than it expects."""
+    layers = pair.captured.layers
+    if len(set(layers)) != len(layers):
+        yield Finding("aux-duplicate", "error", _field(_source_engine(pair.captured.source)),
+                      f"the aux layers {layers} name a layer twice; it is captured once, so fc gets "
+                      f"{len(set(layers))} features instead of {len(layers)}",
+                      "set distinct layer ids (the ones the drafter was trained on)")
+
+
+def convention(pair: Pair) -> Iterator[Finding]:
+    """The engine must capture the layers the drafter was trained on."""
+    captured, intended = pair.captured, pair.intended
+    if captured.layers == intended.layers:
+        return
+    engine = pair.engine
+    written = written_aux_ids(engine, intended.layers)
+    intended_from = _source_engine(intended.source)
+    if captured.source == "default":
+        why = (f"{aux_field(engine)} is not set, so {_name(engine)} ignores the ids in "
+               f"{_field(intended_from)} ({_name(intended_from)}'s convention) and captures its default "
+               f"layers {captured.layers}")
+    else:
+        why = (f"{_name(engine)} reads {aux_field(engine)} = {captured.raw_ids} as outputs of layers "
+               f"{captured.layers}, but {_field(intended_from)} (the field this {pair.drafter.layout} drafter "
+               f"was trained with) names layers {intended.layers}")
+    yield Finding("aux-convention", "error", aux_field(engine),
+                  f"{why}; the drafter was trained on the outputs of layers {intended.layers}",
+                  f"set {aux_field(engine)} to {written}", fixable=True)
+
+
+def other_engine(pair: Pair) -> Iterator[Finding]:
+    """The same folder served by the other engine should capture the same layers."""
+    intended = pair.intended
+    for other in ENGINES:
+        facts = engine_loading(other)
+        if other == pair.engine or pair.drafter.layout not in facts.config_layouts:
+            continue
+        seen = aux_layers(other, pair.drafter, pair.target.num_layers)
+        if seen.layers != intended.layers:
+            yield Finding("aux-other-engine", "info", aux_field(other),
+                          f"served by {facts.name}, this folder would capture layers {seen.layers}, not "
+                          f"{intended.layers}",
+                          f"set {aux_field(other)} to {written_aux_ids(other, intended.layers)} so both engines "
+                          "agree", fixable=True)
+
+
+def default_used(pair: Pair) -> Iterator[Finding]:
+    """No ids set: both engines fall back to EAGLE's default layers."""
+    if pair.intended.source == "default":
+        yield Finding("aux-default", "info", aux_field(pair.engine),
+                      f"no aux layer ids are set, so both engines capture the default outputs of layers "
+                      f"{pair.captured.layers} (EAGLE's inputs of layers 2, L//2, L-3)",
+                      "nothing to do if the drafter was trained on the defaults; otherwise set the ids it was "
+                      "trained on")
+
+
+def looks_shifted(pair: Pair) -> Iterator[Finding]:
+    """Ids equal to EAGLE's default written in the other engine's convention are often an off-by-one."""
+    captured, num_layers = pair.captured, pair.target.num_layers
+    if captured.source == "default" or captured.layers != pair.intended.layers:
+        return
+    default = default_aux_layers(num_layers)
+    for other in ENGINES:
+        if other != pair.engine and captured.raw_ids == written_aux_ids(other, default):
+            yield Finding("aux-shifted", "warning", aux_field(pair.engine),
+                          f"{aux_field(pair.engine)} = {captured.raw_ids} is EAGLE's default written in "
+                          f"{_name(other)}'s convention, so {_name(pair.engine)} captures layers {captured.layers}, "
+                          f"one later than the default {default}",
+                          "keep them if the drafter was trained this way (SpecForge reads them as SGLang does, "
+                          f"e.g. AQ-MedAI's Kimi-K2 drafter); otherwise set {written_aux_ids(pair.engine, default)}")
+
+
+RULES = (out_of_range, duplicates, convention, other_engine, default_used, looks_shifted)

@@ -1,0 +1,147 @@
+"""``check --fix``: write a corrected copy of a drafter, never touching the original.
+
+Every fixable finding has a fixer below that edits a copy of the config or adds a tensor
+rename; tensors are written bit for bit (see :mod:`draftlab.checkpoint.write`).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draftlab.checkpoint.layouts import flatten_speculators
+from draftlab.checkpoint.reader import INDEX_NAMES
+from draftlab.checkpoint.write import link_or_copy, write_weights
+from draftlab.compat.check import check_pair, open_pair, run_rules
+from draftlab.compat.findings import CheckResult, Finding
+from draftlab.compat.pair import Pair, layer_dict
+from draftlab.engines import ENGINES, written_aux_ids
+from draftlab.engines.loading import bound_name, engine_loading, weight_fate
+from draftlab.errors import DraftlabError
+from draftlab.fsutil import atomic_dir
+
+
+@dataclass
+class FixResult:
+    out: Path
+    before: CheckResult
+    after: CheckResult  # ``check`` run on the written folder
+    fixed: list[Finding]  # the fixable findings of ``before``
+    renamed: dict[str, str] = field(default_factory=dict)  # tensor renames
+    config_diff: str = ""  # unified diff of config.json
+
+
+@dataclass
+class _Edit:
+    pair: Pair
+    config: dict[str, Any]
+    renames: dict[str, str]
+
+
+def _architecture(e: _Edit) -> None:
+    facts = engine_loading(e.pair.engine)
+    if e.pair.drafter.layout not in facts.config_layouts:
+        e.config = flatten_speculators(e.config, facts.architecture)
+    e.config["architectures"] = [facts.architecture]
+
+
+def _aux_ids(e: _Edit) -> None:
+    """Write the trained layers into the field of every engine that can read this layout."""
+    layout = "speculators" if "transformer_layer_config" in e.config else "specforge"
+    layers = e.pair.intended.layers
+    for engine in ENGINES:
+        if layout not in engine_loading(engine).config_layouts:
+            continue
+        if engine == "sglang":
+            eagle = e.config.get("eagle_config") if isinstance(e.config.get("eagle_config"), dict) else {}
+            e.config["eagle_config"] = {**eagle, "eagle_aux_hidden_state_layer_ids": written_aux_ids(engine, layers)}
+        else:
+            e.config["eagle_aux_hidden_state_layer_ids"] = written_aux_ids(engine, layers)
+
+
+def _context(e: _Edit) -> None:
+    layer_dict(e.config)["max_position_embeddings"] = e.pair.target.max_position_embeddings
+
+
+def _rope(e: _Edit) -> None:
+    layer, rope = layer_dict(e.config), e.pair.target.rope
+    if isinstance(layer.get("rope_parameters"), dict):
+        layer["rope_parameters"] = {"rope_theta": rope.theta, **(rope.scaling or {"rope_type": "default"})}
+    else:
+        layer["rope_theta"] = rope.theta
+        layer["rope_scaling"] = copy.deepcopy(rope.scaling)
+
+
+def _target_hidden(e: _Edit) -> None:
+    e.config["target_hidden_size"] = e.pair.target.hidden_size
+
+
+def _token_ids(e: _Edit) -> None:
+    layer = layer_dict(e.config)
+    for key in ("bos_token_id", "eos_token_id"):
+        where = layer if key in layer else e.config
+        if where.get(key) is not None:
+            where[key] = copy.deepcopy(getattr(e.pair.target, key))
+
+
+def _weight_names(e: _Edit) -> None:
+    for name in e.pair.drafter_ckpt.tensors:
+        if weight_fate(e.pair.engine, name, e.pair.drafter.num_layers) == "unused":
+            target = bound_name(e.pair.engine, name)
+            if target is not None:
+                e.renames[name] = target
+
+
+# Order matters: the layout is converted before fields are written into it.
+FIXERS: dict[str, Callable[[_Edit], None]] = {
+    "architecture-unknown": _architecture,
+    "target-hidden-size": _target_hidden,
+    "aux-convention": _aux_ids,
+    "aux-other-engine": _aux_ids,
+    "context-too-short": _context,
+    "rope-theta": _rope,
+    "rope-scaling": _rope,
+    "token-ids": _token_ids,
+    "weight-names": _weight_names,
+}
+
+
+def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: str = "sglang") -> FixResult:
+    """Write ``out``: ``drafter`` with every fixable finding for ``target`` in ``engine`` fixed."""
+    pair = open_pair(drafter, target, engine)
+    before = run_rules(pair, Path(drafter), Path(target))
+    out = Path(out)
+    src = pair.drafter_ckpt.path.resolve()
+    if out.resolve() == src or out.resolve().is_relative_to(src):
+        raise DraftlabError("is inside the drafter's folder; write the fixed drafter somewhere else", path=out)
+    fixed = before.fixable
+    edit = _Edit(pair, copy.deepcopy(pair.drafter_ckpt.config), {})
+    for code, fixer in FIXERS.items():
+        if any(f.code == code for f in fixed):
+            fixer(edit)
+    with atomic_dir(out) as tmp:
+        (tmp / "config.json").write_text(json.dumps(edit.config, indent=2) + "\n")
+        write_weights(pair.drafter_ckpt, tmp, edit.renames)
+        _copy_other_files(pair, tmp)
+    return FixResult(out, before, check_pair(out, target, engine), fixed, edit.renames,
+                     config_diff(pair.drafter_ckpt.config, edit.config))
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """A unified diff of two configs as pretty JSON."""
+    a = json.dumps(old, indent=2).splitlines(keepends=True)
+    b = json.dumps(new, indent=2).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(a, b, "config.json", "config.json (fixed)"))
+
+
+def _copy_other_files(pair: Pair, out: Path) -> None:
+    """Tokenizer files, generation config, README...: everything beside config and weights."""
+    skip = {"config.json", *INDEX_NAMES, *(f.name for f in pair.drafter_ckpt.weight_files)}
+    for item in pair.drafter_ckpt.path.iterdir():
+        if item.is_file() and item.name not in skip and not (out / item.name).exists():
+            link_or_copy(item, out / item.name)

@@ -1,0 +1,111 @@
+"""Rules on how the engine loads the drafter: class, weight names, layers, dtype, special tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from draftlab.compat.findings import Finding
+from draftlab.compat.pair import Pair
+from draftlab.engines.loading import (
+    bound_name, engine_loading, recognises, replaces_embedding, supports_target, weight_fate,
+)
+
+_SHOW = 4
+
+
+def architecture(pair: Pair) -> Iterator[Finding]:
+    """The engine picks its EAGLE-3 class from config.architectures (and reads only some layouts)."""
+    facts = engine_loading(pair.engine)
+    if recognises(pair.engine, pair.drafter):
+        return
+    if pair.drafter.layout not in facts.config_layouts:
+        message = (f"this is a {pair.drafter.layout} config (fields nested under transformer_layer_config); "
+                   f"{facts.name} reads only flat SpecForge-style configs and will not load it")
+        fix = f"flatten the config into the SpecForge layout with architectures [{facts.architecture!r}]"
+    else:
+        message = f"{facts.name} does not recognise the architecture {pair.drafter.architecture!r} as an EAGLE-3 drafter"
+        fix = f"set architectures to [{facts.architecture!r}]"
+    yield Finding("architecture-unknown", "error", "architectures", message, fix, fixable=True)
+
+
+def weight_names(pair: Pair) -> Iterator[Finding]:
+    """Tensors the engine never binds are lost (SGLang) or fail the load (vLLM)."""
+    facts = engine_loading(pair.engine)
+    unused = [n for n in pair.drafter_ckpt.tensors
+              if weight_fate(pair.engine, n, pair.drafter.num_layers) == "unused"]
+    if not unused:
+        return
+    renames = {n: bound_name(pair.engine, n) for n in unused}
+    rescuable = all(renames.values())
+    shown = ", ".join(unused[:_SHOW]) + (", ..." if len(unused) > _SHOW else "")
+    first_fix = next(iter(renames.items()))
+    yield Finding("weight-names", "error", unused[0],
+                  f"{facts.name} does not bind {len(unused)} tensors ({shown}); they would be "
+                  f"{facts.unknown_weights}",
+                  f"rename them (e.g. {first_fix[0]} -> {first_fix[1]})" if rescuable
+                  else "remove or rename them to the names the engine expects", fixable=rescuable)
+
+
+def embedding(pair: Pair) -> Iterator[Finding]:
+    """SGLang overwrites a drafter's own embed_tokens with the target's."""
+    embed = pair.tensor("embed_tokens.weight")
+    if embed is not None and replaces_embedding(pair.engine, pair.drafter):
+        yield Finding("embed-replaced", "info", embed.name,
+                      f"{engine_loading(pair.engine).name} replaces the drafter's embed_tokens with the target's",
+                      "nothing to do if it was trained with the target's (frozen) embedding, as SpecForge does")
+
+
+def num_layers(pair: Pair) -> Iterator[Finding]:
+    """SGLang's EAGLE-3 drafter has exactly one decoder layer."""
+    limit = engine_loading(pair.engine).max_layers
+    if limit is not None and pair.drafter.num_layers > limit:
+        yield Finding("num-layers", "error", pair.layer_field("num_hidden_layers"),
+                      f"the drafter has {pair.drafter.num_layers} decoder layers; "
+                      f"{engine_loading(pair.engine).name} supports {limit}",
+                      "serve it with an engine that supports multi-layer drafters (vLLM)")
+
+
+def residual_order(pair: Pair) -> Iterator[Finding]:
+    """A drafter trained with norm_before_residual computes another function where it is unsupported."""
+    facts = engine_loading(pair.engine)
+    if pair.drafter.norm_before_residual and not facts.norm_before_residual:
+        yield Finding("norm-before-residual", "error", "norm_before_residual",
+                      f"the drafter was trained with norm_before_residual (the speculators default); {facts.name}'s "
+                      "layer adds the residual before hidden_norm, so it computes a different function and "
+                      "acceptance collapses silently",
+                      "serve it with vLLM, or use a drafter trained without norm_before_residual")
+
+
+def target_supported(pair: Pair) -> Iterator[Finding]:
+    """Older vLLM releases accept EAGLE-3 only for some target families."""
+    if not supports_target(pair.engine, pair.target.model_type):
+        allowed = ", ".join(engine_loading(pair.engine).target_model_types or ())
+        yield Finding("target-unsupported", "warning", "model_type",
+                      f"the target's model_type is {pair.target.model_type!r}; {engine_loading(pair.engine).name} "
+                      f"releases with an EAGLE-3 allow-list accept only {allowed}",
+                      "use a release that lists this family, or check the engine's release notes")
+
+
+def dtype(pair: Pair) -> Iterator[Finding]:
+    """A drafter stored in another precision is cast to the serving dtype."""
+    mine = pair.drafter_ckpt.dtype
+    theirs = pair.target.dtype or pair.target_ckpt.dtype
+    if mine and theirs and mine != theirs:
+        yield Finding("dtype-mismatch", "warning", "torch_dtype",
+                      f"the drafter's weights are {mine} and the target's are {theirs}; the engine casts the "
+                      f"drafter to the serving dtype",
+                      "usually harmless; if acceptance is low, compare with a drafter trained in the target's dtype")
+
+
+def special_tokens(pair: Pair) -> Iterator[Finding]:
+    """bos/eos ids come from the target's tokenizer; a different id hints at another tokenizer."""
+    for key, mine, theirs in (("bos_token_id", pair.drafter.bos_token_id, pair.target.bos_token_id),
+                              ("eos_token_id", pair.drafter.eos_token_id, pair.target.eos_token_id)):
+        if mine is not None and theirs is not None and mine != theirs:
+            yield Finding("token-ids", "warning", pair.layer_field(key),
+                          f"the drafter's {key} is {mine} but the target's is {theirs}",
+                          f"set {key} to {theirs} (and check that both use the same tokenizer)", fixable=True)
+
+
+RULES = (architecture, weight_names, embedding, num_layers, residual_order, target_supported, dtype,
+         special_tokens)

@@ -1,0 +1,64 @@
+"""A drafter and a target opened together, with lookups the rules share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from draftlab.checkpoint import Checkpoint, DrafterConfig, TargetConfig, TensorInfo
+from draftlab.engines import AuxLayers, aux_layers, intended_aux_layers
+
+LAYER_PREFIXES = ("midlayer.", "layers.0.")  # SpecForge/SGLang and vLLM speculators spellings
+
+
+@dataclass
+class Pair:
+    engine: str
+    drafter_ckpt: Checkpoint
+    drafter: DrafterConfig
+    target_ckpt: Checkpoint
+    target: TargetConfig
+
+    def layer_field(self, key: str) -> str:
+        """The dotted config path of a decoder-layer field in the drafter's layout."""
+        return f"transformer_layer_config.{key}" if self.drafter.layout == "speculators" else key
+
+    def tensor(self, name: str) -> TensorInfo | None:
+        """A top-level drafter tensor (``fc.weight``), with or without a ``model.`` prefix."""
+        tensors = self.drafter_ckpt.tensors
+        return tensors.get(name) or tensors.get(f"model.{name}")
+
+    def layer_tensor(self, sub: str) -> TensorInfo | None:
+        """A tensor of the first decoder layer (``self_attn.q_proj.weight``), in either naming."""
+        for prefix in LAYER_PREFIXES:
+            found = self.tensor(prefix + sub)
+            if found is not None:
+                return found
+        return None
+
+    @cached_property
+    def captured(self) -> AuxLayers:
+        """The target layers the engine will capture."""
+        return aux_layers(self.engine, self.drafter, self.target.num_layers)
+
+    @cached_property
+    def intended(self) -> AuxLayers:
+        """The target layers the drafter was trained on, as far as its config says."""
+        return intended_aux_layers(self.drafter, self.target.num_layers)
+
+    @cached_property
+    def d2t(self) -> list[int] | None:
+        info = self.tensor("d2t")
+        return self.drafter_ckpt.read_ints(info.name) if info is not None else None
+
+    @cached_property
+    def t2d(self) -> list[int] | None:
+        info = self.tensor("t2d")
+        return self.drafter_ckpt.read_ints(info.name) if info is not None else None
+
+
+def layer_dict(config: dict[str, Any]) -> dict[str, Any]:
+    """The dict holding decoder-layer fields in a drafter config of either layout."""
+    inner = config.get("transformer_layer_config")
+    return inner if isinstance(inner, dict) else config

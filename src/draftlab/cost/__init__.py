@@ -1,0 +1,10 @@
+"""Will speculation pay off here, and with which settings? Cost model, profiler and planner.
+
+- :mod:`~draftlab.cost.model`: the cycle-time formulas (pure);
+- :mod:`~draftlab.cost.engine_numbers`: solve them from numbers read off an engine, what-ifs;
+- :mod:`~draftlab.cost.timing`: the measurement harness (CUDA events or perf_counter);
+- :mod:`~draftlab.cost.allreduce`: tensor-parallel all-reduce latency over P processes;
+- :mod:`~draftlab.cost.profile`: PROFILE.json and the cost curves read from it;
+- :mod:`~draftlab.cost.probes`: accept lengths from probe results;
+- :mod:`~draftlab.cost.plan`, :mod:`~draftlab.cost.plot`: predictions, best config, verdict, PNG.
+"""

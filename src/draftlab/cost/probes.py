@@ -1,0 +1,93 @@
+"""Accept lengths for the planner, read from probe results (``draftlab probe --json``).
+
+A probe file holds one probe result (a JSON object) or a list of them, one per speculation config.
+Each result needs ``config`` (``steps``, ``topk``, ``num_draft_tokens``) and ``mean_accept_length``;
+``draftlab generate --json`` output has both and is accepted too. Optional keys the planner checks:
+``batch_size`` (the result then applies to that batch size only) and ``target`` (an object with any
+of ``model_type``, ``hidden_size``, ``num_layers``, ``vocab_size``, compared with the profile's).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from draftlab.cost.model import SpecConfig
+from draftlab.errors import DraftlabError
+
+
+@dataclass(frozen=True)
+class AcceptLength:
+    """A mean accept length for one config, and where it came from."""
+
+    config: SpecConfig
+    accept_length: float
+    source: str  # a probe file (with its index in a list) or "--grid"
+    batch_size: int | None = None  # None: valid at every batch size
+    target: dict[str, Any] | None = None
+
+
+def load_probes(paths: list[str | Path]) -> list[AcceptLength]:
+    """Read every probe file; a (config, batch size) given twice is an error."""
+    out: list[AcceptLength] = []
+    for path in paths:
+        out.extend(_load_one(Path(path)))
+    seen: dict[tuple[SpecConfig, int | None], str] = {}
+    for r in out:
+        key = (r.config, r.batch_size)
+        if key in seen:
+            raise DraftlabError(
+                f"config {r.config.label} has two probe results ({seen[key]} and {r.source}); "
+                "keep one"
+            )
+        seen[key] = r.source
+    return out
+
+
+def _load_one(path: Path) -> list[AcceptLength]:
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DraftlabError("no such file; write one with draftlab probe --json", path=path) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DraftlabError(f"not a readable JSON file ({exc})", path=path) from None
+    items = doc if isinstance(doc, list) else [doc]
+    if not items:
+        raise DraftlabError("holds an empty list of probe results", path=path)
+    return [
+        _result(item, f"{path}[{i}]" if isinstance(doc, list) else str(path))
+        for i, item in enumerate(items)
+    ]
+
+
+def _result(item: Any, source: str) -> AcceptLength:
+    if not isinstance(item, dict) or not isinstance(item.get("config"), dict):
+        raise DraftlabError(
+            f"{source}: not a probe result (needs \"config\" and \"mean_accept_length\")"
+        )
+    cfg = item["config"]
+    try:
+        config = SpecConfig(int(cfg["steps"]), int(cfg["topk"]), int(cfg["num_draft_tokens"]))
+    except (KeyError, TypeError, ValueError):
+        raise DraftlabError(
+            f"{source}: config needs integer steps, topk and num_draft_tokens, got {cfg!r}"
+        ) from None
+    al = item.get("mean_accept_length")
+    if not isinstance(al, (int, float)) or isinstance(al, bool) or not 1 <= al <= config.steps + 1:
+        raise DraftlabError(
+            f"{source}: mean_accept_length {al!r} is not between 1 and steps + 1 = "
+            f"{config.steps + 1} for config {config.label}"
+        )
+    batch = item.get("batch_size")
+    if batch is not None and (not isinstance(batch, int) or batch < 1):
+        raise DraftlabError(f"{source}: batch_size must be a positive integer, got {batch!r}")
+    target = item.get("target")
+    return AcceptLength(
+        config=config,
+        accept_length=float(al),
+        source=source,
+        batch_size=batch,
+        target=target if isinstance(target, dict) else None,
+    )

@@ -1,0 +1,255 @@
+"""PROFILE.json: measured costs on one machine, and the cost curves the planner reads from them.
+
+``draftlab profile`` writes it; ``draftlab plan --costs`` reads it. Schema (``format``
+``draftlab-profile/1``; times in milliseconds; every measured point is an object with
+``batch_size``, ``tokens``, ``median_ms``, ``p10_ms``, ``p90_ms``, ``min_ms``, ``max_ms``,
+``repeats``)::
+
+    {"format": "draftlab-profile/1",
+     "model": {"target": str|null, "drafter": str|null, "model_type": str|null,
+               "hidden_size": int|null, "num_layers": int|null, "vocab_size": int|null,
+               "dtype": str|null},
+     "context_tokens": int,          # KV-cache length the passes ran after
+     "timer": "cuda_events"|"perf_counter", "warmup": int, "repeats": int,
+     "environment": {...},           # hardware and software versions
+     "verify": [point...],           # target forward, tokens = tokens per sequence (1 = decode)
+     "draft_step": [point...],       # one drafter pass, tokens = rows per sequence (topk)
+     "draft_extend": [point...],     # drafter over accepted tokens, tokens per sequence
+     "allreduce": null | {"tp": int, "backend": str, "dtype": str, "hidden_size": int,
+                          "calls_per_forward": int,   # 2 per target layer (attention, MLP)
+                          "points": [point...]},      # one all-reduce of batch x tokens x hidden
+     "overhead_ms": float}           # fixed per-cycle overhead
+
+Costs between measured token counts are interpolated linearly; batch sizes must be measured.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draftlab.cost.timing import Measurement
+from draftlab.errors import DraftlabError
+from draftlab.fsutil import write_json_atomic
+
+FORMAT = "draftlab-profile/1"
+SECTIONS = ("verify", "draft_step", "draft_extend")
+_POINT_TIMES = ("median_ms", "p10_ms", "p90_ms", "min_ms", "max_ms")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What was profiled. Shape fields decide the costs, so the planner compares them."""
+
+    target: str | None = None
+    drafter: str | None = None
+    model_type: str | None = None
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    vocab_size: int | None = None
+    dtype: str | None = None
+
+    SHAPE_FIELDS = ("model_type", "hidden_size", "num_layers", "vocab_size")
+
+
+@dataclass(frozen=True)
+class AllReduceCosts:
+    """Tensor-parallel all-reduce latency of one call, per verify message size."""
+
+    tp: int
+    backend: str
+    dtype: str
+    hidden_size: int
+    calls_per_forward: int
+    points: list[Measurement]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Measured costs of one target (and drafter) on one machine."""
+
+    model: ModelInfo
+    verify: list[Measurement]
+    draft_step: list[Measurement] = field(default_factory=list)
+    draft_extend: list[Measurement] = field(default_factory=list)
+    allreduce: AllReduceCosts | None = None
+    overhead_ms: float = 0.0
+    context_tokens: int = 0
+    timer: str = "perf_counter"
+    warmup: int = 0
+    repeats: int = 0
+    environment: dict[str, Any] = field(default_factory=dict)
+    format: str = FORMAT
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted({m.batch_size for m in self.verify})
+
+
+class CostCurve:
+    """Milliseconds of one kind of pass as a function of (batch size, tokens per sequence)."""
+
+    def __init__(self, name: str, points: list[Measurement], *, hint: str) -> None:
+        self.name = name
+        self.hint = hint
+        self._by_batch: dict[int, tuple[list[int], list[float]]] = {}
+        for m in sorted(points, key=lambda m: (m.batch_size, m.tokens)):
+            tokens, times = self._by_batch.setdefault(m.batch_size, ([], []))
+            tokens.append(m.tokens)
+            times.append(m.median_ms)
+
+    def at(self, batch_size: int, tokens: float) -> float:
+        """The cost at ``tokens`` per sequence, interpolated between measured token counts."""
+        if batch_size not in self._by_batch:
+            measured = ", ".join(map(str, sorted(self._by_batch))) or "none"
+            raise DraftlabError(
+                f"no {self.name} measurement at batch size {batch_size} (measured: {measured}); "
+                f"{self.hint}"
+            )
+        xs, ys = self._by_batch[batch_size]
+        if not xs[0] <= tokens <= xs[-1]:
+            raise DraftlabError(
+                f"{self.name} at {tokens:g} tokens per sequence, batch {batch_size}, is outside "
+                f"the measured range {xs[0]}..{xs[-1]}; {self.hint}"
+            )
+        i = bisect.bisect_left(xs, tokens)
+        if xs[i] == tokens:
+            return ys[i]
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """The cost curves of a profile, ready for :func:`draftlab.cost.model.cycle_breakdown`."""
+
+    verify: CostCurve
+    draft_step: CostCurve
+    draft_extend: CostCurve
+    allreduce: CostCurve | None
+    allreduce_calls: int
+    overhead_ms: float
+
+    @classmethod
+    def of(cls, profile: Profile) -> CostTable:
+        hint = "re-run draftlab profile with the missing size"
+        drafter_hint = "run draftlab profile with --drafter and the sizes needed"
+        ar = profile.allreduce
+        return cls(
+            verify=CostCurve("verify", profile.verify, hint=hint),
+            draft_step=CostCurve("draft step", profile.draft_step, hint=drafter_hint),
+            draft_extend=CostCurve("draft-extend", profile.draft_extend, hint=drafter_hint),
+            allreduce=None if ar is None else CostCurve("all-reduce", ar.points, hint=hint),
+            allreduce_calls=0 if ar is None else ar.calls_per_forward,
+            overhead_ms=profile.overhead_ms,
+        )
+
+    def decode_ms(self, batch_size: int) -> float:
+        """One plain decode step: a one-token target forward and its all-reduces."""
+        return self.verify.at(batch_size, 1) + self.allreduce_ms(batch_size, 1)
+
+    def allreduce_ms(self, batch_size: int, tokens: float) -> float:
+        """Communication of one target forward over ``tokens`` per sequence (0 if unmeasured)."""
+        if self.allreduce is None:
+            return 0.0
+        return self.allreduce_calls * self.allreduce.at(batch_size, tokens)
+
+
+def save_profile(profile: Profile, path: str | Path) -> Path:
+    """Write PROFILE.json atomically."""
+    write_json_atomic(path, {"format": FORMAT, **asdict(profile)})
+    return Path(path)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate PROFILE.json."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DraftlabError("no such file; write one with draftlab profile", path=path) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DraftlabError(f"not a readable JSON file ({exc})", path=path) from None
+    return profile_from_dict(doc, source=path)
+
+
+def profile_from_dict(doc: Any, *, source: str | Path = "profile") -> Profile:
+    """Validate a parsed profile document: known format, positive times, no duplicate points."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise DraftlabError(
+            f"not a draftlab profile (expected \"format\": \"{FORMAT}\"); "
+            "write one with draftlab profile", path=source,
+        )
+    sections = {name: _points(doc, name, doc.get(name, []), source) for name in SECTIONS}
+    allreduce = None
+    if doc.get("allreduce") is not None:
+        ar = doc["allreduce"]
+        if not isinstance(ar, dict):
+            raise DraftlabError("allreduce must be an object or null", path=source)
+        allreduce = AllReduceCosts(
+            tp=_int(ar, "tp", "allreduce.tp", source, minimum=2),
+            backend=str(ar.get("backend", "")),
+            dtype=str(ar.get("dtype", "")),
+            hidden_size=_int(ar, "hidden_size", "allreduce.hidden_size", source, minimum=1),
+            calls_per_forward=_int(
+                ar, "calls_per_forward", "allreduce.calls_per_forward", source, minimum=1
+            ),
+            points=_points(doc, "allreduce.points", ar.get("points"), source),
+        )
+    overhead = doc.get("overhead_ms", 0.0)
+    if not isinstance(overhead, (int, float)) or overhead < 0:
+        raise DraftlabError(f"overhead_ms must be a number >= 0, got {overhead!r}", path=source)
+    model = doc.get("model") or {}
+    if not isinstance(model, dict):
+        raise DraftlabError("model must be an object", path=source)
+    known = {f: model.get(f) for f in ModelInfo.__dataclass_fields__}
+    return Profile(
+        model=ModelInfo(**known),
+        verify=sections["verify"],
+        draft_step=sections["draft_step"],
+        draft_extend=sections["draft_extend"],
+        allreduce=allreduce,
+        overhead_ms=float(overhead),
+        context_tokens=int(doc.get("context_tokens", 0)),
+        timer=str(doc.get("timer", "")),
+        warmup=int(doc.get("warmup", 0)),
+        repeats=int(doc.get("repeats", 0)),
+        environment=dict(doc.get("environment") or {}),
+    )
+
+
+def _points(doc: dict, name: str, raw: Any, source: str | Path) -> list[Measurement]:
+    if not isinstance(raw, list):
+        raise DraftlabError(f"{name} must be a list of measured points", path=source)
+    out: list[Measurement] = []
+    seen: set[tuple[int, int]] = set()
+    for i, p in enumerate(raw):
+        where = f"{name}[{i}]"
+        if not isinstance(p, dict):
+            raise DraftlabError(f"{where} must be an object", path=source)
+        b = _int(p, "batch_size", where + ".batch_size", source, minimum=1)
+        t = _int(p, "tokens", where + ".tokens", source, minimum=1)
+        if (b, t) in seen:
+            raise DraftlabError(f"{where} repeats batch {b}, tokens {t}", path=source)
+        seen.add((b, t))
+        times = {}
+        for key in _POINT_TIMES:
+            value = p.get(key, p.get("median_ms"))
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise DraftlabError(
+                    f"{where}.{key} is {value!r}; times must be positive numbers "
+                    "(re-run draftlab profile)", path=source,
+                )
+            times[key] = float(value)
+        out.append(Measurement(b, t, repeats=int(p.get("repeats", 1)), **times))
+    return out
+
+
+def _int(obj: dict, key: str, where: str, source: str | Path, *, minimum: int) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise DraftlabError(f"{where} must be an integer >= {minimum}, got {value!r}", path=source)
+    return value

@@ -1,0 +1,112 @@
+"""Measure the passes of a speculative cycle and assemble a :class:`~draftlab.cost.profile.Profile`.
+
+The passes come as a :class:`Workload`: factories that, given (batch size, tokens per sequence),
+build their inputs and return the callable to time. The reference runtime supplies them for a real
+target and drafter (target forward for verify and decode, drafter forward for draft steps and
+draft-extend); tests supply plain torch callables.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+import draftlab
+from draftlab.cost.profile import AllReduceCosts, ModelInfo, Profile
+from draftlab.cost.timing import Job, measure_jobs, timer_name
+from draftlab.errors import DraftlabError
+
+PassFactory = Callable[[int, int], Callable[[], object]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The passes to time. ``draft_step`` gets rows per sequence (topk), the others tokens."""
+
+    model: ModelInfo
+    device: torch.device
+    verify: PassFactory
+    draft_step: PassFactory | None = None
+    draft_extend: PassFactory | None = None
+    context_tokens: int = 0
+
+
+def profile_costs(
+    workload: Workload,
+    *,
+    batch_sizes: Sequence[int],
+    verify_tokens: Sequence[int],
+    draft_rows: Sequence[int] = (1,),
+    extend_tokens: Sequence[int] = (1,),
+    warmup: int = 3,
+    repeats: int = 10,
+    overhead_ms: float = 0.0,
+    allreduce: AllReduceCosts | None = None,
+    progress: bool = True,
+) -> Profile:
+    """Time every pass at every size (progress bar on stderr) and return the profile."""
+    sizes = [*batch_sizes, *verify_tokens, *draft_rows, *extend_tokens]
+    if not sizes or min(sizes) < 1:
+        raise DraftlabError("batch sizes, verify tokens, draft rows and extend tokens must be >= 1")
+    if 1 not in verify_tokens:
+        raise DraftlabError("--verify-tokens must include 1: the decode step is a 1-token verify")
+    if overhead_ms < 0:
+        raise DraftlabError(f"--overhead-ms must be >= 0, got {overhead_ms}")
+    sections: list[tuple[str, PassFactory | None, Sequence[int]]] = [
+        ("verify", workload.verify, verify_tokens),
+        ("draft_step", workload.draft_step, draft_rows),
+        ("draft_extend", workload.draft_extend, extend_tokens),
+    ]
+    jobs = [
+        Job(name, b, t, _bind(factory, b, t))
+        for name, factory, tokens in sections if factory is not None
+        for b in batch_sizes
+        for t in sorted(set(tokens))
+    ]
+    measured = measure_jobs(jobs, device=workload.device, warmup=warmup, repeats=repeats,
+                            progress=progress)
+    return Profile(
+        model=workload.model,
+        verify=measured.get("verify", []),
+        draft_step=measured.get("draft_step", []),
+        draft_extend=measured.get("draft_extend", []),
+        allreduce=allreduce,
+        overhead_ms=overhead_ms,
+        context_tokens=workload.context_tokens,
+        timer=timer_name(workload.device),
+        warmup=warmup,
+        repeats=repeats,
+        environment=environment(workload.device),
+    )
+
+
+def environment(device: torch.device | None = None) -> dict[str, object]:
+    """Hardware and software versions, so a profile says where its numbers come from."""
+    env: dict[str, object] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "draftlab": draftlab.__version__,
+        "device": str(device) if device is not None else None,
+        "cuda": torch.version.cuda,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if torch.cuda.is_available() else [],
+    }
+    try:
+        import transformers
+
+        env["transformers"] = transformers.__version__
+    except ImportError:
+        env["transformers"] = None
+    if torch.cuda.is_available() and torch.distributed.is_nccl_available():
+        env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return env
+
+
+def _bind(factory: PassFactory, b: int, t: int) -> Callable[[], Callable[[], object]]:
+    return lambda: factory(b, t)

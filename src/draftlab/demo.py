@@ -1,0 +1,172 @@
+"""``draftlab demo``: the main job end to end on a small synthetic pair, offline.
+
+The story: a drafter trained for version 1 of a target is reused on version 2 (same architecture,
+longer context). It was shipped for vLLM, so its aux ids are in vLLM's convention and its weights
+are named ``layers.0.*``; served by SGLang it would load without a word and accept almost nothing.
+The demo inspects both, checks the pair, writes the fixed drafter and checks it again.
+
+It is a sequence of sections (:data:`SECTIONS`), each a function of the shared :class:`Demo`
+state, so later capabilities (generate, probe, bench, plan) add a section at the end.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.rule import Rule
+
+from draftlab.checkpoint.summary import InspectResult, inspect_checkpoint
+from draftlab.checkpoint.synth import specforge_drafter_config, write_drafter, write_target
+from draftlab.checkpoint.configs import TargetConfig
+from draftlab.compat import CheckResult, FixResult, check_pair, fix_pair
+from draftlab.engines import written_aux_ids
+from draftlab.toy import ToyPair
+
+ENGINE = "sglang"
+NUM_LAYERS = 8
+TRAINED_AUX = [1, 3, 5]  # canonical: the drafter was trained on the outputs of these target layers
+
+
+def target_v2_config() -> dict[str, Any]:
+    """A tiny Llama-shaped target (version 2: 8192-token context)."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": NUM_LAYERS, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu", "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "rope_scaling": None, "bos_token_id": 1,
+        "eos_token_id": 2, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }
+
+
+def reused_drafter_config(target: TargetConfig) -> dict[str, Any]:
+    """The drafter of version 1, as shipped for vLLM: 2048 context, vLLM aux ids and class name."""
+    return specforge_drafter_config(
+        target, draft_vocab_size=128, max_position_embeddings=2048, architectures=["Eagle3LlamaForCausalLM"],
+        eagle_aux_hidden_state_layer_ids=written_aux_ids("vllm", TRAINED_AUX))
+
+
+@dataclass
+class Demo:
+    """What the sections share: where things are and what each step returned."""
+
+    console: Console
+    workdir: Path
+    target: Path = Path()
+    drafter: Path = Path()
+    fixed: Path = Path()
+    inspected: dict[str, InspectResult] = field(default_factory=dict)
+    check: CheckResult | None = None
+    fix: FixResult | None = None
+    toy: ToyPair | None = None  # the trained toy pair, for the sections that run models
+
+
+def build(demo: Demo) -> None:
+    demo.target = write_target(demo.workdir / "target-v2", target_v2_config())
+    target = TargetConfig.from_dict(target_v2_config())
+    demo.drafter = write_drafter(demo.workdir / "drafter-for-v1", reused_drafter_config(target), layer_prefix="layers.0.")
+    demo.console.print(f"Built a {NUM_LAYERS}-layer Llama-shaped target and an EAGLE-3 drafter in {demo.workdir}\n"
+                       "The drafter was trained for the previous target version and shipped for vLLM:\n"
+                       "  - its context is 2048 tokens, the new target serves 8192;\n"
+                       f"  - its aux layer ids {written_aux_ids('vllm', TRAINED_AUX)} are written in vLLM's convention;\n"
+                       "  - its weights are named layers.0.* (vLLM), and its class Eagle3LlamaForCausalLM.\n"
+                       "We want to serve it with SGLang.")
+
+
+def inspect_both(demo: Demo) -> None:
+    from draftlab.report.compat import render_inspect
+
+    for key, path in (("target", demo.target), ("drafter", demo.drafter)):
+        demo.inspected[key] = inspect_checkpoint(path, engine=ENGINE, num_target_layers=NUM_LAYERS)
+        render_inspect(demo.inspected[key], demo.console)
+
+
+def check(demo: Demo) -> None:
+    from draftlab.report.compat import render_check
+
+    demo.check = check_pair(demo.drafter, demo.target, engine=ENGINE)
+    demo.console.print(f"$ draftlab check {demo.drafter.name} --target {demo.target.name} --engine {ENGINE}")
+    render_check(demo.check, demo.console)
+
+
+def fix(demo: Demo) -> None:
+    from draftlab.report.compat import render_fix
+
+    demo.fixed = demo.workdir / "drafter-fixed"
+    demo.console.print(f"$ draftlab check {demo.drafter.name} --target {demo.target.name} --fix {demo.fixed.name}")
+    demo.fix = fix_pair(demo.drafter, demo.target, demo.fixed, engine=ENGINE)
+    render_fix(demo.fix, demo.console)
+    captured = demo.fix.after.aux_layers
+    demo.console.print(f"SGLang now captures layers {captured}, the ones the drafter was trained on "
+                       f"({'yes' if captured == TRAINED_AUX else 'NO'}); the original folder is unchanged.")
+
+
+def write_two_datasets(workdir: Path) -> tuple[Path, Path]:
+    """Two offline data distributions: Python source as plain text, and English prose (the
+    stdlib's own pydoc topics) as chat conversations whose assistant turns get counted."""
+    import json
+
+    import pydoc_data.topics
+
+    from draftlab.toy.corpus import stdlib_text
+
+    code = workdir / "code.jsonl"
+    text = stdlib_text("heldout", 200_000).decode("utf-8", "replace")
+    code.write_text("".join(json.dumps({"text": chunk}) + "\n" for chunk in text.split("\n\n") if chunk))
+    prose = workdir / "prose.jsonl"
+    prose.write_text("".join(
+        json.dumps({"messages": [{"role": "user", "content": f"Explain {name}."},
+                                 {"role": "assistant", "content": body}]}) + "\n"
+        for name, body in sorted(pydoc_data.topics.topics.items())))
+    return code, prose
+
+
+def vocab(demo: Demo) -> None:
+    """A draft vocabulary built on one distribution, measured on another."""
+    from draftlab.toy import cached_toy_pair
+    from draftlab.vocab.build import build_mapping
+    from draftlab.vocab.compare import compare_mappings
+    from draftlab.vocab.count import count_tokens
+
+    demo.toy = cached_toy_pair()
+    tokenizer = demo.toy.target_dir
+    code, prose = write_two_datasets(demo.workdir)
+    counts_code = count_tokens([code], tokenizer, workers=1)
+    counts_prose = count_tokens([prose], tokenizer, workers=1)
+    size = 32
+    on_code = build_mapping(counts_code, size)
+    on_prose = build_mapping(counts_prose, size)
+    result = compare_mappings(on_code, on_prose, counts_prose)
+    demo.console.print(
+        f"$ draftlab vocab count --data {code.name} / {prose.name} --tokenizer toy-target; vocab build --size {size}\n"
+        f"Two {size}-token draft vocabularies over the toy target's {on_code.vocab_size}-token byte vocabulary, "
+        f"one built on Python source ({counts_code.num_tokens:,} tokens), one on English prose "
+        f"({counts_prose.num_tokens:,} assistant tokens).\n"
+        f"They share {result.shared_tokens} of {size} tokens (Jaccard {result.jaccard:.2f}); "
+        f"{result.differing_d2t_entries} of {size} d2t entries differ.\n"
+        f"On prose, the code-built vocabulary can propose only [bold]{result.coverage_a:.1%}[/] of the tokens "
+        f"(the prose-built one {result.coverage_b:.1%}): a drafter can never draft the rest, "
+        "whatever it learned.")
+
+
+SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
+    ("Build a target and a reused drafter", build),
+    ("Inspect", inspect_both),
+    ("Check the pair for SGLang", check),
+    ("Fix, and check again", fix),
+    ("Draft vocabularies on two data distributions", vocab),
+]
+
+
+def run_demo(console: Console | None = None, workdir: Path | None = None) -> Demo:
+    """Run every section; files go to ``workdir`` (a new temporary folder when None)."""
+    console = console or Console()
+    demo = Demo(console, Path(workdir or tempfile.mkdtemp(prefix="draftlab-demo-")))
+    for i, (title, section) in enumerate(SECTIONS, 1):
+        console.print(Rule(f"{i}. {title}", align="left"))
+        section(demo)
+    return demo

@@ -1,0 +1,117 @@
+"""Seconds-long training of the toy target (next byte) and of its EAGLE-3 drafter (TTT on aux features).
+
+The drafter is trained as EAGLE-3 / SpecForge train it, at toy scale: row t gets the target feature
+of position t and the token at t + 1 and learns the target's distribution for token t + 2 (restricted
+to the draft vocabulary, positions whose target top-1 lies outside it carry no loss); then a few
+unrolled steps feed its own output back (training-time test), each step one position further on,
+attending to the real prefix plus its own earlier steps at the same row, with loss weights 0.8^step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.target import TargetRunner
+
+Progress = Callable[[int], None]  # called with the number of steps just done
+
+
+def random_windows(tokens: torch.Tensor, count: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    starts = torch.randint(0, tokens.numel() - length, (count,), generator=gen)
+    return torch.stack([tokens[s:s + length] for s in starts.tolist()])
+
+
+def train_target(config: LlamaConfig, tokens: torch.Tensor, *, steps: int, batch: int, length: int, lr: float,
+                 gen: torch.Generator, progress: Progress) -> LlamaForCausalLM:
+    """A small Llama trained on next-token prediction over ``tokens``."""
+    model = LlamaForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    model.train()
+    for _ in range(steps):
+        x = random_windows(tokens, batch, length, gen)
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        progress(1)
+    return model.eval()
+
+
+@torch.no_grad()
+def target_features(runner: TargetRunner, windows: torch.Tensor, progress: Progress
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Aux features [B, S, k*T] and logits [B, S, V] of each window, through the runner's own capture."""
+    feats, logits = [], []
+    for window in windows:
+        runner.reset()
+        step = runner.forward(window)
+        feats.append(step.aux)
+        logits.append(step.logits)
+        progress(1)
+    runner.reset()
+    return torch.stack(feats), torch.stack(logits)
+
+
+def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, feats: torch.Tensor, logits: torch.Tensor,
+             t2d: torch.Tensor, unroll: int) -> tuple[torch.Tensor, list[float]]:
+    """The weighted TTT loss over ``unroll`` steps and each step's top-1 agreement with the target."""
+    b, s = ids.shape
+    n = s - unroll  # rows t = 0..n-1; step j reads token t + 1 + j and predicts token t + 2 + j
+    rows = torch.arange(n)
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    eye = torch.eye(n, dtype=torch.bool)
+    hidden, past = feats[:, :n], None
+    total, accs = torch.zeros(()), []
+    for j in range(unroll):
+        mask = torch.cat([causal] + [eye] * j, dim=1).expand(b, n, -1)
+        out, hidden, kv = drafter.forward_masked(ids[:, 1 + j:1 + j + n], hidden, (rows + j).expand(b, n), mask, past)
+        past = kv if past is None else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(past, kv)]
+        target = logits[:, 1 + j:1 + j + n]
+        weight = t2d[target.argmax(-1)].float()
+        p = target[..., t2d].softmax(-1)
+        loss = -(p * out.log_softmax(-1)).sum(-1)
+        total = total + 0.8 ** j * (loss * weight).sum() / weight.sum().clamp(min=1)
+        agree = (drafter.to_target_ids(out.argmax(-1)) == target.argmax(-1)).float().mean()
+        accs.append(float(agree))
+    return total, accs
+
+
+def train_drafter(drafter: Eagle3Drafter, ids: torch.Tensor, feats: torch.Tensor, logits: torch.Tensor,
+                  t2d: torch.Tensor, *, steps: int, batch: int, unroll: int, lr: float, gen: torch.Generator,
+                  progress: Progress) -> list[float]:
+    """Train on random rows of the precomputed features; returns the last batch's per-step agreement."""
+    params = [p for name, p in drafter.named_parameters() if not name.startswith("embed_tokens.")]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    drafter.embed_tokens.weight.requires_grad_(False)
+    drafter.train()
+    accs: list[float] = []
+    for _ in range(steps):
+        pick = torch.randint(0, ids.shape[0], (batch,), generator=gen)
+        loss, accs = ttt_loss(drafter, ids[pick], feats[pick], logits[pick], t2d, unroll)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        opt.step()
+        sched.step()
+        progress(1)
+    drafter.eval()
+    return accs
+
+
+def agreement(drafter: Eagle3Drafter, ids: torch.Tensor, feats: torch.Tensor, logits: torch.Tensor) -> float:
+    """Top-1 agreement of the drafter's first step with the target's next-next token, on given windows."""
+    with torch.no_grad():
+        b, s = ids.shape
+        n = s - 1
+        mask = torch.ones(n, n, dtype=torch.bool).tril().expand(b, n, n)
+        out, _, _ = drafter.forward_masked(ids[:, 1:], feats[:, :n], torch.arange(n).expand(b, n), mask)
+        return float((drafter.to_target_ids(out.argmax(-1)) == logits[:, 1:].argmax(-1)).float().mean())

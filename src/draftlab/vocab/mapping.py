@@ -1,0 +1,169 @@
+"""The draft vocabulary of an EAGLE-3 drafter as one validated value: :class:`VocabMapping`.
+
+The encoding and its validity rule are written once, in :mod:`draftlab.checkpoint.d2t`; as SGLang
+and vLLM read it: ``d2t`` is an int64 tensor of length Vd holding OFFSETS, so
+draft id ``i`` proposes target id ``i + d2t[i]``; ``t2d`` is a bool mask over the V target ids,
+true exactly for the target ids in the draft vocabulary. Target ids are strictly increasing in
+draft order (SpecForge and EAGLE sort them), so ``d2t`` is non-decreasing and non-negative.
+
+A mapping comes from a drafter checkpoint (either layout; the buffers are named ``d2t``/``t2d``
+in both), from a mapping file (safetensors, or SpecForge's ``torch.save({"d2t", "t2d"})`` dict,
+read with ``weights_only=True``), or from a list of target ids.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from draftlab.checkpoint import DrafterConfig, open_checkpoint
+from draftlab.checkpoint.d2t import draft_to_target_ids, target_to_offsets, validate_d2t
+from draftlab.errors import DraftlabError
+from draftlab.fsutil import atomic_path
+
+MAPPING_FORMATS = ("safetensors", "pt")
+
+
+@dataclass(frozen=True)
+class VocabMapping:
+    """A validated draft vocabulary: ``d2t`` int64 offsets [Vd], ``t2d`` bool mask [V]."""
+
+    d2t: torch.Tensor
+    t2d: torch.Tensor
+    vocab_size: int
+
+    @property
+    def draft_size(self) -> int:
+        return self.d2t.numel()
+
+    @property
+    def target_ids(self) -> torch.Tensor:
+        """Target id of each draft id, ascending (int64 [Vd])."""
+        return torch.tensor(draft_to_target_ids(self.d2t.tolist()), dtype=torch.int64)
+
+    @classmethod
+    def from_tensors(cls, d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int,
+                     *, source: str | Path) -> VocabMapping:
+        """Validate raw buffers (:func:`validate_d2t`); a missing ``t2d`` is derived from ``d2t``."""
+        problems = validate_d2t(d2t, t2d, vocab_size) if d2t.numel() else ["d2t is empty"]
+        if problems:
+            more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+            raise DraftlabError(f"invalid draft vocabulary: {problems[0]}{more}", path=source)
+        mapping_t2d = torch.zeros(vocab_size, dtype=torch.bool) if t2d is None else t2d.to(torch.bool)
+        mapping = cls(d2t.to(torch.int64).contiguous(), mapping_t2d.contiguous(), vocab_size)
+        if t2d is None:
+            mapping.t2d[mapping.target_ids] = True
+        return mapping
+
+    @classmethod
+    def from_target_ids(cls, ids: list[int] | torch.Tensor, vocab_size: int) -> VocabMapping:
+        """The mapping whose draft id ``i`` proposes ``ids[i]`` (ids must be strictly increasing)."""
+        ids_t = torch.as_tensor(ids, dtype=torch.int64)
+        return cls.from_tensors(torch.tensor(target_to_offsets(ids_t.tolist()), dtype=torch.int64), None,
+                                vocab_size, source="target ids")
+
+    @classmethod
+    def from_drafter(cls, path: str | Path) -> VocabMapping:
+        """The mapping stored in a drafter checkpoint, checked against its config and lm_head."""
+        ckpt = open_checkpoint(path)
+        cfg = DrafterConfig.from_dict(ckpt.config)
+        head = ckpt.tensors.get("lm_head.weight")
+        draft_size = head.shape[0] if head is not None else cfg.draft_vocab_size
+        if draft_size != cfg.draft_vocab_size:
+            raise DraftlabError(f"lm_head.weight has {draft_size} rows but config draft_vocab_size is "
+                                f"{cfg.draft_vocab_size}; the checkpoint is inconsistent", path=ckpt.path)
+        if "d2t" not in ckpt.tensors:
+            if draft_size == cfg.vocab_size:
+                return cls.identity(cfg.vocab_size)
+            raise DraftlabError(f"has no d2t buffer but a {draft_size}-token draft vocabulary (target "
+                                f"{cfg.vocab_size}); engines would map draft ids to the first {draft_size} "
+                                "target ids. Add d2t/t2d (vocab build, then vocab remap)", path=ckpt.path)
+        names = ["d2t"] + (["t2d"] if "t2d" in ckpt.tensors else [])
+        tensors = ckpt.load(names)
+        vocab_size = cfg.vocab_size or (tensors["t2d"].numel() if "t2d" in tensors else 0)
+        mapping = cls.from_tensors(tensors["d2t"], tensors.get("t2d"), vocab_size, source=ckpt.path)
+        if mapping.draft_size != draft_size:
+            raise DraftlabError(f"d2t has {mapping.draft_size} entries but the drafter has {draft_size} "
+                                "draft tokens (lm_head rows / draft_vocab_size)", path=ckpt.path)
+        return mapping
+
+    @classmethod
+    def from_file(cls, path: str | Path, vocab_size: int | None = None) -> VocabMapping:
+        """A mapping file: safetensors or a SpecForge ``.pt`` dict with ``d2t`` and ``t2d``.
+
+        ``vocab_size`` defaults to the length of ``t2d``.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise DraftlabError("no such mapping file", path=path)
+        if path.suffix == ".safetensors":
+            tensors = _read_safetensors(path, ("d2t", "t2d"))
+        else:
+            tensors = _read_pt(path)
+        if "d2t" not in tensors:
+            raise DraftlabError("has no 'd2t' tensor; a mapping file holds d2t (int64 offsets) and t2d (bool)",
+                                path=path)
+        t2d = tensors.get("t2d")
+        if vocab_size is None:
+            if t2d is None:
+                raise DraftlabError("has d2t but no t2d, so the target vocabulary size is unknown", path=path)
+            vocab_size = t2d.numel()
+        return cls.from_tensors(tensors["d2t"], t2d, vocab_size, source=path)
+
+    @classmethod
+    def identity(cls, vocab_size: int) -> VocabMapping:
+        """The full target vocabulary (a drafter with draft_vocab_size == vocab_size)."""
+        return cls(torch.zeros(vocab_size, dtype=torch.int64), torch.ones(vocab_size, dtype=torch.bool),
+                   vocab_size)
+
+    def save(self, dest: str | Path, fmt: str = "safetensors") -> Path:
+        """Write ``{"d2t", "t2d"}`` atomically as safetensors or as SpecForge's torch.save dict."""
+        dest = Path(dest)
+        if fmt not in MAPPING_FORMATS:
+            raise DraftlabError(f"unknown mapping format {fmt!r}; choose one of {', '.join(MAPPING_FORMATS)}")
+        tensors = {"d2t": self.d2t, "t2d": self.t2d}
+        with atomic_path(dest) as tmp:
+            if fmt == "safetensors":
+                from safetensors.torch import save_file
+
+                save_file(tensors, str(tmp), metadata={"format": "pt"})
+            else:
+                torch.save(tensors, tmp)
+        return dest
+
+
+def load_mapping(path: str | Path) -> VocabMapping:
+    """A drafter folder, a drafter weights file beside its config.json, or a mapping file."""
+    path = Path(path)
+    if path.is_dir():
+        return VocabMapping.from_drafter(path)
+    if path.is_file() and (path.parent / "config.json").is_file() and path.suffix != ".pt":
+        return VocabMapping.from_drafter(path)
+    return VocabMapping.from_file(path)
+
+
+def _read_safetensors(path: Path, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError, safe_open
+
+    from draftlab.checkpoint.safetensors_header import read_header
+
+    read_header(path)  # one-line errors for corrupt files before safetensors sees them
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {n: f.get_tensor(n) for n in names if n in f.keys()}
+    except SafetensorError as exc:
+        raise DraftlabError(f"cannot read safetensors file ({exc})", path=path) from None
+
+
+def _read_pt(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DraftlabError(f"cannot load as a weights-only PyTorch file ({first})", path=path) from None
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise DraftlabError("is not a dict of tensors like {'d2t': ..., 't2d': ...}", path=path)
+    return obj

@@ -1,0 +1,55 @@
+"""Load a target's tokenizer from its local folder and check it against the target's vocabulary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from draftlab.checkpoint import read_json, text_config
+from draftlab.errors import DraftlabError
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """A transformers fast tokenizer from a local folder (never the network)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DraftlabError("no such tokenizer folder", path=path)
+    import transformers
+    from transformers import AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DraftlabError(f"cannot load a tokenizer ({first})", path=path) from None
+    if getattr(tok, "backend_tokenizer", None) is None:
+        raise DraftlabError("is not a fast tokenizer (no tokenizer.json); convert it with transformers first",
+                            path=path)
+    return tok
+
+
+def target_vocab_size(path: str | Path, tokenizer: Any) -> int:
+    """The target's vocab_size from ``config.json`` beside the tokenizer, else the tokenizer's length.
+
+    Targets often pad their vocabulary (Qwen: 151936 rows for 151665 tokens), so a tokenizer may be
+    shorter than the vocabulary but never longer.
+    """
+    config_path = Path(path) / "config.json"
+    if not config_path.is_file():
+        return len(tokenizer)
+    config = read_json(config_path)
+    vocab = text_config(config).get("vocab_size") if isinstance(config, dict) else None
+    if not isinstance(vocab, int) or vocab <= 0:
+        raise DraftlabError("has no positive integer vocab_size", path=config_path)
+    if len(tokenizer) > vocab:
+        raise DraftlabError(f"the tokenizer has {len(tokenizer)} tokens but config.json says vocab_size "
+                            f"{vocab}; this tokenizer does not belong to this target", path=path)
+    return vocab
+
+
+def check_tokenizer_fits(tokenizer: Any, vocab_size: int, *, path: str | Path) -> None:
+    """Refuse a tokenizer with more tokens than the vocabulary it is used to decode."""
+    if len(tokenizer) > vocab_size:
+        raise DraftlabError(f"the tokenizer has {len(tokenizer)} tokens but the vocabulary has {vocab_size}; "
+                            "pass the target's own tokenizer", path=path)

@@ -1,0 +1,90 @@
+"""inspect: targets of three families, drafters of both layouts, real-size shapes over sparse files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from builders import SEEN_AUX, make_pair
+
+from draftlab.checkpoint.summary import inspect_checkpoint
+from draftlab.checkpoint.synth import write_drafter, write_target
+from draftlab.cli import main
+
+REFERENCE = Path("/work/shared/reference/configs")
+
+
+@pytest.mark.parametrize(("family", "attention", "experts"), [("llama", "GQA", None), ("qwen3_moe", "GQA", 4),
+                                                             ("deepseek_v3", "MLA", 4)])
+def test_inspect_targets(tmp_path, target_configs, family, attention, experts, capsys):
+    target = write_target(tmp_path / "t", target_configs[family], shards=2)
+    assert main(["inspect", str(target), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "target" and doc["num_layers"] == 8 and doc["hidden_size"] == 64
+    assert doc["vocab_size"] == 512 and doc["max_position_embeddings"] == 4096 and doc["dtype"] == "bfloat16"
+    assert doc["attention"] == attention and (doc["moe"] or {}).get("num_experts") == experts
+    assert doc["num_parameters"] > 2 * 512 * 64 and doc["num_tensors"] > 8 * 5
+
+
+def test_inspect_reads_nested_text_config(tmp_path, target_configs):
+    wrapped = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+               "text_config": target_configs["deepseek_v3"]}
+    write_target(tmp_path / "t", target_configs["deepseek_v3"])
+    (tmp_path / "t" / "config.json").write_text(json.dumps(wrapped))
+    result = inspect_checkpoint(tmp_path / "t")
+    assert result.kind == "target" and result.architecture == "DeepseekV3ForCausalLM" and result.attention == "MLA"
+
+
+def test_inspect_drafter_both_engines(tmp_path, target_configs, capsys):
+    drafter, _ = make_pair(tmp_path, target_configs["llama"], layer_prefix="layers.0.")
+    assert main(["inspect", str(drafter), "--json", "--engine", "vllm"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "drafter" and doc["layout"] == "specforge" and doc["weight_naming"] == "layers.0"
+    assert doc["aux_layers"] == SEEN_AUX and doc["aux_source"] == "top-level"
+    assert (doc["hidden_size"], doc["target_hidden_size"], doc["vocab_size"], doc["draft_vocab_size"]) == (64, 64, 512, 128)
+    assert doc["has_d2t"] and doc["has_t2d"] and doc["d2t_valid"] and doc["num_layers"] == 1
+    assert doc["num_parameters"] == sum([
+        64 * 192,  # fc: 3 x target hidden -> hidden
+        64 * 128 + 2 * 32 * 128 + 64 * 64,  # q (4 heads), k and v (2 kv heads) take 2 x hidden; o
+        3 * 128 * 64, 4 * 64, 128 * 64])  # mlp, the four norms, lm_head over the draft vocab
+
+
+def test_default_aux_layers_need_the_target_depth(tmp_path, target_configs):
+    from builders import DROP
+
+    drafter, _ = make_pair(tmp_path, target_configs["llama"], eagle_config=DROP,
+                           eagle_aux_hidden_state_layer_ids=DROP)
+    assert inspect_checkpoint(drafter).aux_layers is None
+    assert inspect_checkpoint(drafter, num_target_layers=32).aux_layers == [1, 15, 28]
+
+
+def test_hf_cache_symlinked_shards_are_accepted(tmp_path, target_configs):
+    real = write_target(tmp_path / "blobs", target_configs["llama"], shards=2)
+    snap = tmp_path / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    for f in real.iterdir():
+        (snap / f.name).symlink_to(f)
+    assert inspect_checkpoint(snap).num_tensors == inspect_checkpoint(real).num_tensors
+
+
+def test_pytorch_bin_drafter(tmp_path, target_configs):
+    import torch
+
+    drafter, _ = make_pair(tmp_path, target_configs["llama"])
+    from draftlab.checkpoint import open_checkpoint
+
+    state = open_checkpoint(drafter).load()
+    torch.save(state, drafter / "pytorch_model.bin")
+    (drafter / "model.safetensors").unlink()
+    result = inspect_checkpoint(drafter)
+    assert result.format == "pytorch" and result.d2t_valid and result.num_tensors == len(state)
+
+
+def test_real_size_kimi_drafter_over_sparse_file(tmp_path):
+    config = json.loads((REFERENCE / "aq-medai-kimi-k2-instruct-eagle3.config.json").read_text())
+    drafter = write_drafter(tmp_path / "kimi", config, sparse=True)
+    result = inspect_checkpoint(drafter, num_target_layers=61)
+    assert result.aux_layers == [2, 30, 58] and result.aux_source == "eagle_config"
+    assert 1.18e9 < result.num_parameters < 1.2e9  # ~1.19B without the embedding
+    assert result.size_on_disk > 2e9 and result.d2t_valid

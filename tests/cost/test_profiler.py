@@ -1,0 +1,78 @@
+"""The measurement harness and profiler on the CPU with plain torch callables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftlab.cost.plan import make_plan, parse_grid
+from draftlab.cost.profile import ModelInfo, load_profile, save_profile
+from draftlab.cost.profiler import Workload, profile_costs
+from draftlab.cost.timing import Timing, time_callable
+from draftlab.errors import DraftlabError
+
+CPU = torch.device("cpu")
+
+
+def matmul_pass(calls: list[tuple[int, int]], weight: torch.Tensor):
+    """A pass whose work grows with batch x tokens; records each (b, t) it is prepared for."""
+    def factory(b: int, t: int):
+        calls.append((b, t))
+        x = torch.randn(b * t, weight.shape[0])
+        return lambda: x @ weight
+    return factory
+
+
+def test_timing_stats_are_ordered_quantiles():
+    t = Timing.of([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (t.min_ms, t.median_ms, t.max_ms, t.repeats) == (1.0, 3.0, 5.0, 5)
+    assert t.p10_ms == pytest.approx(1.4) and t.p90_ms == pytest.approx(4.6)
+
+
+def test_time_callable_warms_up_then_times_each_call():
+    calls = []
+    timing = time_callable(lambda: calls.append(1), device=CPU, warmup=2, repeats=7)
+    assert len(calls) == 9 and timing.repeats == 7 and timing.median_ms >= 0
+    with pytest.raises(DraftlabError, match="repeats >= 1"):
+        time_callable(lambda: None, device=CPU, repeats=0)
+
+
+def test_profile_round_trip_and_plan(tmp_path):
+    torch.manual_seed(0)
+    w = torch.randn(32, 32)
+    prepared: dict[str, list] = {"verify": [], "draft_step": [], "draft_extend": []}
+    workload = Workload(
+        model=ModelInfo(target="toy", hidden_size=32, num_layers=1),
+        device=CPU,
+        verify=matmul_pass(prepared["verify"], w),
+        draft_step=matmul_pass(prepared["draft_step"], w),
+        draft_extend=matmul_pass(prepared["draft_extend"], w),
+        context_tokens=16,
+    )
+    prof = profile_costs(workload, batch_sizes=[1, 2], verify_tokens=[1, 2, 4],
+                         draft_rows=[1], extend_tokens=[1, 2, 3, 4], warmup=1, repeats=3,
+                         overhead_ms=0.25, progress=False)
+    assert prepared["verify"] == [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]
+    assert prepared["draft_step"] == [(1, 1), (2, 1)]
+    assert all(m.median_ms > 0 and m.repeats == 3 for m in prof.verify + prof.draft_extend)
+    assert prof.timer == "perf_counter" and prof.environment["torch"] == torch.__version__
+
+    path = save_profile(prof, tmp_path / "profile.json")
+    again = load_profile(path)
+    assert again.verify == prof.verify and again.model == prof.model
+    assert again.overhead_ms == 0.25 and again.context_tokens == 16
+
+    plan = make_plan(again, [], grid=parse_grid("3/1/4:2"))
+    med = {(s, m.batch_size, m.tokens): m.median_ms
+           for s in ("verify", "draft_step", "draft_extend") for m in getattr(prof, s)}
+    for b in (1, 2):
+        cycle = med["draft_extend", b, 2] + 2 * med["draft_step", b, 1] + med["verify", b, 4] + 0.25
+        assert plan.best[b].cycle_ms == pytest.approx(cycle)
+        assert plan.best[b].tokens_per_second == pytest.approx(b * 2 * 1000 / cycle)
+        assert plan.baseline_tokens_per_second[b] == pytest.approx(b * 1000 / med["verify", b, 1])
+
+
+def test_profile_needs_decode_point():
+    workload = Workload(model=ModelInfo(), device=CPU, verify=lambda b, t: (lambda: None))
+    with pytest.raises(DraftlabError, match="must include 1"):
+        profile_costs(workload, batch_sizes=[1], verify_tokens=[2, 4], progress=False)

@@ -1,0 +1,50 @@
+"""Profiling the reference runtime (tiny random Llama target and EAGLE-3 drafter, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers as tf
+
+from draftlab.checkpoint import DrafterConfig
+from draftlab.cost.plan import make_plan, parse_grid
+from draftlab.cost.profiler import profile_costs
+from draftlab.cost.runtime_workload import runtime_workload
+from draftlab.errors import DraftlabError
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.target import TargetRunner
+
+SHAPE = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256}
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[TargetRunner, Eagle3Drafter]:
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(
+        tf.LlamaConfig(num_hidden_layers=4, **SHAPE), dtype=torch.float32)
+    target = TargetRunner(model)
+    config = DrafterConfig.from_dict({"architectures": ["LlamaForCausalLMEagle3"],
+                                      "num_hidden_layers": 1, "draft_vocab_size": 64, **SHAPE})
+    drafter = Eagle3Drafter(config, embed_tokens=target.embed_tokens).eval()
+    return target, drafter
+
+
+def test_profile_reference_runtime(pair):
+    target, drafter = pair
+    workload = runtime_workload(target, drafter, context_tokens=16, target_name="tiny")
+    prof = profile_costs(workload, batch_sizes=[1], verify_tokens=[1, 4], draft_rows=[1, 2],
+                         extend_tokens=[1, 2, 3, 4], warmup=1, repeats=2, progress=False)
+    assert [m.tokens for m in prof.verify] == [1, 4]
+    assert [m.tokens for m in prof.draft_step] == [1, 2]
+    assert prof.model.hidden_size == 32 and prof.model.num_layers == 4
+    # each timed pass is undone, so the caches stay at the context length
+    assert target.cache_len == 16 and drafter.cache_len == 16
+    plan = make_plan(prof, [], grid=parse_grid("3/1/4:2.5,2/2/3:1.8"))
+    assert set(plan.best) == {1} and all(r.cycle_ms > 0 for r in plan.configs)
+
+
+def test_runtime_is_batch_one(pair):
+    workload = runtime_workload(pair[0], None, context_tokens=4)
+    with pytest.raises(DraftlabError, match="one sequence at a time"):
+        profile_costs(workload, batch_sizes=[2], verify_tokens=[1], progress=False)

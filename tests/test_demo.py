@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from draftlab.demo import TRAINED_AUX, run_demo
+
+
+def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
+    out = io.StringIO()
+    demo = run_demo(Console(file=out, width=100), tmp_path)
+    codes = {f.code for f in demo.check.findings}
+    assert {"context-too-short", "aux-convention", "weight-names"} <= codes and not demo.check.ok
+    assert demo.fix.after.ok and demo.fix.after.findings == []
+    assert demo.fix.after.aux_layers == TRAINED_AUX
+    text = out.getvalue()
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in text and "renamed layers.0." in text
+    assert "the code-built vocabulary can propose only" in text
