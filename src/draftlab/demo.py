@@ -63,6 +63,8 @@ class Demo:
     check: CheckResult | None = None
     fix: FixResult | None = None
     toy: ToyPair | None = None  # the trained toy pair, for the sections that run models
+    probe: Any = None  # ProbeResult of the toy drafter on its own target
+    drift: Any = None  # DriftResult of a changed target version against the original
 
 
 def build(demo: Demo) -> None:
@@ -153,12 +155,78 @@ def vocab(demo: Demo) -> None:
         "whatever it learned.")
 
 
+DEMO_PROMPTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len(",
+                "class Config(object):\n    "]
+
+
+def _prompts_file(workdir: Path) -> Path:
+    import json
+
+    path = workdir / "probe-prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in DEMO_PROMPTS))
+    return path
+
+
+def probe_section(demo: Demo) -> None:
+    """The exact greedy accept length from one target pass, chain and tree."""
+    from draftlab.cli.probe_cmd import render_probe
+    from draftlab.probe.probe import probe
+    from draftlab.toy import cached_toy_pair
+
+    demo.toy = demo.toy or cached_toy_pair()
+    prompts = _prompts_file(demo.workdir)
+    demo.console.print(f"$ draftlab probe --target toy-target --drafter toy-drafter --prompts {prompts.name} "
+                       "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
+    demo.probe = probe(demo.toy.target_dir, demo.toy.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
+                       max_new_tokens=64)
+    render_probe(demo.probe, demo.console)
+    demo.console.print("These are the accept lengths greedy speculative decoding (draftlab generate, SGLang) "
+                       "would report on these prompts, from one target pass instead of a decode loop.")
+
+
+def perturbed_copy(target_dir: Path, dest: Path, scale: float, seed: int = 0) -> Path:
+    """A "new version" of a target: its layer-1+ matrices with relative Gaussian noise of size ``scale``."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(target_dir, dest)
+    weights = load_file(str(dest / "model.safetensors"))
+    gen = torch.Generator().manual_seed(seed)
+    for name, w in weights.items():
+        if w.dim() == 2 and ".layers." in name and ".layers.0." not in name:
+            weights[name] = w + scale * w.std() * torch.randn(w.shape, generator=gen)
+    save_file(weights, str(dest / "model.safetensors"))
+    return dest
+
+
+def drift_section(demo: Demo) -> None:
+    """A changed target version: how far it moved, and what that costs the drafter."""
+    from draftlab.cli.drift_cmd import render_drift
+    from draftlab.probe.drift import drift
+    from draftlab.toy import cached_toy_pair
+
+    demo.toy = demo.toy or cached_toy_pair()
+    v2 = perturbed_copy(demo.toy.target_dir, demo.workdir / "toy-target-v2", scale=0.5)
+    prompts = _prompts_file(demo.workdir)
+    demo.console.print(f"$ draftlab drift --target-a toy-target --target-b {v2.name} --prompts {prompts.name} "
+                       "--drafter toy-drafter --steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
+    demo.drift = drift(demo.toy.target_dir, v2, prompts, drafter=demo.toy.drafter_dir, steps=3, topk=1,
+                       num_draft_tokens=4, max_new_tokens=64)
+    render_drift(demo.drift, demo.console)
+    demo.console.print("The drafter was trained on version 1's hidden states; version 2's have moved, and the "
+                       "accept length falls with them: retrain (or fine-tune) the drafter on version 2.")
+
+
 SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
     ("Build a target and a reused drafter", build),
     ("Inspect", inspect_both),
     ("Check the pair for SGLang", check),
     ("Fix, and check again", fix),
     ("Draft vocabularies on two data distributions", vocab),
+    ("Probe the toy drafter: exact accept lengths, offline", probe_section),
+    ("A new target version: drift and its cost", drift_section),
 ]
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
@@ -54,16 +55,17 @@ def _parse_layers(text: str | None) -> list[int] | None:
         raise DraftlabError(f"--layers must be comma-separated integers like 1,15,28; got {text!r}") from None
 
 
-def render_drift(result: DriftResult) -> None:
-    table = Table(title=f"drift: {result.config['target_b']} against {result.config['target_a']} "
-                        f"({result.num_positions} positions)")
+def render_drift(result: DriftResult, out: Console | None = None) -> None:
+    out = out or console
+    a, b = Path(result.config["target_a"]).name, Path(result.config["target_b"]).name
+    table = Table(title=f"drift: {b} against {a} ({result.num_positions} positions)")
     for column in ("layer", "cosine", "relative L2", "CKA"):
         table.add_column(column, justify="right")
     for layer in result.layers:
         table.add_row(str(layer.layer), f"{layer.cosine:.4f}", f"{layer.relative_l2:.4f}", f"{layer.cka:.4f}")
-    console.print(table)
-    console.print(f"next-token agreement [bold]{result.next_token_agreement:.1%}[/bold], "
+    out.print(table)
+    out.print(f"next-token agreement [bold]{result.next_token_agreement:.1%}[/bold], "
                   f"mean KL(A || B) {result.kl:.4f} nats")
     if result.accept_length_a is not None:
-        console.print(f"drafter accept length: [bold]{result.accept_length_a:.3f}[/bold] on A, "
+        out.print(f"drafter accept length: [bold]{result.accept_length_a:.3f}[/bold] on A, "
                       f"[bold]{result.accept_length_b:.3f}[/bold] on B")

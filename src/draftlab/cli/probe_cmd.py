@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
@@ -50,7 +51,8 @@ def probe_command(
         render_probe(result)
 
 
-def render_probe(result: ProbeResult) -> None:
+def render_probe(result: ProbeResult, out: Console | None = None) -> None:
+    out = out or console
     cfg = result.config
     table = Table(title=f"probe: steps {cfg['steps']}, topk {cfg['topk']}, draft tokens {cfg['num_draft_tokens']} "
                         f"({cfg['flags_source']}), {cfg['responses']} continuations")
@@ -61,16 +63,16 @@ def render_probe(result: ProbeResult) -> None:
         lengths = " ".join(map(str, r.accept_lengths[:24])) + (" ..." if r.num_cycles > 24 else "")
         off = "-" if r.target_disagreement is None else f"{r.target_disagreement:.1%}"
         table.add_row(str(r.prompt_index), str(r.continuation_tokens), str(r.num_cycles), f"{mean:.2f}", off, lengths)
-    console.print(table)
+    out.print(table)
     by_step = "  ".join("-" if p is None else f"{p:.2f}" for p in result.acceptance_by_step)
-    console.print(f"mean accept length [bold]{result.mean_accept_length:.3f}[/bold] "
+    out.print(f"mean accept length [bold]{result.mean_accept_length:.3f}[/bold] "
                   f"(teacher-forced, a cycle at every position: {result.per_position_accept_length:.3f})")
-    console.print(f"acceptance by draft step: {by_step}")
-    console.print(f"accept-length histogram (1..{len(result.accept_length_histogram) - 1}): "
+    out.print(f"acceptance by draft step: {by_step}")
+    out.print(f"accept-length histogram (1..{len(result.accept_length_histogram) - 1}): "
                   f"{' '.join(map(str, result.accept_length_histogram[1:]))}")
-    console.print(f"vocabulary bound: {result.vocab_bound:.1%} of continuation tokens are in the draft vocabulary")
+    out.print(f"vocabulary bound: {result.vocab_bound:.1%} of continuation tokens are in the draft vocabulary")
     if result.target_disagreement:
-        console.print(f"[yellow]the target disagrees with {result.target_disagreement:.1%} of the given tokens: "
+        out.print(f"[yellow]the target disagrees with {result.target_disagreement:.1%} of the given tokens: "
                       "accept lengths describe this text, not what the target would generate[/yellow]")
     if result.skipped_prompts:
-        console.print(f"[yellow]skipped {result.skipped_prompts} prompt(s) as long as the target's context[/yellow]")
+        out.print(f"[yellow]skipped {result.skipped_prompts} prompt(s) as long as the target's context[/yellow]")
