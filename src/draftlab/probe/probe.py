@@ -104,34 +104,55 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
             draft_model = Eagle3Drafter.load(drafter, target=heads, dtype=dtype, device=device)
             samples, num_inputs = _feature_samples(features, target_cfg, draft_model, max_new_tokens)
             lm_head, eos = heads.lm_head, heads.eos_token_ids
-        task = bar.add_task("probing", total=len(samples))
-        per_prompt: dict[int, ProbePromptResult] = {}
-        per_position, in_vocab, drafted, disagree, judged = [], 0, 0, 0, 0
-        draft_ids = set(draft_model.to_target_ids(torch.arange(draft_model.d2t.numel())).tolist())
-        for batch, accepted, argmax in _probe_batches(runner, lm_head, draft_model, samples, flags, batch_size):
-            for sample, acc, top in zip(batch, accepted, argmax):
-                lengths = decoder_walk(acc, sample.tokens, sample.prompt_len, sample.max_new_tokens,
-                                       steps=flags.steps, eos=eos, context=context)
-                per_position += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
-                span = range(sample.prompt_len, sample.prompt_len + sample.max_new_tokens)
-                off = None if top is None else sum(int(top[i - 1]) != sample.tokens[i] for i in span)
-                if off is not None:
-                    disagree, judged = disagree + off, judged + len(span)
-                in_vocab += sum(sample.tokens[i] in draft_ids for i in span[1:])
-                drafted += len(span) - 1
-                _add(per_prompt, sample.index, lengths, len(span), off)
-            bar.advance(task, len(batch))
+        config = {
+            "target": str(target), "drafter": str(drafter), "engine": engine, "aux_layers": layers,
+            "responses": "features" if features is not None else responses,
+            "features": None if features is None else str(features), "dtype": dtype, "device": device,
+        }
+        return _run(runner, lm_head, eos, draft_model, samples, flags, batch_size=batch_size, context=context,
+                    max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)
+
+
+def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[list[int]],
+                    continuations: list[list[int]], flags: SpecFlags, *, max_new_tokens: int, batch_size: int = 4,
+                    progress: bool = False) -> ProbeResult:
+    """The probe over models already in memory and given continuations (benchmarks, notebooks)."""
+    context = runner.config.max_position_embeddings
+    samples = [_Sample(i, p + c, len(p), min(max_new_tokens, len(c)))
+               for i, (p, c) in enumerate(zip(prompts, continuations))]
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        return _run(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, flags, batch_size=batch_size,
+                    context=context, max_new_tokens=max_new_tokens, num_inputs=len(prompts),
+                    config={"responses": "given"}, bar=bar)
+
+
+def _run(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], drafter: Eagle3Drafter,
+         samples: list[_Sample], flags: SpecFlags, *, batch_size: int, context: int | None, max_new_tokens: int,
+         num_inputs: int, config: dict[str, Any], bar: Progress) -> ProbeResult:
+    """Probe every sample, walk each continuation, and gather the figures."""
+    task = bar.add_task("probing", total=len(samples))
+    per_prompt: dict[int, ProbePromptResult] = {}
+    per_position, in_vocab, drafted, disagree, judged = [], 0, 0, 0, 0
+    draft_ids = set(drafter.to_target_ids(torch.arange(drafter.d2t.numel())).tolist())
+    for batch, accepted, argmax in _probe_batches(runner, lm_head, drafter, samples, flags, batch_size):
+        for sample, acc, top in zip(batch, accepted, argmax):
+            lengths = decoder_walk(acc, sample.tokens, sample.prompt_len, sample.max_new_tokens,
+                                   steps=flags.steps, eos=eos, context=context)
+            per_position += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
+            span = range(sample.prompt_len, sample.prompt_len + sample.max_new_tokens)
+            off = None if top is None else sum(int(top[i - 1]) != sample.tokens[i] for i in span)
+            if off is not None:
+                disagree, judged = disagree + off, judged + len(span)
+            in_vocab += sum(sample.tokens[i] in draft_ids for i in span[1:])
+            drafted += len(span) - 1
+            _add(per_prompt, sample.index, lengths, len(span), off)
+        bar.advance(task, len(batch))
 
     results = [per_prompt[i] for i in sorted(per_prompt)]
     all_lengths = [n for r in results for n in r.accept_lengths]
-    config = {
-        "target": str(target), "drafter": str(drafter), "engine": engine, "steps": flags.steps, "topk": flags.topk,
-        "num_draft_tokens": flags.num_draft_tokens, "flags_source": flags.source, "aux_layers": layers,
-        "max_new_tokens": max_new_tokens, "temperature": 0.0,
-        "responses": "features" if features is not None else responses,
-        "features": None if features is None else str(features), "batch_size": batch_size,
-        "dtype": dtype, "device": device, "num_prompts": num_inputs,
-    }
+    config = {**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
+              "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": 0.0,
+              "batch_size": batch_size, "num_prompts": num_inputs}
     return ProbeResult(
         config=config,
         mean_accept_length=accept_stats(all_lengths).mean_accept_length,
@@ -145,8 +166,9 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     )
 
 
-def _live_samples(runner: TargetRunner, target: str | Path, prompts: str | Path, target_cfg: TargetConfig, flags: SpecFlags,
-                  responses: str, max_new_tokens: int, batch_size: int, bar: Progress) -> tuple[list[_Sample], int]:
+def _live_samples(runner: TargetRunner, target: str | Path, prompts: str | Path, target_cfg: TargetConfig,
+                  flags: SpecFlags, responses: str, max_new_tokens: int, batch_size: int, bar: Progress
+                  ) -> tuple[list[_Sample], int]:
     """Prompts and their continuations (the target's greedy ones, or the file's), cut to the context."""
     rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
     context = target_cfg.max_position_embeddings
