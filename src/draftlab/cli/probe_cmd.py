@@ -34,6 +34,10 @@ def probe_command(
     responses: Annotated[str, typer.Option(
         "--responses", help="generate: the target's greedy continuation; given: response_ids from the file.")
     ] = "generate",
+    temperature: Annotated[float, typer.Option(
+        "--temperature", help="0: exact greedy accept lengths. > 0 (chains): expected acceptance, an estimate.")] = 0.0,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed of the continuations (temperature > 0).")
+                    ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per target/drafter pass.")] = 4,
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
     device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
@@ -43,8 +47,8 @@ def probe_command(
 ) -> None:
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
     result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                   max_new_tokens=max_new_tokens, responses=responses, features=features, batch_size=batch_size, dtype=dtype,
-                   device=device, engine=engine, progress=not json_out)
+                   max_new_tokens=max_new_tokens, responses=responses, features=features, temperature=temperature,
+                   seed=seed, batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=not json_out)
     if json_out:
         emit_json(result)
     else:
@@ -53,6 +57,9 @@ def probe_command(
 
 def render_probe(result: ProbeResult, out: Console | None = None) -> None:
     out = out or console
+    if result.estimate:
+        _render_estimate(result, out)
+        return
     cfg = result.config
     table = Table(title=f"probe: steps {cfg['steps']}, topk {cfg['topk']}, draft tokens {cfg['num_draft_tokens']} "
                         f"({cfg['flags_source']}), {cfg['responses']} continuations")
@@ -76,3 +83,16 @@ def render_probe(result: ProbeResult, out: Console | None = None) -> None:
                       "accept lengths describe this text, not what the target would generate[/yellow]")
     if result.skipped_prompts:
         out.print(f"[yellow]skipped {result.skipped_prompts} prompt(s) as long as the target's context[/yellow]")
+
+
+def _render_estimate(result: ProbeResult, out: Console) -> None:
+    cfg = result.config
+    by_step = "  ".join("-" if p is None else f"{p:.2f}" for p in result.acceptance_by_step)
+    out.print(f"probe estimate at temperature {cfg['temperature']}: chain of {cfg['steps']} sampled drafts, "
+              f"{cfg['responses']} continuations")
+    for r in result.results:
+        value = "-" if r.expected_accept_length is None else f"{r.expected_accept_length:.3f}"
+        out.print(f"  prompt {r.prompt_index}: expected accept length {value} over {r.continuation_tokens} tokens")
+    out.print(f"expected accept length [bold]{result.mean_accept_length:.3f}[/bold] (estimate: sum min(p, q) along "
+              f"the text); expected acceptance by draft step: {by_step}")
+    out.print(f"vocabulary bound: {result.vocab_bound:.1%} of continuation tokens are in the draft vocabulary")

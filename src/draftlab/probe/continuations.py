@@ -1,4 +1,5 @@
-"""The text the probe walks over: the target's own greedy continuations, or responses given in the data.
+"""The text the probe walks over: the target's own continuations (greedy, or sampled at temperature > 0),
+or responses given in the data.
 
 Greedy continuations are decoded in batches (left-padded, one KV cache) and run past EOS: the
 reference decoder counts a cycle's full accept length even when it commits tokens after an EOS or
@@ -19,17 +20,21 @@ from draftlab.models.target import TargetRunner
 
 
 @torch.no_grad()
-def greedy_continuations(runner: TargetRunner, prompts: list[list[int]], num_tokens: int, *, batch_size: int,
+def target_continuations(runner: TargetRunner, prompts: list[list[int]], num_tokens: int, *, batch_size: int,
+                         temperature: float = 0.0, seed: int | None = None,
                          advance: Callable[[int], None] = lambda n: None) -> list[list[int]]:
-    """``num_tokens`` greedy tokens after each prompt (EOS does not stop them)."""
+    """``num_tokens`` tokens after each prompt, greedy (temperature 0) or sampled; EOS does not stop them."""
+    gen = torch.Generator(device=runner.device)
+    gen.manual_seed(seed) if seed is not None else gen.seed()
     out: list[list[int]] = []
     for start in range(0, len(prompts), batch_size):
-        out += _greedy_batch(runner, prompts[start:start + batch_size], num_tokens)
+        out += _decode_batch(runner, prompts[start:start + batch_size], num_tokens, temperature, gen)
         advance(len(prompts[start:start + batch_size]))
     return out
 
 
-def _greedy_batch(runner: TargetRunner, prompts: list[list[int]], num_tokens: int) -> list[list[int]]:
+def _decode_batch(runner: TargetRunner, prompts: list[list[int]], num_tokens: int, temperature: float,
+                  gen: torch.Generator) -> list[list[int]]:
     device = runner.device
     width = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
@@ -44,7 +49,10 @@ def _greedy_batch(runner: TargetRunner, prompts: list[list[int]], num_tokens: in
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
         logits = runner.model(input_ids=step_ids, attention_mask=mask, position_ids=positions, cache=cache,
                               use_cache=True, logits_to_keep=1).logits[:, -1]
-        step_ids = logits.argmax(-1, keepdim=True)
+        if temperature == 0:
+            step_ids = logits.argmax(-1, keepdim=True)
+        else:
+            step_ids = torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=gen)
         generated.append(step_ids)
         mask = torch.cat([mask, torch.ones_like(step_ids)], dim=1)
     return torch.cat(generated, dim=1).tolist()

@@ -122,3 +122,30 @@ def _reorder(kv: KV, rows: torch.Tensor) -> KV:
         return t.gather(1, index.expand(b, k, t.shape[2], n, t.shape[4])).reshape(b * k, *t.shape[2:])
 
     return one(kv[0]), one(kv[1])
+
+
+@torch.no_grad()
+def teacher_forced_logits(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.Tensor,
+                          steps: int) -> list[torch.Tensor]:
+    """Draft logits of each step of a chain that follows ``tokens`` (EAGLE-3's training-time test).
+
+    Element j-1 is [B, L - 1, draft_vocab]: at row s, the drafter's distribution for the token at
+    s + 1 + j of a cycle rooted at s + 1 whose earlier drafts were the text's own tokens.
+    """
+    b, length = tokens.shape
+    n = length - 1
+    device = drafter.lm_head.weight.device
+    tokens = torch.cat([tokens.to(device), tokens.new_zeros(b, steps).to(device)], dim=1)
+    positions = torch.arange(n, device=device)
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    logits, hidden, past = drafter.forward_masked(tokens[:, 1:length], features[:, :n], positions.expand(b, n),
+                                                  causal[None])
+    out, blocks = [logits], [causal]
+    for step in range(1, steps):
+        blocks.append(torch.eye(n, dtype=torch.bool, device=device))
+        logits, hidden, new = drafter.forward_masked(tokens[:, 1 + step:1 + step + n], hidden,
+                                                     (positions + step).expand(b, n), torch.cat(blocks, dim=1)[None],
+                                                     past)
+        past = [(torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)) for (pk, pv), (k, v) in zip(past, new)]
+        out.append(logits)
+    return out
