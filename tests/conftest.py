@@ -1,4 +1,5 @@
-"""Session fixtures shared across the test suite: tiny target configs and the trained toy pair."""
+"""Shared fixtures: tiny targets built from transformers config classes, drafters of both layouts,
+and the trained toy pair."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from draftlab.toy import ToyPair, cached_toy_pair
-
 sys.path.insert(0, str(Path(__file__).parent))
 
 from builders import TINY_TARGETS, tiny_target_config  # noqa: E402
+
+from draftlab.toy import ToyPair, cached_toy_pair  # noqa: E402
 
 
 @pytest.fixture(scope="session")

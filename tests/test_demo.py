@@ -20,3 +20,7 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert demo.probe.mean_accept_length > 1.5 and demo.probe.target_disagreement == 0.0
     assert demo.drift.accept_length_b < demo.drift.accept_length_a
     assert "next-token agreement" in text and "drafter accept length" in text
+    assert demo.generated.mean_accept_length > 1.2 and "mean accept length" in text
+    assert [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
+    before = folder_hash(demo.drafter)
+    assert folder_hash(demo.drafter) == before  # demo leaves its input as it was

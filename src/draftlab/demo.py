@@ -11,6 +11,7 @@ state, so later capabilities (generate, probe, bench, plan) add a section at the
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from draftlab.checkpoint.configs import TargetConfig
 from draftlab.compat import CheckResult, FixResult, check_pair, fix_pair
 from draftlab.engines import written_aux_ids
 from draftlab.toy import ToyPair
+from draftlab.spec.generate import GenerateResult, generate
 
 ENGINE = "sglang"
 NUM_LAYERS = 8
@@ -65,6 +67,8 @@ class Demo:
     toy: ToyPair | None = None  # the trained toy pair, for the sections that run models
     probe: Any = None  # ProbeResult of the toy drafter on its own target
     drift: Any = None  # DriftResult of a changed target version against the original
+    generated: GenerateResult | None = None
+    generated_alone: GenerateResult | None = None
 
 
 def build(demo: Demo) -> None:
@@ -105,6 +109,31 @@ def fix(demo: Demo) -> None:
     captured = demo.fix.after.aux_layers
     demo.console.print(f"SGLang now captures layers {captured}, the ones the drafter was trained on "
                        f"({'yes' if captured == TRAINED_AUX else 'NO'}); the original folder is unchanged.")
+
+
+DEMO_PROMPTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self."]
+
+
+def speculative_decoding(demo: Demo) -> None:
+    """Real speculative decoding on the trained toy pair: accept lengths, and the same tokens."""
+    from draftlab.report.generate import render_generate
+    from draftlab.toy import cached_toy_pair
+
+    pair = cached_toy_pair()
+    prompts = demo.workdir / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in DEMO_PROMPTS))
+    demo.console.print("The pair above has random weights and would accept nothing. draftlab's toy pair (a "
+                       "byte-level Llama and an EAGLE-3 drafter trained for seconds on Python source, in "
+                       f"{pair.target_dir.parent}) shows real speculative decoding:")
+    demo.console.print("$ draftlab generate --target target --drafter drafter --prompts prompts.jsonl "
+                       "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 48", soft_wrap=True)
+    demo.generated = generate(pair.target_dir, pair.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
+                              max_new_tokens=48, engine=ENGINE)
+    render_generate(demo.generated, demo.console)
+    demo.generated_alone = generate(pair.target_dir, None, prompts, no_draft=True, max_new_tokens=48)
+    same = [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
+    demo.console.print(f"Decoded by the target alone (--no-draft): {'the same' if same else 'DIFFERENT'} tokens, "
+                       f"one per target pass instead of {demo.generated.mean_accept_length:.2f}.")
 
 
 def write_two_datasets(workdir: Path) -> tuple[Path, Path]:
@@ -155,13 +184,7 @@ def vocab(demo: Demo) -> None:
         "whatever it learned.")
 
 
-DEMO_PROMPTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len(",
-                "class Config(object):\n    "]
-
-
 def _prompts_file(workdir: Path) -> Path:
-    import json
-
     path = workdir / "probe-prompts.jsonl"
     path.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in DEMO_PROMPTS))
     return path
@@ -225,6 +248,7 @@ SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
     ("Check the pair for SGLang", check),
     ("Fix, and check again", fix),
     ("Draft vocabularies on two data distributions", vocab),
+    ("Speculative decoding with accept lengths", speculative_decoding),
     ("Probe the toy drafter: exact accept lengths, offline", probe_section),
     ("A new target version: drift and its cost", drift_section),
 ]

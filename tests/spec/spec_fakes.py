@@ -92,6 +92,7 @@ class FakeDrafter(_Cached):
         self.vocab = table.shape[-1]
         self.draft_ids = torch.tensor(draft_ids)
         self.d2t = self.draft_ids - torch.arange(len(draft_ids))
+        self.config = SimpleNamespace(draft_vocab_size=len(draft_ids))
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]

@@ -107,6 +107,8 @@ def test_bad_arguments_raise_one_line_errors():
         list(dec.stream([1], max_new_tokens=0))
     with pytest.raises(DraftlabError, match="needs flags"):
         SpeculativeDecoder(target, drafter, None)
+    with pytest.raises(DraftlabError, match="larger than the drafter's vocabulary"):
+        SpeculativeDecoder(target, drafter, resolve_spec_flags(2, 9, 4))
 
 
 # -- sampling preserves the target's distribution ---------------------------------------------
@@ -144,7 +146,7 @@ def test_sampling_preserves_the_target_distribution(cfg):
 def test_the_sampling_test_detects_a_biased_rule(monkeypatch):
     """A walk that accepts the first child outright (ignoring p) must fail the same test."""
     def biased(tree, probs, gen):
-        children = tree.children(0)
+        children = tree.children()[0]
         if not children:
             return Walk([0], [int(torch.multinomial(probs[0], 1, generator=gen))])
         return Walk([0, children[0]], [int(tree.tokens[children[0]]), int(torch.multinomial(probs[children[0]], 1, generator=gen))])

@@ -52,7 +52,7 @@ def test_hand_made_tree_pool_order_and_selection():
         [1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]], dtype=torch.bool)
     assert torch.equal(tree.mask, expected_mask)
     assert tree.paths() == [[0, 1, 3], [0, 2, 4]]
-    assert tree.children(0) == [1, 2]
+    assert tree.children() == [[1, 2], [3], [4], [], []]
 
 
 def test_hand_made_tree_smaller_budget_keeps_top_three():

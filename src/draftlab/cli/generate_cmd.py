@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
-
 from draftlab.cli.app import app
 from draftlab.cli.common import console, emit_json
-from draftlab.spec.generate import GenerateResult, generate
+from draftlab.report.generate import render_generate
+from draftlab.spec.generate import generate
 
 
 @app.command("generate")
@@ -41,20 +40,4 @@ def generate_command(
     if json_out:
         emit_json(result)
     else:
-        _render(result)
-
-
-def _render(result: GenerateResult) -> None:
-    cfg = result.config
-    shape = "baseline (no drafter)" if cfg["no_draft"] else (
-        f"steps {cfg['steps']}, topk {cfg['topk']}, draft tokens {cfg['num_draft_tokens']} ({cfg['flags_source']})")
-    table = Table(title=f"generate: {shape}, temperature {cfg['temperature']}")
-    for column in ("prompt", "tokens", "cycles", "mean accept", "accept lengths"):
-        table.add_column(column, justify="right" if column != "accept lengths" else "left")
-    for r in result.results:
-        mean = sum(r.accept_lengths) / r.num_cycles if r.num_cycles else 0.0
-        lengths = " ".join(map(str, r.accept_lengths[:24])) + (" ..." if r.num_cycles > 24 else "")
-        table.add_row(str(r.prompt_index), str(len(r.output_ids)), str(r.num_cycles), f"{mean:.2f}", lengths)
-    console.print(table)
-    console.print(f"mean accept length [bold]{result.mean_accept_length:.3f}[/bold], "
-                  f"{result.tokens_per_second:.1f} tokens/s")
+        render_generate(result, console)

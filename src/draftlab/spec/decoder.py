@@ -26,11 +26,11 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
-from draftlab.spec.tree import DraftTree, Frontier, build_tree, chain_tree, organize_draft_results, select_top_k
+from draftlab.spec.tree import DraftTree, build_tree, chain_tree, organize_draft_results, select_top_k
 from draftlab.spec.verify import Walk, chain_sampling_walk, greedy_walk, tree_sampling_walk
 
 if TYPE_CHECKING:
-    from draftlab.models.drafter import Eagle3Drafter
+    from draftlab.models.drafter import DraftStep, Eagle3Drafter
     from draftlab.models.target import TargetRunner
 
 
@@ -56,6 +56,9 @@ class SpeculativeDecoder:
     def __init__(self, target: TargetRunner, drafter: Eagle3Drafter | None, flags: SpecFlags | None) -> None:
         if drafter is not None and flags is None:
             raise DraftlabError("speculative decoding needs flags (steps, topk, num_draft_tokens)")
+        if drafter is not None and flags.topk > drafter.config.draft_vocab_size:
+            raise DraftlabError(f"--topk {flags.topk} is larger than the drafter's vocabulary "
+                                f"({drafter.config.draft_vocab_size} tokens); use a smaller --topk")
         self.target = target
         self.drafter = drafter
         self.flags = flags
@@ -79,7 +82,10 @@ class SpeculativeDecoder:
             )
         device = self.target.device
         gen = torch.Generator(device=device)
-        gen.manual_seed(seed) if seed is not None else gen.seed()
+        if seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(seed)
         eos = set() if ignore_eos else set(self.target.eos_token_ids)
         depth = self.flags.steps if self.drafter is not None else 0
 
@@ -207,7 +213,7 @@ class _DraftNodes:
         self.depth.append(1 if parent < 0 else self.depth[parent] + 1)
         return len(self.tokens) - 1
 
-    def run(self, drafter: Eagle3Drafter):
+    def run(self, drafter: Eagle3Drafter) -> DraftStep:
         """One drafter pass over every node (each sees its ancestors), then drop its cache entries."""
         n = len(self.tokens)
         device = self.root_hidden.device

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+from draftlab.compat import check_pair
 from draftlab.engines import ENGINES, aux_layers
 from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
 from draftlab.errors import DraftlabError
@@ -31,7 +32,7 @@ class PromptResult:
 class GenerateResult:
     config: dict[str, Any]
     mean_accept_length: float  # over all cycles of all prompts; 0.0 with no cycle
-    tokens_per_second: float  # generated tokens over decoding wall time (loading excluded)
+    tokens_per_second: float  # generated tokens over decoding wall time (prefill included, loading excluded)
     results: list[PromptResult]
 
 
@@ -118,10 +119,6 @@ def _flags(steps: int | None, topk: int | None, num_draft_tokens: int | None, ar
 
 def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:
     """Refuse a drafter with error findings from ``draftlab check`` for this target and engine."""
-    try:
-        from draftlab.compat import check_pair
-    except ImportError:  # the compat checks are not on this branch yet
-        return
     errors = [f for f in check_pair(drafter, target, engine=engine).findings if f.severity == "error"]
     if errors:
         listed = "; ".join(f"{f.code}: {f.message}" for f in errors)

@@ -76,9 +76,13 @@ class DraftTree:
     def size(self) -> int:
         return int(self.tokens.numel())
 
-    def children(self, node: int) -> list[int]:
-        """Children of ``node`` in pool order (the order SGLang's retrieve lists visit siblings)."""
-        return [int(i) for i in torch.nonzero(self.parents == node).flatten()]
+    def children(self) -> list[list[int]]:
+        """Each node's children in pool order (the order SGLang's retrieve lists visit siblings)."""
+        kids: list[list[int]] = [[] for _ in range(self.size)]
+        for node, parent in enumerate(self.parents.tolist()):
+            if parent >= 0:
+                kids[parent].append(node)
+        return kids
 
     def paths(self) -> list[list[int]]:
         """Every root-to-leaf path as node indices (SGLang's retrieve paths), leaves in index order."""

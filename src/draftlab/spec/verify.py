@@ -30,12 +30,12 @@ def greedy_walk(tree: DraftTree, target_logits: torch.Tensor) -> Walk:
     what plain greedy decoding would produce.
     """
     argmax = target_logits.argmax(dim=-1).tolist()
-    tokens = tree.tokens.tolist()
+    tokens, children = tree.tokens.tolist(), tree.children()
     node, nodes, out = 0, [0], []
     while True:
         want = argmax[node]
         out.append(want)
-        nxt = next((c for c in tree.children(node) if tokens[c] == want), None)
+        nxt = next((c for c in children[node] if tokens[c] == want), None)
         if nxt is None:
             return Walk(nodes, out)
         node = nxt
@@ -62,12 +62,12 @@ def tree_sampling_walk(tree: DraftTree, target_probs: torch.Tensor, generator: t
     one coin per depth and accepts the first sibling whose cumulative p exceeds it, which gives the
     same distribution. At a fully accepted leaf the bonus is sampled from p.
     """
-    tokens = tree.tokens.tolist()
+    tokens, children = tree.tokens.tolist(), tree.children()
     node, nodes, out = 0, [0], []
     while True:
         p = target_probs[node].clone()
         accepted = None
-        for child in tree.children(node):
+        for child in children[node]:
             x = tokens[child]
             if _uniform(generator, p.device) < float(p[x]):
                 accepted = child

@@ -1,0 +1,150 @@
+"""Speculative cycle cost of draftlab's reference decoder: draft, verify and draft-extend timed
+separately, against plain decoding with the same code.
+
+Target: a Llama-3.1-8B-shaped model with random weights built from its config on the device (no
+download); drafter: a matching EAGLE-3 drafter (hidden 4096, 32k draft vocabulary), random too.
+Random weights accept almost nothing, so the tokens/s measured here are at accept length ~1; the
+script also prints the break-even accept length (cycle time / plain decode step time): a trained
+drafter pays off when its mean accept length is above it.
+
+    python benchmarks/spec_cycle.py --device cuda --dtype bfloat16
+    python benchmarks/spec_cycle.py --device cpu --tiny          # a few seconds, checks the script
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from draftlab.checkpoint import DrafterConfig  # noqa: E402
+from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
+from draftlab.models.devices import parse_device, parse_dtype  # noqa: E402
+from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
+from draftlab.models.target import TargetRunner  # noqa: E402
+from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
+
+LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+                rope_theta=500000.0, rms_norm_eps=1e-5,
+                rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5)
+
+
+def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.device):
+    config = LlamaConfig(**shape, tie_word_embeddings=False)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    layers = shape["num_hidden_layers"]
+    target = TargetRunner(model, aux_layers=[1, layers // 2 - 1, layers - 4])
+    drafter_cfg = DrafterConfig.from_dict({
+        "architectures": ["LlamaForCausalLMEagle3"], **{k: v for k, v in shape.items() if k != "num_hidden_layers"},
+        "num_hidden_layers": 1, "draft_vocab_size": draft_vocab, "target_hidden_size": shape["hidden_size"],
+    })
+    drafter = Eagle3Drafter(drafter_cfg, embed_tokens=target.embed_tokens)
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            if not name.startswith("embed_tokens") and p.dim() == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+    drafter = drafter.place(dtype, device, keep_embedding=True).eval()
+    return target, drafter
+
+
+class PhaseTimer:
+    """Wraps the decoder's phase methods; synchronises the device around each call."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.totals, self.counts = device, defaultdict(float), defaultdict(int)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def wrap(self, fn, name: str):
+        def timed(*args, **kwargs):
+            self._sync()
+            start = time.perf_counter()
+            out = fn(*args, **kwargs)
+            self._sync()
+            self.totals[name] += time.perf_counter() - start
+            self.counts[name] += 1
+            return out
+        return timed
+
+    def ms(self, name: str) -> float:
+        return 1000 * self.totals[name] / max(self.counts[name], 1)
+
+
+def run(decoder: SpeculativeDecoder, prompt: list[int], new_tokens: int, device: torch.device) -> dict:
+    """Time one generation; per-phase means over verify cycles (the prefill is excluded)."""
+    timer = PhaseTimer(device)
+    decoder._draft = timer.wrap(decoder._draft, "draft")
+    decoder._extend = timer.wrap(decoder._extend, "draft_extend")
+    target_forward = decoder.target.forward
+    decoder.target.forward = lambda *a, **k: (timer.wrap(target_forward, "verify") if k.get("tree_mask") is not None
+                                              else timer.wrap(target_forward, "prefill"))(*a, **k)
+    cycles, tokens, start = 0, 0, None
+    for commit in decoder.stream(prompt, max_new_tokens=new_tokens, ignore_eos=True):
+        if commit.accept_length is None:
+            timer._sync()
+            start = time.perf_counter()  # decoding starts after the prefill's token
+        else:
+            cycles += 1
+            tokens += len(commit.tokens)
+    timer._sync()
+    elapsed = time.perf_counter() - start
+    del decoder.target.forward, decoder._draft, decoder._extend
+    return {"cycles": cycles, "tokens": tokens, "cycle_ms": 1000 * elapsed / cycles,
+            "tokens_per_second": tokens / elapsed, "mean_accept_length": tokens / cycles,
+            "draft_ms": timer.ms("draft"), "verify_ms": timer.ms("verify"),
+            "draft_extend_ms": timer.ms("draft_extend")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--tiny", action="store_true", help="a tiny model (CPU check of the script)")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--configs", default="3/1/4,5/1/6,5/4/8", help="steps/topk/num_draft_tokens, comma separated")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    device, dtype = parse_device(args.device), parse_dtype(args.dtype)
+    shape = TINY if args.tiny else LLAMA_8B
+    target, drafter = build_pair(shape, 64 if args.tiny else 32000, dtype, device)
+    prompt = torch.randint(0, shape["vocab_size"], (args.prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
+
+    decoders = {"baseline": SpeculativeDecoder(target, None, None)}
+    for spec in args.configs.split(","):
+        steps, topk, n = (int(v) for v in spec.split("/"))
+        decoders[spec] = SpeculativeDecoder(target, drafter, resolve_spec_flags(steps, topk, n))
+    for decoder in decoders.values():  # warm every path up before measuring any
+        run(decoder, prompt, args.new_tokens, device)
+    rows = {name: run(decoder, prompt, args.new_tokens, device) for name, decoder in decoders.items()}
+    for name, row in rows.items():
+        row["break_even_accept_length"] = row["cycle_ms"] / rows["baseline"]["cycle_ms"]
+    if args.json:
+        print(json.dumps({"device": str(device), "dtype": args.dtype, "tiny": args.tiny, "rows": rows}, indent=2))
+        return
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"{'Llama-3.1-8B shape' if not args.tiny else 'tiny'} {args.dtype} on {name}, "
+          f"prompt {args.prompt_len}, {args.new_tokens} new tokens")
+    print(f"{'config':>10} {'cycle ms':>9} {'draft':>8} {'verify':>8} {'extend':>8} {'tok/s':>8} {'AL':>5} {'break-even AL':>14}")
+    for spec, r in rows.items():
+        print(f"{spec:>10} {r['cycle_ms']:9.2f} {r['draft_ms']:8.2f} {r['verify_ms']:8.2f} {r['draft_extend_ms']:8.2f} "
+              f"{r['tokens_per_second']:8.1f} {r['mean_accept_length']:5.2f} {r['break_even_accept_length']:14.2f}")
+
+
+if __name__ == "__main__":
+    main()

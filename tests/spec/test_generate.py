@@ -1,0 +1,110 @@
+"""``generate`` and ``draftlab generate`` on the trained toy pair (fp32, cpu)."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from draftlab.cli import main
+from draftlab.spec.generate import generate
+
+PROMPTS = [b"def __init__(self", b"import os\nimport sys\n", b"    return self._", b"for i in range(len("]
+CONFIGS = [(3, 1, 4), (2, 2, 4), (4, 4, 8), (5, 4, 8)]
+NEW = 32
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"input_ids": list(p)}) + "\n" for p in PROMPTS))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(toy_pair):
+    """The target's own greedy continuation: full forward each step, no cache, stop after EOS."""
+    model = AutoModelForCausalLM.from_pretrained(toy_pair.target_dir, dtype=torch.float32).eval()
+    eos = model.generation_config.eos_token_id
+    out = []
+    with torch.inference_mode():
+        for prompt in PROMPTS:
+            seq = list(prompt)
+            for _ in range(NEW):
+                seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+                if seq[-1] == eos:
+                    break
+            out.append(seq[len(prompt):])
+    return out
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
+def test_greedy_speculative_equals_target_greedy_with_nontrivial_acceptance(toy_pair, prompts_file, hf_greedy, cfg):
+    steps, topk, n = cfg
+    result = generate(toy_pair.target_dir, toy_pair.drafter_dir, prompts_file, steps=steps, topk=topk,
+                      num_draft_tokens=n, max_new_tokens=NEW)
+    assert [r.output_ids for r in result.results] == hf_greedy
+    lengths = [a for r in result.results for a in r.accept_lengths]
+    assert all(1 <= a <= steps + 1 for a in lengths)
+    assert result.mean_accept_length == pytest.approx(sum(lengths) / len(lengths))
+    assert result.mean_accept_length > 1.2
+
+
+def test_no_draft_equals_target_greedy(toy_pair, prompts_file, hf_greedy):
+    result = generate(toy_pair.target_dir, None, prompts_file, no_draft=True, max_new_tokens=NEW)
+    assert [r.output_ids for r in result.results] == hf_greedy
+    assert all(set(r.accept_lengths) <= {1} for r in result.results)
+
+
+def test_json_contract(toy_pair, prompts_file, capsys):
+    code = main(["generate", "--target", str(toy_pair.target_dir), "--drafter", str(toy_pair.drafter_dir),
+                 "--prompts", str(prompts_file), "--steps", "3", "--topk", "1", "--num-draft-tokens", "4",
+                 "--max-new-tokens", "9", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"config", "mean_accept_length", "tokens_per_second", "results"}
+    assert doc["config"]["steps"] == 3 and doc["config"]["num_draft_tokens"] == 4
+    assert isinstance(doc["mean_accept_length"], float) and doc["tokens_per_second"] > 0
+    assert [r["prompt_index"] for r in doc["results"]] == list(range(len(PROMPTS)))
+    for r in doc["results"]:
+        assert set(r) == {"prompt_index", "output_ids", "accept_lengths", "num_cycles"}
+        assert r["num_cycles"] == len(r["accept_lengths"])
+        assert len(r["output_ids"]) <= 9
+        # the cycles committed at least what is out beyond the prefill token (more if trimmed)
+        assert sum(r["accept_lengths"]) >= len(r["output_ids"]) - 1
+    total = sum(sum(r["accept_lengths"]) for r in doc["results"])
+    cycles = sum(r["num_cycles"] for r in doc["results"])
+    assert doc["mean_accept_length"] == pytest.approx(total / cycles)
+
+
+def test_text_and_chat_rows_use_the_target_tokenizer(toy_pair, tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "def f(x):"}) + "\n"
+                    + json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    result = generate(toy_pair.target_dir, toy_pair.drafter_dir, path, steps=2, topk=1, num_draft_tokens=3,
+                      max_new_tokens=4)
+    assert [len(r.output_ids) for r in result.results] == [4, 4]
+
+
+def test_vllm_convention_reads_the_same_layers_on_the_toy_drafter(toy_pair, prompts_file):
+    """The toy drafter names the same layers in both engines' fields, so both runs must agree."""
+    runs = [generate(toy_pair.target_dir, toy_pair.drafter_dir, prompts_file, steps=2, topk=2, num_draft_tokens=4,
+                     max_new_tokens=8, engine=engine) for engine in ("sglang", "vllm")]
+    assert runs[0].config["aux_layers"] == runs[1].config["aux_layers"] == [0, 1, 2]
+    assert [r.output_ids for r in runs[0].results] == [r.output_ids for r in runs[1].results]
+
+
+@pytest.mark.parametrize("cfg", [(3, 1, 4), (2, 2, 4)], ids=["chain", "tree"])
+def test_sampling_is_reproducible_by_seed(toy_pair, prompts_file, cfg):
+    steps, topk, n = cfg
+
+    def run(seed):
+        result = generate(toy_pair.target_dir, toy_pair.drafter_dir, prompts_file, steps=steps, topk=topk,
+                          num_draft_tokens=n, max_new_tokens=16, temperature=1.0, seed=seed)
+        assert all(1 <= a <= steps + 1 for r in result.results for a in r.accept_lengths)
+        return [r.output_ids for r in result.results]
+
+    first = run(1)
+    assert run(1) == first
+    assert run(2) != first
