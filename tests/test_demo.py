@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 
+from builders import folder_hash
 from rich.console import Console
 
 from draftlab.demo import TRAINED_AUX, run_demo

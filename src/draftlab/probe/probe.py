@@ -140,10 +140,17 @@ def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[
                     config={"responses": "given"}, bar=bar)
 
 
+def _check_topk(drafter: Eagle3Drafter, flags: SpecFlags) -> None:
+    if flags.topk > drafter.config.draft_vocab_size:
+        raise DraftlabError(f"--topk {flags.topk} is larger than the drafter's vocabulary "
+                            f"({drafter.config.draft_vocab_size} tokens); use a smaller --topk")
+
+
 def _run(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], drafter: Eagle3Drafter,
          samples: list[_Sample], flags: SpecFlags, *, batch_size: int, context: int | None, max_new_tokens: int,
          num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float = 0.0) -> ProbeResult:
     """Probe every sample, walk each continuation, and gather the figures."""
+    _check_topk(drafter, flags)
     if temperature > 0:
         return _run_sampled(runner, lm_head, drafter, samples, flags, batch_size=batch_size,
                             max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
