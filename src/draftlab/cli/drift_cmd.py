@@ -19,7 +19,8 @@ from draftlab.probe.drift import DriftResult, drift
 def drift_command(
     target_a: Annotated[Path, typer.Option("--target-a", help="The reference target (the drafter's training target).")],
     target_b: Annotated[Path, typer.Option("--target-b", help="The new target version.")],
-    prompts: Annotated[Path, typer.Option("--prompts", help="JSONL prompts (response_ids, when present, are appended).")],
+    prompts: Annotated[Path, typer.Option(
+        "--prompts", help="JSONL prompts (response_ids, when present, are appended).")],
     layers: Annotated[Optional[str], typer.Option(
         "--layers", help="Comma-separated canonical layer ids (output of layer k). Default: the drafter's aux "
                          "layers with --drafter, else every layer.")] = None,

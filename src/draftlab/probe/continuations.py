@@ -72,7 +72,8 @@ def read_responses(path: str | Path, count: int, vocab_size: int) -> list[list[i
                                 "(the target's own output) on every row")
         bad = next((i for i in ids if not 0 <= i < vocab_size), None)
         if bad is not None:
-            raise DraftlabError(f"{where}: response token {bad} is outside the target's vocabulary (0..{vocab_size - 1})")
+            raise DraftlabError(f"{where}: response token {bad} is outside the target's vocabulary "
+                                f"(0..{vocab_size - 1})")
         out.append(ids)
     if len(out) != count:
         raise DraftlabError(f"{path}: found {len(out)} responses for {count} prompts")

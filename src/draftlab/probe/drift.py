@@ -52,7 +52,8 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
                   if drafter is not None else list(range(cfg_a.num_layers)))
     bad = [k for k in layers if not 0 <= k < cfg_a.num_layers]
     if bad:
-        raise DraftlabError(f"--layers: layer {bad[0]} does not exist; the targets have layers 0..{cfg_a.num_layers - 1}")
+        raise DraftlabError(f"--layers: layer {bad[0]} does not exist; the targets have layers "
+                            f"0..{cfg_a.num_layers - 1}")
     layers = sorted(set(layers))
     sequences = _sequences(prompts, target_a, cfg_a)
 
@@ -77,14 +78,15 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
                 measure.update(out_a.aux[..., part][real].float(), out_b.aux[..., part][real].float())
             ha, hb = out_a.hidden[real], out_b.hidden[real]
             for i in range(0, ha.shape[0], 512):
-                tokens.update(runner_a.lm_head(ha[i:i + 512]).float(), runner_b.lm_head(hb[i:i + 512].to(ha.device)).float())
+                logits_b = runner_b.lm_head(hb[i:i + 512]).float().to(ha.device)
+                tokens.update(runner_a.lm_head(ha[i:i + 512]).float(), logits_b)
             bar.advance(task, len(batch))
     del runner_a, runner_b
 
     result = DriftResult(
-        config={"target_a": str(target_a), "target_b": str(target_b), "drafter": None if drafter is None else str(drafter),
-                "engine": engine, "layers": layers, "dtype": dtype, "device": device,
-                "num_sequences": len(sequences)},
+        config={"target_a": str(target_a), "target_b": str(target_b),
+                "drafter": None if drafter is None else str(drafter), "engine": engine, "layers": layers,
+                "dtype": dtype, "device": device, "num_sequences": len(sequences)},
         layers=[m.result() for m in hidden], next_token_agreement=tokens.agreement, kl=tokens.kl,
         num_positions=tokens.n,
     )

@@ -124,7 +124,8 @@ def _squeeze(t: torch.Tensor, path: Path) -> torch.Tensor:
     if t.dim() == 3 and t.shape[0] == 1:
         return t[0]
     if t.dim() != 2:
-        raise DraftlabError(f"feature tensor has shape {list(t.shape)}; expected [1, n, width] or [n, width]", path=path)
+        raise DraftlabError(f"feature tensor has shape {list(t.shape)}; expected [1, n, width] or [n, width]",
+                            path=path)
     return t
 
 

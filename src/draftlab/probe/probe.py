@@ -88,7 +88,8 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     if responses not in RESPONSES:
         raise DraftlabError(f"--responses must be one of {', '.join(RESPONSES)}, got {responses!r}")
     if max_new_tokens < 2:
-        raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), got {max_new_tokens}")
+        raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), "
+                            f"got {max_new_tokens}")
     if batch_size < 1:
         raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
     if (prompts is None) == (features is None):
@@ -228,7 +229,8 @@ def _feature_samples(folder: str | Path, target_cfg: TargetConfig, drafter: Eagl
     return samples, len(files)
 
 
-def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int], tokens: int, off: int | None) -> None:
+def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int], tokens: int,
+         off: int | None) -> None:
     """Merge one walk into its prompt's result (a captured file may hold several responses)."""
     if index not in per_prompt:
         per_prompt[index] = ProbePromptResult(index, [], 0, 0, None if off is None else 0.0)
