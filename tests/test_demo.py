@@ -17,5 +17,8 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     text = out.getvalue()
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in text and "renamed layers.0." in text
     assert "the code-built vocabulary can propose only" in text
+    assert demo.probe.mean_accept_length > 1.5 and demo.probe.target_disagreement == 0.0
+    assert demo.drift.accept_length_b < demo.drift.accept_length_a
+    assert "next-token agreement" in text and "drafter accept length" in text
     assert demo.generated.mean_accept_length > 1.2 and "mean accept length" in text
     assert [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]

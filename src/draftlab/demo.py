@@ -27,7 +27,6 @@ from draftlab.checkpoint.configs import TargetConfig
 from draftlab.compat import CheckResult, FixResult, check_pair, fix_pair
 from draftlab.engines import written_aux_ids
 from draftlab.toy import ToyPair
-
 from draftlab.spec.generate import GenerateResult, generate
 
 ENGINE = "sglang"
@@ -66,7 +65,8 @@ class Demo:
     check: CheckResult | None = None
     fix: FixResult | None = None
     toy: ToyPair | None = None  # the trained toy pair, for the sections that run models
-
+    probe: Any = None  # ProbeResult of the toy drafter on its own target
+    drift: Any = None  # DriftResult of a changed target version against the original
     generated: GenerateResult | None = None
     generated_alone: GenerateResult | None = None
 
@@ -109,6 +109,31 @@ def fix(demo: Demo) -> None:
     captured = demo.fix.after.aux_layers
     demo.console.print(f"SGLang now captures layers {captured}, the ones the drafter was trained on "
                        f"({'yes' if captured == TRAINED_AUX else 'NO'}); the original folder is unchanged.")
+
+
+DEMO_PROMPTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self."]
+
+
+def speculative_decoding(demo: Demo) -> None:
+    """Real speculative decoding on the trained toy pair: accept lengths, and the same tokens."""
+    from draftlab.report.generate import render_generate
+    from draftlab.toy import cached_toy_pair
+
+    pair = cached_toy_pair()
+    prompts = demo.workdir / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in DEMO_PROMPTS))
+    demo.console.print("The pair above has random weights and would accept nothing. draftlab's toy pair (a "
+                       "byte-level Llama and an EAGLE-3 drafter trained for seconds on Python source, in "
+                       f"{pair.target_dir.parent}) shows real speculative decoding:")
+    demo.console.print("$ draftlab generate --target target --drafter drafter --prompts prompts.jsonl "
+                       "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 48", soft_wrap=True)
+    demo.generated = generate(pair.target_dir, pair.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
+                              max_new_tokens=48, engine=ENGINE)
+    render_generate(demo.generated, demo.console)
+    demo.generated_alone = generate(pair.target_dir, None, prompts, no_draft=True, max_new_tokens=48)
+    same = [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
+    demo.console.print(f"Decoded by the target alone (--no-draft): {'the same' if same else 'DIFFERENT'} tokens, "
+                       f"one per target pass instead of {demo.generated.mean_accept_length:.2f}.")
 
 
 def write_two_datasets(workdir: Path) -> tuple[Path, Path]:
@@ -158,29 +183,63 @@ def vocab(demo: Demo) -> None:
         f"(the prose-built one {result.coverage_b:.1%}): a drafter can never draft the rest, "
         "whatever it learned.")
 
-DEMO_PROMPTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self."]
+
+def _prompts_file(workdir: Path) -> Path:
+    path = workdir / "probe-prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in DEMO_PROMPTS))
+    return path
 
 
-def speculative_decoding(demo: Demo) -> None:
-    """Real speculative decoding on the trained toy pair: accept lengths, and the same tokens."""
-    from draftlab.report.generate import render_generate
+def probe_section(demo: Demo) -> None:
+    """The exact greedy accept length from one target pass, chain and tree."""
+    from draftlab.cli.probe_cmd import render_probe
+    from draftlab.probe.probe import probe
     from draftlab.toy import cached_toy_pair
 
-    pair = cached_toy_pair()
-    prompts = demo.workdir / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in DEMO_PROMPTS))
-    demo.console.print("The pair above has random weights and would accept nothing. draftlab's toy pair (a "
-                       "byte-level Llama and an EAGLE-3 drafter trained for seconds on Python source, in "
-                       f"{pair.target_dir.parent}) shows real speculative decoding:")
-    demo.console.print("$ draftlab generate --target target --drafter drafter --prompts prompts.jsonl "
-                       "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 48", soft_wrap=True)
-    demo.generated = generate(pair.target_dir, pair.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
-                              max_new_tokens=48, engine=ENGINE)
-    render_generate(demo.generated, demo.console)
-    demo.generated_alone = generate(pair.target_dir, None, prompts, no_draft=True, max_new_tokens=48)
-    same = [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
-    demo.console.print(f"Decoded by the target alone (--no-draft): {'the same' if same else 'DIFFERENT'} tokens, "
-                       f"one per target pass instead of {demo.generated.mean_accept_length:.2f}.")
+    demo.toy = demo.toy or cached_toy_pair()
+    prompts = _prompts_file(demo.workdir)
+    demo.console.print(f"$ draftlab probe --target toy-target --drafter toy-drafter --prompts {prompts.name} "
+                       "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
+    demo.probe = probe(demo.toy.target_dir, demo.toy.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
+                       max_new_tokens=64)
+    render_probe(demo.probe, demo.console)
+    demo.console.print("These are the accept lengths greedy speculative decoding (draftlab generate, SGLang) "
+                       "would report on these prompts, from one target pass instead of a decode loop.")
+
+
+def perturbed_copy(target_dir: Path, dest: Path, scale: float, seed: int = 0) -> Path:
+    """A "new version" of a target: its layer-1+ matrices with relative Gaussian noise of size ``scale``."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(target_dir, dest)
+    weights = load_file(str(dest / "model.safetensors"))
+    gen = torch.Generator().manual_seed(seed)
+    for name, w in weights.items():
+        if w.dim() == 2 and ".layers." in name and ".layers.0." not in name:
+            weights[name] = w + scale * w.std() * torch.randn(w.shape, generator=gen)
+    save_file(weights, str(dest / "model.safetensors"))
+    return dest
+
+
+def drift_section(demo: Demo) -> None:
+    """A changed target version: how far it moved, and what that costs the drafter."""
+    from draftlab.cli.drift_cmd import render_drift
+    from draftlab.probe.drift import drift
+    from draftlab.toy import cached_toy_pair
+
+    demo.toy = demo.toy or cached_toy_pair()
+    v2 = perturbed_copy(demo.toy.target_dir, demo.workdir / "toy-target-v2", scale=0.5)
+    prompts = _prompts_file(demo.workdir)
+    demo.console.print(f"$ draftlab drift --target-a toy-target --target-b {v2.name} --prompts {prompts.name} "
+                       "--drafter toy-drafter --steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
+    demo.drift = drift(demo.toy.target_dir, v2, prompts, drafter=demo.toy.drafter_dir, steps=3, topk=1,
+                       num_draft_tokens=4, max_new_tokens=64)
+    render_drift(demo.drift, demo.console)
+    demo.console.print("The drafter was trained on version 1's hidden states; version 2's have moved, and the "
+                       "accept length falls with them: retrain (or fine-tune) the drafter on version 2.")
 
 
 SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
@@ -190,6 +249,8 @@ SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
     ("Fix, and check again", fix),
     ("Draft vocabularies on two data distributions", vocab),
     ("Speculative decoding with accept lengths", speculative_decoding),
+    ("Probe the toy drafter: exact accept lengths, offline", probe_section),
+    ("A new target version: drift and its cost", drift_section),
 ]
 
 

@@ -24,12 +24,9 @@ from draftlab.cli import compat_cmds  # noqa: E402,F401
 from draftlab.cli import plan_cmd  # noqa: E402,F401
 from draftlab.cli import profile_cmd  # noqa: E402,F401
 from draftlab.cli import vocab_cmd  # noqa: E402,F401
-
 from draftlab.cli import generate_cmd  # noqa: E402,F401
-
 from draftlab.cli import bench_cmd  # noqa: E402,F401
 from draftlab.cli import launch_cmd  # noqa: E402,F401
-from draftlab.cli import generate_cmd  # noqa: E402,F401
 from draftlab.cli import serve_cmd  # noqa: E402,F401
-from draftlab.cli import plan_cmd  # noqa: E402,F401
-from draftlab.cli import profile_cmd  # noqa: E402,F401
+from draftlab.cli import probe_cmd  # noqa: E402,F401
+from draftlab.cli import drift_cmd  # noqa: E402,F401

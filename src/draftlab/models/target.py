@@ -32,6 +32,12 @@ class TargetStep:
     aux: torch.Tensor  # [n, len(aux_layers) * hidden], model dtype, concatenated low to high
 
 
+@dataclass
+class BatchStep:
+    hidden: torch.Tensor  # [B, L, hidden] the final (post-norm) hidden state, the lm_head's input
+    aux: torch.Tensor  # [B, L, len(aux_layers) * hidden], model dtype, concatenated low to high
+
+
 class TargetRunner:
     """Runs one sequence (batch size 1) of a target model over its own KV cache."""
 
@@ -123,6 +129,23 @@ class TargetRunner:
         return TargetStep(logits=out.logits[0].float().to(self.device), aux=aux)
 
     __call__ = forward
+
+    @torch.no_grad()
+    def forward_batch(self, input_ids: torch.Tensor) -> BatchStep:
+        """One cache-free causal pass over ``input_ids`` [B, L], leaving the KV cache alone.
+
+        Rows may be right-padded: a pad after a row's real tokens is never attended by them. Logits
+        are left to the caller (``lm_head`` over the hidden states, in chunks: [B, L, V] is large).
+        """
+        input_ids = input_ids.to(self.device)
+        limit = self.config.max_position_embeddings
+        if limit is not None and input_ids.shape[1] > limit:
+            raise DraftlabError(f"{input_ids.shape[1]} tokens are past the target's context of {limit} tokens")
+        self._captured.clear()
+        out = self.model.get_decoder()(input_ids=input_ids, use_cache=False)
+        aux = torch.cat([self._captured[k].to(self.device) for k in self.aux_layers], dim=-1)
+        self._captured.clear()
+        return BatchStep(hidden=out.last_hidden_state, aux=aux)
 
     def keep(self, indices: torch.Tensor) -> None:
         """Of the entries the last forward appended, keep ``indices`` (in that order) right after the prefix."""

@@ -46,20 +46,21 @@ def select_top_k(
 ) -> tuple[Frontier, PoolChunk]:
     """One drafting step: pool entries and the next frontier.
 
-    ``top_p``/``top_ids``: at step 0 the root's top-k probabilities and target ids ``[k]``; later
-    ``[k, k]``, row r holding the top-k children of ``frontier`` node r.
+    ``top_p``/``top_ids``: at step 0 the root's top-k probabilities and target ids ``[..., k]``; later
+    ``[..., k, k]``, row r holding the top-k children of ``frontier`` node r. Leading dimensions are
+    independent cycles (the offline probe drafts every position at once).
     """
     if step == 0:
-        index = torch.arange(topk, device=top_p.device)
+        index = torch.arange(topk, device=top_p.device).expand_as(top_p)
         chunk = PoolChunk(top_p, top_ids, torch.full_like(index, -1))
         return Frontier(top_ids, top_p, torch.zeros_like(index), index), chunk
     assert frontier is not None
-    expand = (frontier.scores[:, None] * top_p).flatten()  # [k*k], row-major
-    ids = top_ids.flatten()
-    chunk = PoolChunk(expand, ids, frontier.pool_index.repeat_interleave(topk))
-    best_scores, best = torch.topk(expand, topk)
+    expand = (frontier.scores[..., :, None] * top_p).flatten(-2)  # [..., k*k], row-major
+    ids = top_ids.flatten(-2)
+    chunk = PoolChunk(expand, ids, frontier.pool_index.repeat_interleave(topk, dim=-1))
+    best_scores, best = torch.topk(expand, topk, dim=-1)
     offset = topk + (step - 1) * topk * topk
-    return Frontier(ids[best], best_scores, best // topk, offset + best), chunk
+    return Frontier(ids.gather(-1, best), best_scores, best // topk, offset + best), chunk
 
 
 @dataclass
@@ -124,13 +125,18 @@ def organize_draft_results(chunks: list[PoolChunk], root: int, num_draft_tokens:
     scores = torch.cat([c.scores for c in chunks])
     tokens = torch.cat([c.tokens for c in chunks])
     pool_parents = torch.cat([c.parents for c in chunks])
-    kept = torch.sort(torch.topk(scores, num_draft_tokens - 1).indices).values
+    kept = kept_pool_indices(scores, num_draft_tokens)
     node_of_pool = {int(p): node for node, p in enumerate(kept.tolist(), start=1)}
     parents = torch.tensor(
         [0 if int(pp) < 0 else node_of_pool.get(int(pp), -1) for pp in pool_parents[kept].tolist()],
         dtype=torch.long, device=tokens.device,
     )
     return build_tree(root, tokens[kept], parents)
+
+
+def kept_pool_indices(scores: torch.Tensor, num_draft_tokens: int) -> torch.Tensor:
+    """Pool indices of the best ``num_draft_tokens - 1`` entries by score, in pool order (last dim)."""
+    return torch.sort(torch.topk(scores, num_draft_tokens - 1, dim=-1).indices, dim=-1).values
 
 
 def chain_tree(root: int, drafts: torch.Tensor) -> DraftTree:

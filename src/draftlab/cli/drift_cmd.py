@@ -1,0 +1,72 @@
+"""``draftlab drift``: how far a new target version has moved from the one a drafter was trained on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from draftlab.cli.app import app
+from draftlab.cli.common import console, emit_json
+from draftlab.errors import DraftlabError
+from draftlab.probe.drift import DriftResult, drift
+
+
+@app.command("drift")
+def drift_command(
+    target_a: Annotated[Path, typer.Option("--target-a", help="The reference target (the drafter's training target).")],
+    target_b: Annotated[Path, typer.Option("--target-b", help="The new target version.")],
+    prompts: Annotated[Path, typer.Option(
+        "--prompts", help="JSONL prompts (response_ids, when present, are appended).")],
+    layers: Annotated[Optional[str], typer.Option(
+        "--layers", help="Comma-separated canonical layer ids (output of layer k). Default: the drafter's aux "
+                         "layers with --drafter, else every layer.")] = None,
+    drafter: Annotated[Optional[Path], typer.Option(
+        "--drafter", help="Also probe this drafter's accept length on both targets.")] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Probe continuation length.")] = 128,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="SGLang --speculative-num-steps (probe).")] = None,
+    topk: Annotated[Optional[int], typer.Option("--topk", help="SGLang --speculative-eagle-topk (probe).")] = None,
+    num_draft_tokens: Annotated[Optional[int], typer.Option(
+        "--num-draft-tokens", help="SGLang --speculative-num-draft-tokens (probe).")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per pass.")] = 4,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
+    engine: Annotated[str, typer.Option("--engine", help="Aux-layer convention of the drafter config.")] = "sglang",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Per-layer cosine, relative L2 and CKA of the hidden states; next-token agreement and KL."""
+    result = drift(target_a, target_b, prompts, layers=_parse_layers(layers), drafter=drafter,
+                   max_new_tokens=max_new_tokens, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
+                   batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=not json_out)
+    if json_out:
+        emit_json(result)
+    else:
+        render_drift(result)
+
+
+def _parse_layers(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise DraftlabError(f"--layers must be comma-separated integers like 1,15,28; got {text!r}") from None
+
+
+def render_drift(result: DriftResult, out: Console | None = None) -> None:
+    out = out or console
+    a, b = Path(result.config["target_a"]).name, Path(result.config["target_b"]).name
+    table = Table(title=f"drift: {b} against {a} ({result.num_positions} positions)")
+    for column in ("layer", "cosine", "relative L2", "CKA"):
+        table.add_column(column, justify="right")
+    for layer in result.layers:
+        table.add_row(str(layer.layer), f"{layer.cosine:.4f}", f"{layer.relative_l2:.4f}", f"{layer.cka:.4f}")
+    out.print(table)
+    out.print(f"next-token agreement [bold]{result.next_token_agreement:.1%}[/bold], "
+                  f"mean KL(A || B) {result.kl:.4f} nats")
+    if result.accept_length_a is not None:
+        out.print(f"drafter accept length: [bold]{result.accept_length_a:.3f}[/bold] on A, "
+                      f"[bold]{result.accept_length_b:.3f}[/bold] on B")

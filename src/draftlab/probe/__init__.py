@@ -1,0 +1,1 @@
+"""The exact offline acceptance probe and target-version drift."""

@@ -1,0 +1,343 @@
+"""``probe``: the exact greedy accept lengths of a drafter on a target and data, from one target pass.
+
+    continuations (target greedy, or given) -> one batched target pass over prompt + continuation
+    (aux features, target argmax) -> the drafter for every cycle start at once (:mod:`.drafts`)
+    -> the decoder's walk over the continuation (:mod:`.walk`)
+
+At temperature 0, with the target's own greedy continuation, the per-prompt accept lengths are the
+ones ``draftlab generate`` reports. With given continuations that the target would not have
+produced, the share of positions where the target disagrees is reported: the figures then describe
+that text, not what the target would generate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import Progress
+
+from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+from draftlab.engines import ENGINES, aux_layers
+from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
+from draftlab.errors import DraftlabError
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.target import TargetRunner
+from draftlab.probe.continuations import read_responses, target_continuations
+from draftlab.probe.drafts import accepted_drafts, teacher_forced_logits
+from draftlab.probe.features import feature_files, read_sample, response_spans
+from draftlab.probe.heads import TargetHeads
+from draftlab.probe.sampling import chain_alphas, expected_accept_length, expected_by_step, expected_histogram
+from draftlab.probe.walk import acceptance_by_step, decoder_walk, histogram_list, per_position_lengths
+from draftlab.spec.metrics import accept_stats
+from draftlab.spec.prompts import read_prompts
+
+RESPONSES = ("generate", "given")
+
+
+@dataclass
+class ProbePromptResult:
+    prompt_index: int  # 0-based, in file order
+    accept_lengths: list[int]  # one per verify cycle, bonus included, as generate reports them
+    num_cycles: int
+    continuation_tokens: int  # tokens the walk covered (max_new_tokens, or the given response)
+    target_disagreement: float | None  # share of those tokens that are not the target's argmax
+    expected_accept_length: float | None = None  # temperature > 0: the estimate (accept_lengths stay empty)
+
+
+@dataclass
+class ProbeResult:
+    config: dict[str, Any]
+    mean_accept_length: float  # over all cycles of all prompts
+    acceptance_by_step: list[float | None]  # P(draft j accepted | drafts < j accepted), j = 1..steps
+    accept_length_histogram: list[int]  # index = accept length
+    per_position_accept_length: float  # a cycle rooted at every continuation token (teacher-forced)
+    vocab_bound: float  # share of drafted-for continuation tokens inside the draft vocabulary
+    target_disagreement: float | None  # over all continuation tokens; 0 for target greedy continuations
+    skipped_prompts: int  # prompts with no room left in the target's context
+    results: list[ProbePromptResult]
+    estimate: bool = False  # temperature > 0: expected figures along the text, not an exact count
+
+
+@dataclass
+class _Sample:
+    index: int
+    tokens: list[int]  # prompt + continuation (+ look-ahead)
+    prompt_len: int
+    max_new_tokens: int  # tokens the walk must produce
+    aux: torch.Tensor | None = None  # captured features (--features), else computed by the live target
+    final_hidden: torch.Tensor | None = None
+
+
+def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = None, *, steps: int | None = None,
+          topk: int | None = None, num_draft_tokens: int | None = None, max_new_tokens: int = 128,
+          responses: str = "generate", features: str | Path | None = None, temperature: float = 0.0,
+          seed: int | None = None, batch_size: int = 4, dtype: str = "float32", device: str = "cpu",
+          engine: str = "sglang", progress: bool = False) -> ProbeResult:
+    """Exact greedy accept lengths of ``drafter`` on ``target`` over ``prompts``, or over the captured
+    hidden states in ``features`` (then ``target`` supplies only its config, embedding and lm_head).
+
+    At ``temperature`` > 0 (chains only) the figures are the expected acceptance of sampled drafts
+    along the text (:mod:`.sampling`), an estimate, and the continuations are sampled."""
+    if engine not in ENGINES:
+        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if responses not in RESPONSES:
+        raise DraftlabError(f"--responses must be one of {', '.join(RESPONSES)}, got {responses!r}")
+    if max_new_tokens < 2:
+        raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), "
+                            f"got {max_new_tokens}")
+    if batch_size < 1:
+        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
+    if (prompts is None) == (features is None):
+        raise DraftlabError("give --prompts (a live target) or --features (captured hidden states), not both")
+    if temperature < 0:
+        raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
+    target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
+    flags = probe_flags(steps, topk, num_draft_tokens, target_cfg.architecture)
+    if temperature > 0 and not flags.is_chain:
+        raise DraftlabError(f"the temperature > 0 estimate covers chains only (--topk 1), not topk {flags.topk}; "
+                            "probe trees at temperature 0")
+    drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
+    layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
+    context = target_cfg.max_position_embeddings
+
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        if features is None:
+            runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device)
+            draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device)
+            samples, num_inputs = _live_samples(runner, target, prompts, target_cfg, flags, responses, max_new_tokens,
+                                                batch_size, bar, temperature, seed)
+            lm_head, eos = runner.lm_head, runner.eos_token_ids
+        else:
+            runner, heads = None, TargetHeads(target, dtype=dtype, device=device)
+            draft_model = Eagle3Drafter.load(drafter, target=heads, dtype=dtype, device=device)
+            samples, num_inputs = _feature_samples(features, target_cfg, draft_model, max_new_tokens)
+            lm_head, eos = heads.lm_head, heads.eos_token_ids
+        config = {
+            "target": str(target), "drafter": str(drafter), "engine": engine, "aux_layers": layers,
+            "responses": "features" if features is not None else responses,
+            "features": None if features is None else str(features), "dtype": dtype, "device": device,
+            "seed": seed,
+        }
+        return _run(runner, lm_head, eos, draft_model, samples, flags, batch_size=batch_size, context=context,
+                    max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
+                    temperature=temperature)
+
+
+def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[list[int]],
+                    continuations: list[list[int]], flags: SpecFlags, *, max_new_tokens: int, batch_size: int = 4,
+                    progress: bool = False) -> ProbeResult:
+    """The probe over models already in memory and given continuations (benchmarks, notebooks)."""
+    context = runner.config.max_position_embeddings
+    samples = [_Sample(i, p + c, len(p), min(max_new_tokens, len(c)))
+               for i, (p, c) in enumerate(zip(prompts, continuations))]
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        return _run(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, flags, batch_size=batch_size,
+                    context=context, max_new_tokens=max_new_tokens, num_inputs=len(prompts),
+                    config={"responses": "given"}, bar=bar)
+
+
+def _check_topk(drafter: Eagle3Drafter, flags: SpecFlags) -> None:
+    if flags.topk > drafter.config.draft_vocab_size:
+        raise DraftlabError(f"--topk {flags.topk} is larger than the drafter's vocabulary "
+                            f"({drafter.config.draft_vocab_size} tokens); use a smaller --topk")
+
+
+def _run(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], drafter: Eagle3Drafter,
+         samples: list[_Sample], flags: SpecFlags, *, batch_size: int, context: int | None, max_new_tokens: int,
+         num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float = 0.0) -> ProbeResult:
+    """Probe every sample, walk each continuation, and gather the figures."""
+    _check_topk(drafter, flags)
+    if temperature > 0:
+        return _run_sampled(runner, lm_head, drafter, samples, flags, batch_size=batch_size,
+                            max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
+                            temperature=temperature)
+    task = bar.add_task("probing", total=len(samples))
+    per_prompt: dict[int, ProbePromptResult] = {}
+    per_position, disagree, judged = [], 0, 0
+    for batch, accepted, argmax in _probe_batches(runner, lm_head, drafter, samples, flags, batch_size):
+        for sample, acc, top in zip(batch, accepted, argmax):
+            lengths = decoder_walk(acc, sample.tokens, sample.prompt_len, sample.max_new_tokens,
+                                   steps=flags.steps, eos=eos, context=context)
+            per_position += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
+            span = range(sample.prompt_len, sample.prompt_len + sample.max_new_tokens)
+            off = None if top is None else sum(int(top[i - 1]) != sample.tokens[i] for i in span)
+            if off is not None:
+                disagree, judged = disagree + off, judged + len(span)
+            _add(per_prompt, sample.index, lengths, len(span), off)
+        bar.advance(task, len(batch))
+
+    results = [per_prompt[i] for i in sorted(per_prompt)]
+    all_lengths = [n for r in results for n in r.accept_lengths]
+    config = {**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
+              "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": 0.0,
+              "batch_size": batch_size, "num_prompts": num_inputs}
+    return ProbeResult(
+        config=config,
+        mean_accept_length=accept_stats(all_lengths).mean_accept_length,
+        acceptance_by_step=acceptance_by_step(all_lengths, flags.steps),
+        accept_length_histogram=histogram_list(all_lengths, flags.steps),
+        per_position_accept_length=accept_stats(per_position).mean_accept_length,
+        vocab_bound=_vocab_bound(drafter, samples),
+        target_disagreement=disagree / judged if judged else None,
+        skipped_prompts=num_inputs - len(results),
+        results=results,
+    )
+
+
+def _live_samples(runner: TargetRunner, target: str | Path, prompts: str | Path, target_cfg: TargetConfig,
+                  flags: SpecFlags, responses: str, max_new_tokens: int, batch_size: int, bar: Progress,
+                  temperature: float = 0.0, seed: int | None = None) -> tuple[list[_Sample], int]:
+    """Prompts and their continuations (the target's greedy ones, or the file's), cut to the context."""
+    rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
+    context = target_cfg.max_position_embeddings
+    kept = [(i, row.input_ids) for i, row in enumerate(rows) if context is None or len(row.input_ids) < context]
+    if responses == "given":
+        given = read_responses(prompts, len(rows), target_cfg.vocab_size)
+        samples = []
+        for i, p in kept:
+            response = given[i][:context - len(p)] if context is not None else given[i]
+            samples.append(_Sample(i, p + response, len(p), min(max_new_tokens, len(response))))
+        return samples, len(rows)
+    task = bar.add_task("target continuations", total=len(kept))
+    room = [max_new_tokens + flags.steps if context is None else min(max_new_tokens + flags.steps, context - len(p))
+            for _, p in kept]
+    conts = target_continuations(runner, [p for _, p in kept], max(room, default=0), batch_size=batch_size,
+                                 temperature=temperature, seed=seed, advance=lambda n: bar.advance(task, n))
+    return [_Sample(i, p + c[:r], len(p), min(max_new_tokens, r)) for (i, p), c, r in zip(kept, conts, room)], len(rows)
+
+
+def _feature_samples(folder: str | Path, target_cfg: TargetConfig, drafter: Eagle3Drafter,
+                     max_new_tokens: int) -> tuple[list[_Sample], int]:
+    """One walk per run of target-produced tokens in each captured file (at most ``max_new_tokens``)."""
+    width = target_cfg.hidden_size
+    if drafter.fc.in_features % width:
+        raise DraftlabError(f"the drafter's fc takes {drafter.fc.in_features} features, not a multiple of the "
+                            f"target's hidden size {width}; the drafter does not belong to this target")
+    files = feature_files(folder)
+    samples = []
+    for index, path in enumerate(files):
+        sample = read_sample(path, hidden_size=width, num_aux=drafter.fc.in_features // width)
+        for start, end in response_spans(sample):  # tokens after the response are not the target's
+            final = None if sample.final_hidden is None else sample.final_hidden[:end]
+            samples.append(_Sample(index, sample.input_ids[:end], start, min(max_new_tokens, end - start),
+                                   sample.aux[:end], final))
+    return samples, len(files)
+
+
+def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int], tokens: int,
+         off: int | None) -> None:
+    """Merge one walk into its prompt's result (a captured file may hold several responses)."""
+    if index not in per_prompt:
+        per_prompt[index] = ProbePromptResult(index, [], 0, 0, None if off is None else 0.0)
+    r = per_prompt[index]
+    before = r.continuation_tokens
+    r.accept_lengths += lengths
+    r.num_cycles = len(r.accept_lengths)
+    r.continuation_tokens += tokens
+    if off is not None:
+        r.target_disagreement = ((r.target_disagreement or 0.0) * before + off) / r.continuation_tokens
+
+
+def probe_flags(steps: int | None, topk: int | None, num_draft_tokens: int | None, architecture: str) -> SpecFlags:
+    """SGLang's flags; refuse what SGLang would silently rewrite (as ``generate`` does)."""
+    flags = resolve_spec_flags(steps, topk, num_draft_tokens, architecture=architecture)
+    if flags.rewrites:
+        raise DraftlabError(
+            f"{flags.rewrites[0]}; pass --num-draft-tokens {flags.num_draft_tokens} to probe what SGLang runs")
+    return flags
+
+
+def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
+                 samples: list[_Sample], flags: SpecFlags, *, batch_size: int, max_new_tokens: int, num_inputs: int,
+                 config: dict[str, Any], bar: Progress, temperature: float) -> ProbeResult:
+    """Temperature > 0: expected acceptance of a sampled chain rooted at every continuation token."""
+    task = bar.add_task("probing (expected acceptance)", total=len(samples))
+    draft_to_target = drafter.to_target_ids(torch.arange(drafter.d2t.numel(), device=drafter.d2t.device))
+    per_prompt, rows = [], []
+    for start in range(0, len(samples), batch_size):
+        batch = samples[start:start + batch_size]
+        tokens, aux, hidden = _batch_inputs(runner, batch)
+        if hidden is None:
+            raise DraftlabError("temperature > 0 needs the target's distributions: captured features without a "
+                                "final hidden state cannot give them")
+        hidden = hidden.to(lm_head.weight.device, lm_head.weight.dtype)
+        last = hidden.shape[1] - 1
+        alpha = chain_alphas(teacher_forced_logits(drafter, tokens, aux, flags.steps),
+                             lambda pos: lm_head(hidden[:, pos.clamp(max=last)]), draft_to_target, temperature)
+        for row, sample in enumerate(batch):
+            a = alpha[row, sample.prompt_len - 1:sample.prompt_len + sample.max_new_tokens - 2].cpu()
+            known = len(sample.tokens) - 1 - torch.arange(sample.prompt_len - 1, sample.prompt_len - 1 + a.shape[0])
+            a = a * (torch.arange(1, flags.steps + 1)[None] <= known[:, None])  # no target beyond the text
+            rows.append(a)
+            per_prompt.append(ProbePromptResult(sample.index, [], 0, sample.max_new_tokens, None,
+                                                float(expected_accept_length(a).mean()) if a.numel() else None))
+        bar.advance(task, len(batch))
+    alpha = torch.cat(rows) if rows else torch.zeros(0, flags.steps)
+    config = {**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
+              "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": temperature,
+              "batch_size": batch_size, "num_prompts": num_inputs}
+    mean = float(expected_accept_length(alpha).mean()) if alpha.numel() else 0.0
+    return ProbeResult(
+        config=config, mean_accept_length=mean, acceptance_by_step=expected_by_step(alpha),
+        accept_length_histogram=expected_histogram(alpha), per_position_accept_length=mean,
+        vocab_bound=_vocab_bound(drafter, samples), target_disagreement=None,
+        skipped_prompts=num_inputs - len(per_prompt), results=per_prompt, estimate=True,
+    )
+
+
+def _vocab_bound(drafter: Eagle3Drafter, samples: list[_Sample]) -> float:
+    ids = set(drafter.to_target_ids(torch.arange(drafter.d2t.numel())).tolist())
+    tokens = [s.tokens[i] for s in samples for i in range(s.prompt_len + 1, s.prompt_len + s.max_new_tokens)]
+    return sum(t in ids for t in tokens) / len(tokens) if tokens else 0.0
+
+
+def _batch_inputs(runner: TargetRunner | None, batch: list[_Sample]
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Right-padded tokens [B, L], aux features and final hidden states (live target or captured)."""
+    width = max(len(s.tokens) for s in batch)
+    tokens = torch.zeros(len(batch), width, dtype=torch.long)
+    for row, s in enumerate(batch):
+        tokens[row, :len(s.tokens)] = torch.tensor(s.tokens)
+    if runner is not None:
+        step = runner.forward_batch(tokens)
+        return tokens, step.aux, step.hidden
+    aux = _pad([s.aux for s in batch], width)
+    hidden = _pad([s.final_hidden for s in batch], width) if all(s.final_hidden is not None for s in batch) else None
+    return tokens, aux, hidden
+
+
+def _probe_batches(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
+                   samples: list[_Sample], flags: SpecFlags, batch_size: int
+                   ) -> Iterator[tuple[list[_Sample], list[list[int]], list[list[int] | None]]]:
+    """Per batch: the drafts each cycle start accepts, and the target's argmax at every position
+    (None for captured features without a final state)."""
+    for start in range(0, len(samples), batch_size):
+        batch = samples[start:start + batch_size]
+        tokens, aux, hidden = _batch_inputs(runner, batch)
+        width = tokens.shape[1]
+        argmax = None if hidden is None else _argmax(lm_head, hidden.to(lm_head.weight.device, lm_head.weight.dtype))
+        truth = torch.full((len(batch), width + flags.steps + 1), -1, dtype=torch.long)
+        for row, s in enumerate(batch):  # the known text, then the target's next token after its end
+            truth[row, :len(s.tokens)] = tokens[row, :len(s.tokens)]
+            if argmax is not None:
+                truth[row, len(s.tokens)] = argmax[row, len(s.tokens) - 1]
+        accepted = accepted_drafts(drafter, tokens, aux, truth, flags)
+        yield batch, accepted.tolist(), argmax.tolist() if argmax is not None else [None] * len(batch)
+
+
+def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    out = rows[0].new_zeros(len(rows), width, rows[0].shape[-1])
+    for i, row in enumerate(rows):
+        out[i, :row.shape[0]] = row
+    return out
+
+
+def _argmax(lm_head: torch.nn.Module, hidden: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """The target's greedy token at every position, [B, L] on the CPU, computed in chunks of positions."""
+    parts = [lm_head(hidden[:, i:i + chunk]).argmax(-1).cpu() for i in range(0, hidden.shape[1], chunk)]
+    return torch.cat(parts, dim=1)

@@ -1,0 +1,69 @@
+"""The batched drafter for every cycle start reproduces the decoder's own draft tree, node for node.
+
+For each kept node of the tree the reference decoder builds after a prompt, a row whose text spells
+the path to that node (and is unknown after it) must accept exactly that node's depth.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+from tiny_drafters import drafter_tensors, write_specforge  # noqa: E402
+from tiny_targets import tiny_target  # noqa: E402
+
+from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
+from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
+from draftlab.models.target import TargetRunner  # noqa: E402
+from draftlab.probe.drafts import accepted_drafts  # noqa: E402
+from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    runner = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3])
+    folder = write_specforge(tmp_path_factory.mktemp("d") / "drafter", drafter_tensors(with_embed=False, seed=3))
+    return runner, Eagle3Drafter.load(folder, target=runner)
+
+
+def _paths(tree):
+    """(depth, tokens from the root's child down) of every kept node reachable from the root."""
+    parents, tokens, out = tree.parents.tolist(), tree.tokens.tolist(), []
+    for node in range(1, tree.size):
+        path = [node]
+        while parents[path[-1]] > 0:
+            path.append(parents[path[-1]])
+        if parents[path[-1]] == 0:
+            out.append([tokens[i] for i in reversed(path)])
+    return out
+
+
+@pytest.mark.parametrize("cfg", [(3, 1, 4), (2, 2, 4), (4, 4, 8), (5, 4, 8), (3, 3, 6)])
+def test_every_kept_node_is_accepted_at_its_depth(pair, cfg):
+    runner, drafter = pair
+    flags = resolve_spec_flags(*cfg)
+    decoder = SpeculativeDecoder(runner, drafter, flags)
+    torch.manual_seed(sum(cfg))
+    for prompt_len in (1, 6):
+        prompt = torch.randint(0, 97, (prompt_len,))
+        runner.reset()
+        prefill = runner.forward(prompt)
+        root = int(prefill.logits[-1].argmax())
+        drafter.reset()
+        state = decoder._extend(torch.cat([prompt[1:], prompt.new_tensor([root])]), prefill.aux)
+        paths = _paths(decoder._draft_tree(root, state))
+        assert len(paths) == flags.num_draft_tokens - 1
+        assert max(len(p) for p in paths) > 1 or flags.steps == 1
+
+        width = prompt_len + 1 + flags.steps
+        tokens = torch.zeros(len(paths), width, dtype=torch.long)
+        truth = torch.full((len(paths), width + flags.steps + 1), -1)
+        for row, path in enumerate(paths):
+            known = prompt.tolist() + [root] + path
+            tokens[row, :len(known)] = torch.tensor(known)
+            truth[row, :len(known)] = torch.tensor(known)
+        aux = runner.forward_batch(tokens).aux
+        accepted = accepted_drafts(drafter, tokens, aux, truth, flags)
+        assert accepted[:, prompt_len - 1].tolist() == [len(p) for p in paths]

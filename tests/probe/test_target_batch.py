@@ -1,0 +1,28 @@
+"""TargetRunner.forward_batch: the probe's one target pass equals the runner's own per-sequence pass."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+from tiny_targets import tiny_target  # noqa: E402
+
+from draftlab.models.target import TargetRunner  # noqa: E402
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_oss"])
+def test_batched_pass_matches_single_sequence_pass_with_right_padding(family):
+    runner = TargetRunner(tiny_target(family), aux_layers=[0, 2, 3])
+    torch.manual_seed(0)
+    long, short = torch.randint(0, 97, (12,)), torch.randint(0, 97, (7,))
+    batch = torch.stack([long, torch.cat([short, torch.zeros(5, dtype=torch.long)])])
+    out = runner.forward_batch(batch)
+    for row, ids in enumerate([long, short]):
+        runner.reset()
+        ref = runner.forward(ids)
+        n = ids.numel()
+        torch.testing.assert_close(out.aux[row, :n], ref.aux, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(runner.lm_head(out.hidden[row, :n]).float(), ref.logits, atol=1e-5, rtol=1e-5)
+    assert runner.cache_len == 7  # the batched pass left the runner's cache as the last forward made it
