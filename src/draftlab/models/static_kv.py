@@ -76,14 +76,15 @@ def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
                   scale: float | None) -> torch.Tensor:
-    """SDPA of query [1, H, b, D] over key/value [1, Hkv, S, D] with an additive mask [1, 1, b, S],
-    each group of H / Hkv query heads folded into rows of its kv head. Returns [1, H, b, D]."""
+    """SDPA of query [1, H, b, D] over key/value [1, Hkv, S, D] with a mask [1, 1, b, S] (bool, or
+    additive in the query's dtype), each group of H / Hkv query heads folded into rows of its kv head.
+    Returns [1, H, b, D]."""
     _, heads, b, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
     q = query.reshape(1, kv_heads, groups * b, dim)
     m = mask.expand(1, groups, b, mask.shape[-1]).reshape(1, 1, groups * b, mask.shape[-1])
-    out = F.scaled_dot_product_attention(q, key, value.to(q.dtype), attn_mask=m.to(q.dtype), scale=scale)
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=m, scale=scale)
     return out.reshape(1, heads, b, value.shape[-1])
 
 
