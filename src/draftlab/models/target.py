@@ -66,12 +66,11 @@ class TargetRunner:
         self.dtype = model.get_input_embeddings().weight.dtype
         self._windows = _layer_windows(model.config, n_layers)
         self._captured: dict[int, torch.Tensor] = {}
-        for k in sorted(set(self.aux_layers)):
-            layers[k].register_forward_hook(self._capture_hook(k))
         self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         on_cuda = self.device.type == "cuda"
         if cache == "auto":
-            cache = "static" if on_cuda and supports(model) else "dynamic"
+            one_device = len({p.device for p in model.parameters()}) == 1  # not split by device_map
+            cache = "static" if on_cuda and one_device and supports(model) else "dynamic"
         self.cache = cache
         self._static: StaticTarget | None = None
         if cache == "static":
@@ -84,6 +83,9 @@ class TargetRunner:
                 raise DraftlabError(f"max_len must lie in 1..{context}; got {max_len}")
             self._static = StaticTarget(model, self.aux_layers, self._windows, max_len=max_len,
                                         graphs=on_cuda if graphs is None else graphs, compile=compile)
+        else:  # the static step returns the aux layers itself
+            for k in sorted(set(self.aux_layers)):
+                layers[k].register_forward_hook(self._capture_hook(k))
         self.reset()
 
     @classmethod
