@@ -17,6 +17,8 @@ rotary implementation (default, llama3, yarn, ...).
 Two ways to run: :meth:`Eagle3Drafter.forward` over the drafter's own KV cache (batch 1, like
 :class:`~draftlab.models.target.TargetRunner`), and :meth:`Eagle3Drafter.forward_masked`, a batched
 cache-free pass with explicit positions and a full attention mask (training, offline probes).
+:meth:`Eagle3Drafter.use_static_cache` switches ``forward`` to a preallocated cache
+(:mod:`draftlab.models.static_kv`) whose steps of up to 64 tokens replay as CUDA graphs on CUDA.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ from draftlab.checkpoint import DrafterConfig, is_drafter, open_checkpoint
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import parse_device, parse_dtype
 from draftlab.models.drafter_weights import canonical_names
-from draftlab.models.masks import attention_mask
+from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
+from draftlab.models.masks import attention_mask, new_token_mask
+from draftlab.models.static_kv import StaticKV, gqa_attention
 
 if TYPE_CHECKING:
     from draftlab.models.target import TargetRunner
@@ -63,15 +67,19 @@ class _Attention(nn.Module):
         self.v_proj = nn.Linear(in_size, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | None,
-                mask: torch.Tensor) -> tuple[torch.Tensor, KV]:
-        """x [B, n, in]; mask [B, n, S] bool over past + new keys. Returns output and the new keys/values."""
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | StaticKV | None,
+                mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
+        """x [B, n, in]; mask [B, n, S] bool over past + new keys (all slots of a StaticKV ``past``,
+        which this writes layer ``layer`` of). Returns output and the new keys/values."""
         b, n, _ = x.shape
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, *rope)
         new = (k, v)
+        if isinstance(past, StaticKV):
+            out = gqa_attention(q, *past.update(k, v, layer), mask[:, None], None)
+            return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), new
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         groups = self.heads // self.kv_heads
@@ -93,10 +101,10 @@ class _FirstLayer(nn.Module):
         self.mlp = LlamaMLP(llama)
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                past: KV | None, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, KV]:
+                past: KV | StaticKV | None, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, KV]:
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden
-        attn, kv = self.self_attn(torch.cat([self.input_layernorm(embeds), normed], dim=-1), rope, past, mask)
+        attn, kv = self.self_attn(torch.cat([self.input_layernorm(embeds), normed], dim=-1), rope, past, mask, 0)
         residual = residual + attn
         return self.mlp(self.post_attention_layernorm(residual)), residual, kv
 
@@ -111,9 +119,9 @@ class _ExtraLayer(nn.Module):
         self.self_attn = _Attention(h, cfg, bias)
         self.mlp = LlamaMLP(llama)
 
-    def forward(self, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | None,
-                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, KV]:
-        attn, kv = self.self_attn(self.hidden_norm(hidden), rope, past, mask)
+    def forward(self, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | StaticKV | None,
+                mask: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, KV]:
+        attn, kv = self.self_attn(self.hidden_norm(hidden), rope, past, mask, layer)
         residual = hidden + attn
         return self.mlp(self.post_attention_layernorm(residual)), residual, kv
 
@@ -135,6 +143,7 @@ class Eagle3Drafter(nn.Module):
         self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
         self.rotary = LlamaRotaryEmbedding(llama)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        self._static: StaticKV | None = None
         self.reset()
 
     @classmethod
@@ -200,6 +209,56 @@ class Eagle3Drafter(nn.Module):
 
     # --- the drafter's own KV cache (batch 1) ---
 
+    def use_static_cache(self, max_len: int, *, graphs: bool | None = None) -> Eagle3Drafter:
+        """Switch :meth:`forward` to a preallocated cache of ``max_len`` entries; steps of up to 64
+        tokens run as CUDA graphs per bucket (default: on CUDA). Call after :meth:`place`."""
+        weight = self.lm_head.weight
+        on_cuda = weight.device.type == "cuda"
+        if graphs and not on_cuda:
+            raise DraftlabError("CUDA graphs need the drafter on a CUDA device")
+        if max_len < 1:
+            raise DraftlabError(f"max_len must be >= 1; got {max_len}")
+        attn = self.midlayer.self_attn
+        self._static = StaticKV(self.config.num_layers, attn.kv_heads, attn.head_dim, max_len + BUCKETS[-1],
+                                dtype=weight.dtype, device=weight.device)
+        self._max_len = max_len
+        self._run_bucket = GraphSteps(self._static_step) if (on_cuda if graphs is None else graphs) \
+            else self._static_step
+        self.reset()
+        return self
+
+    def _static_step(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+                     slots: torch.Tensor, tree: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """b entries written to ``slots`` of the static cache; tree [b, b] bool. Logits and pre-norm output."""
+        kv = self._static
+        kv.begin(slots, positions)
+        mask = kv.allowed(slots, positions, tree, None)
+        logits, out, _ = self.forward_masked(input_ids[None], hidden[None], positions[None], mask[None], kv)
+        return logits[0], out[0]
+
+    def _forward_static(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+                        tree: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, cached = input_ids.numel(), self._cached
+        if cached + n > self._max_len:
+            raise DraftlabError(f"the drafter's static KV cache holds {self._max_len} entries and would need "
+                                f"{cached + n}; use a larger max_len")
+        b = bucket(n)
+        device = input_ids.device
+        if b is None:
+            return self._static_step(input_ids, hidden, positions, torch.arange(cached, cached + n, device=device),
+                                     tree)
+        if b > n:
+            pad = b - n
+            input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])
+            hidden = torch.cat([hidden, hidden[-1:].expand(pad, -1)])
+            positions = torch.cat([positions, positions[-1:].expand(pad)])
+            square = torch.eye(b, dtype=torch.bool, device=device)
+            square[:n, :n] = tree
+            tree = square
+        logits, out = self._run_bucket(input_ids, hidden, positions, torch.arange(cached, cached + b, device=device),
+                                       tree)
+        return logits[:n].clone(), out[:n].clone()
+
     def reset(self) -> None:
         """Empty the KV cache (start a new prompt)."""
         self._kv: list[KV] | None = None
@@ -222,6 +281,13 @@ class Eagle3Drafter(nn.Module):
         n = input_ids.numel()
         if positions is None:
             positions = torch.arange(self._cached, self._cached + n, device=device)
+        if self._static is not None:
+            dtype = self.lm_head.weight.dtype
+            logits, out = self._forward_static(input_ids.reshape(n).to(device), hidden.reshape(n, -1).to(device, dtype),
+                                               positions.reshape(n).to(device), new_token_mask(n, tree_mask, device))
+            self._cached += n
+            self._last_new = n
+            return DraftStep(logits=logits.float(), hidden=out)
         mask = attention_mask(self._cached, tree_mask, n, device)
         logits, out, kv = self.forward_masked(input_ids.reshape(1, n), hidden.reshape(1, n, -1),
                                               positions.reshape(1, n), mask[None], self._kv)
@@ -234,14 +300,18 @@ class Eagle3Drafter(nn.Module):
     def keep(self, indices: torch.Tensor) -> None:
         """Of the entries the last forward appended, keep ``indices`` (in that order) right after the prefix."""
         start = self._cached - self._last_new
-        if self._kv is None:
+        if self._kv is None and self._static is None:
             return
-        device = self._kv[0][0].device
+        device = self._static.positions.device if self._static is not None else self._kv[0][0].device
         indices = indices.reshape(-1).to(device, torch.long)
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self._last_new):
             raise DraftlabError(f"keep() indices must lie in 0..{self._last_new - 1} (the last forward's entries)")
-        full = torch.cat([torch.arange(start, device=device), start + indices])
-        self._kv = [(k.index_select(2, full), v.index_select(2, full)) for k, v in self._kv]
+        if self._static is not None:
+            if indices.numel():
+                self._static.keep(start, indices)
+        else:
+            full = torch.cat([torch.arange(start, device=device), start + indices])
+            self._kv = [(k.index_select(2, full), v.index_select(2, full)) for k, v in self._kv]
         self._cached = start + indices.numel()
         self._last_new = indices.numel()
 
@@ -257,10 +327,11 @@ class Eagle3Drafter(nn.Module):
     # --- the batched, cache-free computation both paths share ---
 
     def forward_masked(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                       mask: torch.Tensor, past: list[KV] | None = None
+                       mask: torch.Tensor, past: list[KV] | StaticKV | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
         """input_ids [B, n], hidden [B, n, 3T or H], positions [B, n], mask [B, n, S] bool over the
-        ``past`` keys (S - n of them, per layer) then the n new ones. Returns float32 logits [B, n, Vd],
+        ``past`` keys (S - n of them, per layer) then the n new ones (over every slot of a StaticKV,
+        B = 1, which this writes). Returns float32 logits [B, n, Vd],
         the pre-norm output [B, n, H] and each layer's new keys/values."""
         device, dtype = self.lm_head.weight.device, self.lm_head.weight.dtype
         embed_device = self.embed_tokens.weight.device
@@ -273,10 +344,11 @@ class Eagle3Drafter(nn.Module):
             hidden = self.fc(hidden)
         rope = self.rotary(hidden, positions.to(device))
         mask = mask.to(device)
-        out, residual, kv0 = self.midlayer(embeds, hidden, rope, past[0] if past else None, mask)
+        static = past if isinstance(past, StaticKV) else None
+        out, residual, kv0 = self.midlayer(embeds, hidden, rope, static or (past[0] if past else None), mask)
         new = [kv0]
         for i, layer in enumerate(self.additional_layers, start=1):
-            out, residual, kv = layer(out, rope, past[i] if past else None, mask)
+            out, residual, kv = layer(out, rope, static or (past[i] if past else None), mask, i)
             new.append(kv)
         pre_norm = out + residual
         logits = self.lm_head(self.norm(pre_norm)).float()

@@ -9,6 +9,11 @@ The model is any Hugging Face causal LM loaded through ``AutoModelForCausalLM``.
 passes transformers a ready 4D additive mask (``masking_utils`` returns a 4D mask as it is, for
 eager and sdpa alike) and explicit ``position_ids``; models whose layers mix full and
 sliding-window attention get one mask per layer type.
+
+Two caches, one interface (``forward``, ``keep``, ``crop``): ``"dynamic"``, the eager reference path
+above (CPU, tests, every family), and ``"static"`` (:mod:`draftlab.models.target_static`): a
+preallocated cache of ``max_len`` entries, steps of up to 64 tokens replayed as CUDA graphs per
+token-count bucket, optionally compiled. ``"auto"`` picks static on CUDA for the families it supports.
 """
 
 from __future__ import annotations
@@ -17,13 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import inspect
+
 from transformers import DynamicCache, PreTrainedModel
 
 from draftlab.checkpoint import TargetConfig
 from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import parse_device, parse_dtype
-from draftlab.models.masks import apply_window, attention_mask, to_additive
+from draftlab.models.masks import apply_window, attention_mask, new_token_mask, to_additive
+from draftlab.models.target_static import StaticTarget, supports
+
+CACHES = ("auto", "dynamic", "static")
+DEFAULT_MAX_LEN = 4096
 
 
 @dataclass
@@ -41,7 +52,13 @@ class BatchStep:
 class TargetRunner:
     """Runs one sequence (batch size 1) of a target model over its own KV cache."""
 
-    def __init__(self, model: PreTrainedModel, *, aux_layers: list[int] | None = None) -> None:
+    def __init__(self, model: PreTrainedModel, *, aux_layers: list[int] | None = None, cache: str = "auto",
+                 max_len: int | None = None, graphs: bool | None = None, compile: bool = False) -> None:
+        """``cache``: "dynamic", "static" or "auto" (static on CUDA when the family supports it).
+        Static only: ``max_len`` cached entries (default the context, at most 4096), ``graphs`` CUDA
+        graphs per bucket (default on CUDA), ``compile`` torch.compile the step first."""
+        if cache not in CACHES:
+            raise DraftlabError(f"unknown cache {cache!r}; choose {', '.join(CACHES)}")
         self.model = model.eval()
         self.config = TargetConfig.from_dict(model.config.to_dict())
         layers = model.get_decoder().layers
@@ -55,13 +72,33 @@ class TargetRunner:
         self.dtype = model.get_input_embeddings().weight.dtype
         self._windows = _layer_windows(model.config, n_layers)
         self._captured: dict[int, torch.Tensor] = {}
-        for k in sorted(set(self.aux_layers)):
-            layers[k].register_forward_hook(self._capture_hook(k))
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        on_cuda = self.device.type == "cuda"
+        if cache == "auto":
+            one_device = len({p.device for p in model.parameters()}) == 1  # not split by device_map
+            cache = "static" if on_cuda and one_device and supports(model) else "dynamic"
+        self.cache = cache
+        self._static: StaticTarget | None = None
+        if cache == "static":
+            if graphs and not on_cuda:
+                raise DraftlabError("CUDA graphs need the target on a CUDA device")
+            context = self.config.max_position_embeddings
+            if max_len is None:
+                max_len = min(context or DEFAULT_MAX_LEN, DEFAULT_MAX_LEN)
+            if max_len < 1 or (context is not None and max_len > context):
+                raise DraftlabError(f"max_len must lie in 1..{context}; got {max_len}")
+            self._static = StaticTarget(model, self.aux_layers, self._windows, max_len=max_len,
+                                        graphs=on_cuda if graphs is None else graphs, compile=compile)
+        else:  # the static step returns the aux layers itself
+            for k in sorted(set(self.aux_layers)):
+                layers[k].register_forward_hook(self._capture_hook(k))
         self.reset()
 
     @classmethod
     def load(cls, path: str | Path, *, aux_layers: list[int] | None = None, dtype: str = "float32",
-             device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False) -> TargetRunner:
+             device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False,
+             cache: str = "auto", max_len: int | None = None, graphs: bool | None = None,
+             compile: bool = False) -> TargetRunner:
         """Load a local Hugging Face folder (never the network)."""
         from transformers import AutoModelForCausalLM
 
@@ -79,7 +116,7 @@ class TargetRunner:
             raise DraftlabError(f"cannot load as a causal LM: {first}{hint}", path=path) from None
         if not device_map:
             model.to(parse_device(device))
-        return cls(model, aux_layers=aux_layers)
+        return cls(model, aux_layers=aux_layers, cache=cache, max_len=max_len, graphs=graphs, compile=compile)
 
     @property
     def embed_tokens(self) -> torch.nn.Embedding:
@@ -119,10 +156,15 @@ class TargetRunner:
         if limit is not None and int(positions.max()) >= limit:
             raise DraftlabError(f"position {int(positions.max())} is past the target's context of {limit} tokens")
         key_positions = torch.cat([self._positions, positions])
+        if self._static is not None:
+            logits, aux = self._static.forward(input_ids, positions, new_token_mask(n, tree_mask, self.device), cached)
+            self._positions = key_positions
+            self._last_new = n
+            return TargetStep(logits=logits, aux=aux)
         mask = self._mask(attention_mask(cached, tree_mask, n, self.device), positions, key_positions)
         self._captured.clear()
         out = self.model(input_ids=input_ids[None], position_ids=positions[None], attention_mask=mask,
-                         cache=self._cache, use_cache=True)
+                         use_cache=True, **{self._cache_arg: self._cache})
         self._positions = key_positions
         self._last_new = n
         aux = torch.cat([self._captured[k][0].to(self.device) for k in self.aux_layers], dim=-1)
@@ -154,6 +196,8 @@ class TargetRunner:
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self._last_new):
             raise DraftlabError(f"keep() indices must lie in 0..{self._last_new - 1} (the last forward's entries)")
         full = torch.cat([torch.arange(start, device=self.device), start + indices])
+        if self._static is not None:
+            self._static.keep(start, indices)
         for layer in self._cache.layers:
             if layer.is_initialized and layer.keys.numel():
                 idx = full.to(layer.keys.device)

@@ -1,0 +1,62 @@
+"""Replay a step function as CUDA graphs, one per input shape (token-count bucket), gpt-fast style.
+
+A step of a batch-1 model is hundreds of small kernels whose launches, not the GPU, set its time. A
+CUDA graph records the launches once and replays them with one call. Each graph reads its inputs
+from fixed tensors (the caller's values are copied in) and writes fixed outputs; the step's other
+state (the static KV cache) must also stay at fixed addresses. Inputs are padded to a few bucket
+sizes so that a handful of graphs serves every token count up to the largest bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+Step = Callable[..., tuple[torch.Tensor, ...]]
+
+
+def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
+    """The smallest bucket holding n tokens; None when n is larger than every bucket."""
+    return next((b for b in buckets if b >= n), None)
+
+
+class GraphSteps:
+    """CUDA graphs of ``step`` keyed by the shapes of its tensor inputs, captured on first use."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+        self.pool = torch.cuda.graph_pool_handle()
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = {}
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Run ``step(*inputs)`` through its graph. The outputs are the graph's own tensors: valid until
+        the next call with the same shapes."""
+        key = tuple((t.shape, t.dtype) for t in inputs)
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._graphs[key] = self._capture(inputs)
+        graph, static_in, static_out = entry
+        for dst, src in zip(static_in, inputs):
+            dst.copy_(src)
+        graph.replay()
+        return static_out
+
+    def _capture(self, inputs: tuple[torch.Tensor, ...]):
+        """Warm up on a side stream (the step's writes are the real call's own), then record."""
+        static_in = tuple(t.clone() for t in inputs)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.step(*static_in)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            static_out = self.step(*static_in)
+        return graph, static_in, static_out
+
+    def __len__(self) -> int:
+        return len(self._graphs)

@@ -1,0 +1,105 @@
+"""The target's fast path: a static KV cache and one step function run as CUDA graphs per bucket.
+
+The step walks the HF model's own modules (embedding, rotary, decoder layers, final norm, head), so
+the weights and the per-family layer code are HF's; it returns the aux layer outputs explicitly
+instead of through hooks, which keeps it capturable. Token counts up to the largest bucket are padded
+to a bucket (padding rows write slots past the new cache length, which the next step overwrites and
+no mask lets through); longer inputs (a prefill) run the same step uncaptured.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import PreTrainedModel
+from transformers.modeling_utils import AttentionInterface
+
+from draftlab.errors import DraftlabError
+from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
+from draftlab.models.static_kv import StaticKV, additive, hf_attention
+
+ATTENTION = "draftlab_static"
+AttentionInterface.register(ATTENTION, hf_attention)
+
+# dense decoder layers whose attention is plain (GQA) softmax attention: what gqa_attention computes
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def supports(model: PreTrainedModel) -> bool:
+    return getattr(model.config, "model_type", None) in FAMILIES
+
+
+class StaticTarget:
+    """Runs steps of ``model`` over a :class:`StaticKV` of ``max_len`` entries."""
+
+    def __init__(self, model: PreTrainedModel, aux_layers: list[int], windows: dict[str, int | None],
+                 *, max_len: int, graphs: bool, compile: bool) -> None:
+        if not supports(model):
+            raise DraftlabError(f"the static cache supports the families {', '.join(FAMILIES)}; this target is "
+                                f"{getattr(model.config, 'model_type', '?')!r} (use the dynamic cache)")
+        decoder = model.get_decoder()
+        self.model, self.decoder, self.aux_layers = model, decoder, aux_layers
+        self.layers = list(decoder.layers)
+        attn = self.layers[0].self_attn
+        embed = model.get_input_embeddings().weight
+        self.max_len = max_len
+        self.kv = StaticKV(len(self.layers), attn.k_proj.out_features // attn.head_dim, attn.head_dim,
+                           max_len + BUCKETS[-1], dtype=embed.dtype, device=embed.device)
+        model.config._attn_implementation = ATTENTION
+        layer_types = getattr(model.config, "layer_types", None) or ["all"] * len(self.layers)
+        self.windows = windows
+        self.layer_kinds = [kind if kind in windows else next(iter(windows)) for kind in layer_types]
+        self.cache_arg = "cache" if "cache" in inspect.signature(self.layers[0].forward).parameters \
+            else "past_key_values"
+        self.dtype = embed.dtype
+        step = torch.compile(self.step, dynamic=False) if compile else self.step
+        self.run_bucket = GraphSteps(step) if graphs else step
+        self.run_long = self.step
+
+    def step(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+             tree: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward of b tokens written to ``slots``; tree [b, b] bool. Returns float32 logits [b, V]
+        and the aux features [b, len(aux) * hidden]."""
+        self.kv.begin(slots, positions)
+        masks = {kind: additive(self.kv.allowed(slots, positions, tree, window), self.dtype)
+                 for kind, window in self.windows.items()}
+        hidden = self.model.get_input_embeddings()(ids[None])
+        position_ids = positions[None]
+        rope = self.decoder.rotary_emb(hidden, position_ids)
+        captured: dict[int, torch.Tensor] = {}
+        wanted = set(self.aux_layers)
+        for i, layer in enumerate(self.layers):
+            out = layer(hidden, attention_mask=masks[self.layer_kinds[i]], position_ids=position_ids,
+                        position_embeddings=rope, use_cache=True, **{self.cache_arg: self.kv})
+            hidden = out[0] if isinstance(out, tuple) else out
+            if i in wanted:
+                captured[i] = hidden[0]
+        logits = self.model.get_output_embeddings()(self.decoder.norm(hidden))[0].float()
+        return logits, torch.cat([captured[k] for k in self.aux_layers], dim=-1)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
+                cached: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """n new tokens after ``cached`` entries; tree [n, n] bool. Returns logits and aux for the n."""
+        n = input_ids.numel()
+        if cached + n > self.max_len:
+            raise DraftlabError(f"the static KV cache holds {self.max_len} entries and would need {cached + n}; "
+                                f"load the target with a larger max_len")
+        b = bucket(n)
+        device = input_ids.device
+        if b is None:
+            slots = torch.arange(cached, cached + n, device=device)
+            return self.run_long(input_ids, positions, slots, tree)
+        if b > n:
+            pad = b - n
+            input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])
+            positions = torch.cat([positions, positions[-1:].expand(pad)])
+            square = torch.eye(b, dtype=torch.bool, device=device)
+            square[:n, :n] = tree
+            tree = square
+        slots = torch.arange(cached, cached + b, device=device)
+        logits, aux = self.run_bucket(input_ids, positions, slots, tree)
+        return logits[:n].clone(), aux[:n].clone()
+
+    def keep(self, start: int, indices: torch.Tensor) -> None:
+        self.kv.keep(start, indices)
