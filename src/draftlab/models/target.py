@@ -72,7 +72,8 @@ class TargetRunner:
         self.dtype = model.get_input_embeddings().weight.dtype
         self._windows = _layer_windows(model.config, n_layers)
         self._captured: dict[int, torch.Tensor] = {}
-        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        # the KV-cache keyword of the HF forward: "cache" in transformers >= 5.2x, "past_key_values" before
+        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         on_cuda = self.device.type == "cuda"
         if cache == "auto":
             one_device = len({p.device for p in model.parameters()}) == 1  # not split by device_map
@@ -164,7 +165,7 @@ class TargetRunner:
         mask = self._mask(attention_mask(cached, tree_mask, n, self.device), positions, key_positions)
         self._captured.clear()
         out = self.model(input_ids=input_ids[None], position_ids=positions[None], attention_mask=mask,
-                         use_cache=True, **{self._cache_arg: self._cache})
+                         use_cache=True, **{self.cache_arg: self._cache})
         self._positions = key_positions
         self._last_new = n
         aux = torch.cat([self._captured[k][0].to(self.device) for k in self.aux_layers], dim=-1)

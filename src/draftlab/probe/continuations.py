@@ -47,7 +47,8 @@ def _decode_batch(runner: TargetRunner, prompts: list[list[int]], num_tokens: in
     step_ids = ids
     for _ in range(num_tokens):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
-        logits = runner.model(input_ids=step_ids, attention_mask=mask, position_ids=positions, cache=cache,
+        logits = runner.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                              **{runner.cache_arg: cache},
                               use_cache=True, logits_to_keep=1).logits[:, -1]
         if temperature == 0:
             step_ids = logits.argmax(-1, keepdim=True)
