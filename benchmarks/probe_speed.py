@@ -22,6 +22,7 @@ slowest (one verify per token) -- so part (a) is also reported per cycle.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import time
@@ -30,6 +31,7 @@ import torch
 from runtime_speed import build
 
 from draftlab.engines.sglang_flags import resolve_spec_flags
+from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe_sequences
 from draftlab.spec.decoder import SpeculativeDecoder
 
@@ -54,10 +56,10 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
     return torch.randint(0, vocab, (n, length), generator=gen).tolist()
 
 
-def versus_generate(target, drafter, cfg, args) -> dict:
+def versus_generate(fast_target, fast_drafter, target, drafter, cfg, args) -> dict:
     flags = resolve_spec_flags(*cfg)
     prompts = random_prompts(args.gen_prompts, args.prompt_len, target.config.vocab_size, 0)
-    decoder = SpeculativeDecoder(target, drafter, flags)
+    decoder = SpeculativeDecoder(fast_target, fast_drafter, flags)
 
     def run_generate():
         outputs, lengths = [], []
@@ -151,13 +153,20 @@ def main() -> None:
     args.lengths = [512, 1024, 2048, 4096] if big else [64, 128]
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.dtype]
     torch.manual_seed(0)
-    target, drafter = build(args.model, args.device, dtype)
+    model, drafter = build(args.model, args.device, dtype)
+    target, probe_drafter = TargetRunner(model, cache="dynamic"), copy.deepcopy(drafter)
+    # generate at its best settings: static KV caches (and CUDA graphs on a GPU) for target and drafter,
+    # on identical copies (static mode swaps the model's attention for one with no batched path)
+    max_len = args.prompt_len + args.gen_tokens + 16
+    fast_target = TargetRunner(copy.deepcopy(model), cache="static", max_len=max_len)
+    fast_drafter = copy.deepcopy(drafter)
+    fast_drafter.use_static_cache(max_len)
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
     print(json.dumps({"device": device_name, "model": args.model, "dtype": args.dtype, "torch": torch.__version__}))
     for cfg in CONFIGS:
-        print(json.dumps(versus_generate(target, drafter, cfg, args)), flush=True)
-        print(json.dumps(versus_floor(target, drafter, cfg, args)), flush=True)
-        for row in memory_by_length(target, drafter, cfg, args):
+        print(json.dumps(versus_generate(fast_target, fast_drafter, target, probe_drafter, cfg, args)), flush=True)
+        print(json.dumps(versus_floor(target, probe_drafter, cfg, args)), flush=True)
+        for row in memory_by_length(target, probe_drafter, cfg, args):
             print(json.dumps(row), flush=True)
 
 
