@@ -98,7 +98,7 @@ def test_spec_config_rules():
     assert SpecConfig.parse("5/4/8").label == "5/4/8"
     with pytest.raises(DraftlabError, match="use 2/1/3"):
         SpecConfig(2, 1, 6)  # a chain of 2 drafted tokens verifies 3, not 6
-    with pytest.raises(DraftlabError, match="holds only 2 candidates"):
+    with pytest.raises(DraftlabError, match="offers only 2"):
         SpecConfig(1, 2, 4)
     with pytest.raises(DraftlabError, match="steps/topk/num_draft_tokens"):
         SpecConfig.parse("3-1-4")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.errors import DraftlabError
 
 
@@ -32,22 +33,11 @@ class SpecConfig:
     num_draft_tokens: int
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.topk < 1 or self.num_draft_tokens < 2:
-            raise DraftlabError(
-                f"speculation config {self.label}: steps and topk must be >= 1 and "
-                "num_draft_tokens >= 2"
-            )
-        if self.topk == 1 and self.num_draft_tokens != self.steps + 1:
-            raise DraftlabError(
-                f"speculation config {self.label}: a chain (topk 1) verifies steps + 1 tokens; "
-                f"use {self.steps}/1/{self.steps + 1}"
-            )
-        pool = self.topk + (self.steps - 1) * self.topk**2
-        if self.num_draft_tokens - 1 > pool:
-            raise DraftlabError(
-                f"speculation config {self.label}: the draft tree holds only {pool} candidates, "
-                f"fewer than num_draft_tokens - 1 = {self.num_draft_tokens - 1}"
-            )
+        """Refuse what SGLang would reject or silently rewrite (its rules live in engines/)."""
+        flags = resolve_spec_flags(self.steps, self.topk, self.num_draft_tokens)
+        if flags.rewrites:
+            raise DraftlabError(f"speculation config {self.label}: {flags.rewrites[0]}; "
+                                f"use {flags.steps}/{flags.topk}/{flags.num_draft_tokens}")
 
     @property
     def label(self) -> str:
