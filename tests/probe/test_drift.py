@@ -5,10 +5,9 @@ import math
 import shutil
 
 import pytest
-import torch
-from safetensors.torch import load_file, save_file
 
 from draftlab.cli import main
+from draftlab.demo import perturbed_copy
 from draftlab.probe.drift import drift
 
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    return self._"]
@@ -19,18 +18,6 @@ def prompts(tmp_path_factory):
     path = tmp_path_factory.mktemp("p") / "prompts.jsonl"
     path.write_text("".join(json.dumps({"input_ids": list(t.encode())}) + "\n" for t in TEXTS))
     return path
-
-
-def _perturbed(target_dir, dest, scale, seed=0):
-    """A copy of the target whose layer 1+ matrices get relative Gaussian noise of size ``scale``."""
-    shutil.copytree(target_dir, dest)
-    weights = load_file(str(dest / "model.safetensors"))
-    gen = torch.Generator().manual_seed(seed)
-    for name, w in weights.items():
-        if w.dim() == 2 and ".layers." in name and ".layers.0." not in name:
-            weights[name] = w + scale * w.std() * torch.randn(w.shape, generator=gen)
-    save_file(weights, str(dest / "model.safetensors"))
-    return dest
 
 
 def test_target_against_itself_is_perfect(toy_pair, prompts):
@@ -44,8 +31,8 @@ def test_target_against_itself_is_perfect(toy_pair, prompts):
 
 
 def test_more_perturbation_drifts_further(toy_pair, prompts, tmp_path):
-    small = drift(toy_pair.target_dir, _perturbed(toy_pair.target_dir, tmp_path / "small", 0.05), prompts)
-    large = drift(toy_pair.target_dir, _perturbed(toy_pair.target_dir, tmp_path / "large", 0.6), prompts)
+    small = drift(toy_pair.target_dir, perturbed_copy(toy_pair.target_dir, tmp_path / "small", 0.05), prompts)
+    large = drift(toy_pair.target_dir, perturbed_copy(toy_pair.target_dir, tmp_path / "large", 0.6), prompts)
     assert small.layers[0].relative_l2 == 0.0  # layer 0 was not touched
     for s, big in zip(small.layers[1:], large.layers[1:]):
         assert 0 < s.relative_l2 < big.relative_l2
@@ -56,7 +43,7 @@ def test_more_perturbation_drifts_further(toy_pair, prompts, tmp_path):
 
 
 def test_drift_json_with_drafter_uses_its_aux_layers(toy_pair, prompts, tmp_path, capsys):
-    b = _perturbed(toy_pair.target_dir, tmp_path / "b", 0.6)
+    b = perturbed_copy(toy_pair.target_dir, tmp_path / "b", 0.6)
     code = main(["drift", "--target-a", str(toy_pair.target_dir), "--target-b", str(b), "--prompts", str(prompts),
                  "--drafter", str(toy_pair.drafter_dir), "--max-new-tokens", "24", "--steps", "3", "--topk", "1",
                  "--num-draft-tokens", "4", "--json"])
