@@ -22,3 +22,5 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert "next-token agreement" in text and "drafter accept length" in text
     assert demo.generated.mean_accept_length > 1.2 and "mean accept length" in text
     assert [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
+    spec = demo.benched["EAGLE-3 3/1/4"]
+    assert spec.failed == 0 and spec.accept_length > 1.5 and demo.benched["baseline"].accept_length is None
