@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from draftlab.engines.sglang_flags import resolve_spec_flags
+from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 
 
@@ -34,10 +34,7 @@ class SpecConfig:
 
     def __post_init__(self) -> None:
         """Refuse what SGLang would reject or silently rewrite (its rules live in engines/)."""
-        flags = resolve_spec_flags(self.steps, self.topk, self.num_draft_tokens)
-        if flags.rewrites:
-            raise DraftlabError(f"speculation config {self.label}: {flags.rewrites[0]}; "
-                                f"use {flags.steps}/{flags.topk}/{flags.num_draft_tokens}")
+        exact_spec_flags(self.steps, self.topk, self.num_draft_tokens)
 
     @property
     def label(self) -> str:

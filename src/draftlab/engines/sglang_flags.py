@@ -97,3 +97,20 @@ def resolve_spec_flags(
             "tokens that are never checked; use --num-draft-tokens >= 2"
         )
     return SpecFlags(s, k, n, "explicit", rewrites)
+
+
+def exact_spec_flags(
+    steps: int | None, topk: int | None, num_draft_tokens: int | None, *, architecture: str | None = None
+) -> SpecFlags:
+    """:func:`resolve_spec_flags`, refusing what SGLang would silently rewrite too.
+
+    draftlab's own runs (generate, probe, serve, plan) use this, so that what they report is what
+    SGLang runs with the very same flags, never a quietly corrected variant.
+    """
+    flags = resolve_spec_flags(steps, topk, num_draft_tokens, architecture=architecture)
+    if flags.rewrites:
+        raise DraftlabError(
+            f"{flags.rewrites[0]}; pass --num-draft-tokens {flags.num_draft_tokens} "
+            f"(use {flags.steps}/{flags.topk}/{flags.num_draft_tokens}) to run what SGLang runs"
+        )
+    return flags

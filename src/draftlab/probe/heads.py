@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from draftlab.checkpoint import TargetConfig, open_checkpoint, read_json

@@ -23,7 +23,7 @@ from rich.progress import Progress
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import ENGINES, aux_layers
-from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
+from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
@@ -97,7 +97,7 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     if temperature < 0:
         raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
-    flags = probe_flags(steps, topk, num_draft_tokens, target_cfg.architecture)
+    flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
     if temperature > 0 and not flags.is_chain:
         raise DraftlabError(f"the temperature > 0 estimate covers chains only (--topk 1), not topk {flags.topk}; "
                             "probe trees at temperature 0")
@@ -241,15 +241,6 @@ def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int
     r.continuation_tokens += tokens
     if off is not None:
         r.target_disagreement = ((r.target_disagreement or 0.0) * before + off) / r.continuation_tokens
-
-
-def probe_flags(steps: int | None, topk: int | None, num_draft_tokens: int | None, architecture: str) -> SpecFlags:
-    """SGLang's flags; refuse what SGLang would silently rewrite (as ``generate`` does)."""
-    flags = resolve_spec_flags(steps, topk, num_draft_tokens, architecture=architecture)
-    if flags.rewrites:
-        raise DraftlabError(
-            f"{flags.rewrites[0]}; pass --num-draft-tokens {flags.num_draft_tokens} to probe what SGLang runs")
-    return flags
 
 
 def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from draftlab.checkpoint.configs import DrafterConfig, TargetConfig
+from draftlab.checkpoint.configs import TargetConfig
 from draftlab.checkpoint.reader import open_checkpoint
-from draftlab.engines import ENGINES, aux_layers
-from draftlab.engines.sglang_flags import resolve_spec_flags
+from draftlab.engines import ENGINES
+from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.serve.engine import ServeEngine
 from draftlab.serve.http import ServeContext
@@ -19,7 +19,7 @@ def load_context(
     num_draft_tokens: int | None = None, dtype: str = "float32", device: str = "cpu", engine: str = "sglang",
 ) -> ServeContext:
     """Load the pair and start the decoder worker. ``engine`` picks whose aux-id convention to read."""
-    from draftlab.models.drafter import Eagle3Drafter
+    from draftlab.models.pair import load_pair
     from draftlab.models.target import TargetRunner
     from draftlab.spec.decoder import SpeculativeDecoder
 
@@ -32,12 +32,9 @@ def load_context(
     if drafter is None:
         runner = TargetRunner.load(target, dtype=dtype, device=device)
     else:
-        flags = resolve_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
-        if flags.rewrites:
-            raise DraftlabError(f"{flags.rewrites[0]}; pass --num-draft-tokens {flags.num_draft_tokens}")
-        layers = aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config), target_cfg.num_layers)
-        runner = TargetRunner.load(target, aux_layers=layers.layers, dtype=dtype, device=device)
-        draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device)
+        flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
+        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device)
+        runner, draft_model = pair.target, pair.drafter
     decoder = SpeculativeDecoder(runner, draft_model, flags)
     spec = None if flags is None else {"num_steps": flags.steps, "eagle_topk": flags.topk,
                                        "num_draft_tokens": flags.num_draft_tokens}

@@ -10,10 +10,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.compat import check_pair
-from draftlab.engines import ENGINES, aux_layers
-from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
+from draftlab.engines import ENGINES
+from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.spec.decoder import SpeculativeDecoder
 from draftlab.spec.metrics import accept_stats
@@ -43,7 +43,7 @@ def generate(
     dtype: str = "float32", device: str = "cpu", engine: str = "sglang", progress: bool = False,
 ) -> GenerateResult:
     """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``)."""
-    from draftlab.models.drafter import Eagle3Drafter
+    from draftlab.models.pair import load_pair
     from draftlab.models.target import TargetRunner
 
     if engine not in ENGINES:
@@ -55,7 +55,8 @@ def generate(
     if drafter is None and not no_draft:
         raise DraftlabError("give --drafter, or --no-draft to decode with the target alone")
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
-    flags = None if no_draft else _flags(steps, topk, num_draft_tokens, target_cfg.architecture)
+    flags = None if no_draft else exact_spec_flags(steps, topk, num_draft_tokens,
+                                                   architecture=target_cfg.architecture)
     rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
     context = target_cfg.max_position_embeddings
     for row in rows:
@@ -69,10 +70,8 @@ def generate(
         runner, draft_model, layers = TargetRunner.load(target, dtype=dtype, device=device), None, None
     else:
         _refuse_incompatible(drafter, target, engine)
-        drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
-        layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
-        runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device)
-        draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device)
+        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device)
+        runner, draft_model, layers = pair.target, pair.drafter, pair.aux_layers
     decoder = SpeculativeDecoder(runner, draft_model, flags)
 
     results, elapsed = [], 0.0
@@ -105,16 +104,6 @@ def generate(
         tokens_per_second=generated / elapsed if elapsed > 0 else 0.0,
         results=results,
     )
-
-
-def _flags(steps: int | None, topk: int | None, num_draft_tokens: int | None, architecture: str) -> SpecFlags:
-    """SGLang's flags; refuse what SGLang would reject or silently change."""
-    flags = resolve_spec_flags(steps, topk, num_draft_tokens, architecture=architecture)
-    if flags.rewrites:
-        raise DraftlabError(
-            f"{flags.rewrites[0]}; pass --num-draft-tokens {flags.num_draft_tokens} to run what SGLang runs"
-        )
-    return flags
 
 
 def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:

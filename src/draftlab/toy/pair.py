@@ -8,7 +8,6 @@ target often but not always: what tests of exactness need to mean something.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
