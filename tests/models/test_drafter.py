@@ -77,6 +77,17 @@ def test_both_layouts_load_to_identical_outputs(tmp_path, layout: str) -> None:
     assert torch.equal(a.logits, b.logits) and torch.equal(a.hidden, b.hidden)
 
 
+def test_norm_before_residual_computes_vllms_variant(tmp_path) -> None:
+    t = drafter_tensors()
+    drafter = Eagle3Drafter.load(write_speculators(tmp_path / "d", t, norm_before_residual=True))
+    step = drafter.forward(IDS, FEATS)
+    ref_logits, ref_pre = reference(t, t["embed_tokens.weight"], IDS, list(FEATS), norm_before_residual=True)
+    _close(step.logits, ref_logits)
+    _close(step.hidden, ref_pre)
+    plain, _ = reference(t, t["embed_tokens.weight"], IDS, list(FEATS))
+    assert not torch.allclose(step.logits, plain, atol=1e-3)  # the two variants really differ
+
+
 def test_d2t_maps_draft_ids_to_target_ids(tmp_path) -> None:
     t = drafter_tensors()
     drafter = Eagle3Drafter.load(write_specforge(tmp_path / "d", t))

@@ -62,13 +62,13 @@ def write_specforge(folder: Path, tensors: dict[str, torch.Tensor], *, layers: i
     return folder
 
 
-def write_speculators(folder: Path, tensors: dict[str, torch.Tensor]) -> Path:
+def write_speculators(folder: Path, tensors: dict[str, torch.Tensor], *, norm_before_residual: bool = False) -> Path:
     folder.mkdir(parents=True)
     config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
               "transformer_layer_config": llama_fields(), "draft_vocab_size": DRAFT_VOCAB,
               "speculators_config": {"algorithm": "eagle3"},
               # speculators defaults to True; False computes the SpecForge/SGLang formula
-              "norm_before_residual": False}
+              "norm_before_residual": norm_before_residual}
     (folder / "config.json").write_text(json.dumps(config))
     renamed = {"model." + k.replace("midlayer.", "layers.0."): v.contiguous() for k, v in tensors.items()}
     save_file(renamed, str(folder / "model.safetensors"))
@@ -110,8 +110,8 @@ def _mlp(t: dict, p: str, x: torch.Tensor) -> torch.Tensor:
 
 
 def reference(t: dict, embed: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor, *, layers: int = 1,
-              allowed: torch.Tensor | None = None, pos: torch.Tensor | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+              allowed: torch.Tensor | None = None, pos: torch.Tensor | None = None,
+              norm_before_residual: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits and pre-norm output of a sequence; `hidden` rows of width 3H go through fc, width H do not."""
     n = ids.numel()
     pos = torch.arange(n) if pos is None else pos
@@ -119,7 +119,8 @@ def reference(t: dict, embed: torch.Tensor, ids: torch.Tensor, hidden: torch.Ten
     h = torch.stack([row @ t["fc.weight"].T if row.numel() == 3 * H else row for row in hidden])
     x = torch.cat([_rms(embed[ids], t["midlayer.input_layernorm.weight"]),
                    _rms(h, t["midlayer.hidden_norm.weight"])], -1)
-    r = h + _attn(t, "midlayer", x, pos, allowed)
+    base = _rms(h, t["midlayer.hidden_norm.weight"]) if norm_before_residual else h  # vLLM's variant
+    r = base + _attn(t, "midlayer", x, pos, allowed)
     m = _mlp(t, "midlayer", _rms(r, t["midlayer.post_attention_layernorm.weight"]))
     for i in range(layers - 1):  # SGLang's BasicDecoderLayer: input is the MLP output alone
         p = f"additional_layers.{i}"
