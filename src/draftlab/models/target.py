@@ -60,7 +60,7 @@ class TargetRunner:
     def __init__(self, model: PreTrainedModel, *, aux_layers: list[int] | None = None, cache: str = "auto",
                  max_len: int | None = None, graphs: bool | None = None, compile: bool = False) -> None:
         """``cache``: "dynamic", "static" or "auto" (static on CUDA when the family supports it).
-        Static only: ``max_len`` cached entries (default the context, at most 4096), ``graphs`` CUDA
+        Static only: ``max_len`` cached entries (default 4096; at most the context), ``graphs`` CUDA
         graphs per bucket (default on CUDA), ``compile`` torch.compile the step first."""
         if cache not in CACHES:
             raise DraftlabError(f"unknown cache {cache!r}; choose {', '.join(CACHES)}")
@@ -88,9 +88,11 @@ class TargetRunner:
                 raise DraftlabError("CUDA graphs need the target on a CUDA device")
             context = self.config.max_position_embeddings
             if max_len is None:
-                max_len = min(context or DEFAULT_MAX_LEN, DEFAULT_MAX_LEN)
-            if max_len < 1 or (context is not None and max_len > context):
-                raise DraftlabError(f"max_len must lie in 1..{context}; got {max_len}")
+                max_len = DEFAULT_MAX_LEN
+            if max_len < 1:
+                raise DraftlabError(f"max_len must be >= 1; got {max_len}")
+            if context is not None:  # entries past the context never fill: forward refuses those positions
+                max_len = min(max_len, context)
             self._static = StaticTarget(model, self.aux_layers, self._windows, max_len=max_len,
                                         graphs=on_cuda if graphs is None else graphs, compile=compile)
         self.reset()
