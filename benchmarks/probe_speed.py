@@ -22,7 +22,6 @@ slowest (one verify per token) -- so part (a) is also reported per cycle.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import platform
 import time
@@ -33,7 +32,7 @@ from runtime_speed import build
 from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe_sequences
-from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
 
 CONFIGS = [(3, 1, 4), (5, 4, 8)]
 
@@ -56,10 +55,10 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
     return torch.randint(0, vocab, (n, length), generator=gen).tolist()
 
 
-def versus_generate(fast_target, fast_drafter, target, drafter, cfg, args) -> dict:
+def versus_generate(target, drafter, cfg, args) -> dict:
     flags = resolve_spec_flags(*cfg)
     prompts = random_prompts(args.gen_prompts, args.prompt_len, target.config.vocab_size, 0)
-    decoder = SpeculativeDecoder(fast_target, fast_drafter, flags)
+    decoder = SpeculativeDecoder(target, drafter, flags)
 
     def run_generate():
         outputs, lengths = [], []
@@ -154,19 +153,17 @@ def main() -> None:
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.dtype]
     torch.manual_seed(0)
     model, drafter = build(args.model, args.device, dtype)
-    target, probe_drafter = TargetRunner(model, cache="dynamic"), copy.deepcopy(drafter)
-    # generate at its best settings: static KV caches (and CUDA graphs on a GPU) for target and drafter,
-    # on identical copies (static mode swaps the model's attention for one with no batched path)
-    max_len = args.prompt_len + args.gen_tokens + 16
-    fast_target = TargetRunner(copy.deepcopy(model), cache="static", max_len=max_len)
-    fast_drafter = copy.deepcopy(drafter)
-    fast_drafter.use_static_cache(max_len)
+    # generate at its best settings: static KV caches (and CUDA graphs on a GPU) for target and drafter;
+    # the probe runs on the same weights (its batched pass uses the model's own attention)
+    max_len = max(max_cache_len(args.prompt_len, args.gen_tokens, resolve_spec_flags(*cfg)) for cfg in CONFIGS)
+    target = TargetRunner(model, cache="static", max_len=max_len)
+    drafter.use_static_cache(max_len)
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
     print(json.dumps({"device": device_name, "model": args.model, "dtype": args.dtype, "torch": torch.__version__}))
     for cfg in CONFIGS:
-        print(json.dumps(versus_generate(fast_target, fast_drafter, target, probe_drafter, cfg, args)), flush=True)
-        print(json.dumps(versus_floor(target, probe_drafter, cfg, args)), flush=True)
-        for row in memory_by_length(target, probe_drafter, cfg, args):
+        print(json.dumps(versus_generate(target, drafter, cfg, args)), flush=True)
+        print(json.dumps(versus_floor(target, drafter, cfg, args)), flush=True)
+        for row in memory_by_length(target, drafter, cfg, args):
             print(json.dumps(row), flush=True)
 
 

@@ -8,7 +8,7 @@ from tiny_targets import COMMON, tiny_target
 
 from draftlab.errors import DraftlabError
 from draftlab.models.target import TargetRunner
-from draftlab.models.target_static import FAMILIES
+from draftlab.models.target_static import ATTENTION, FAMILIES
 
 AUX = [0, 2, 4]
 V = COMMON["vocab_size"]
@@ -81,3 +81,25 @@ def test_auto_is_dynamic_on_cpu_and_static_refuses_what_it_cannot_run() -> None:
     runner.forward(torch.arange(6))
     with pytest.raises(DraftlabError, match="larger max_len"):
         runner.forward(torch.arange(3))
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_batched_pass_on_a_static_runner_matches_the_dynamic_one_and_leaves_its_cache_alone(family: str) -> None:
+    """One loaded model serves the probe's batched pass and static decoding, in any order."""
+    eager = TargetRunner(tiny_target(family), aux_layers=AUX, cache="dynamic")
+    static = TargetRunner(tiny_target(family), aux_layers=AUX, cache="static", max_len=96)
+    gen = torch.Generator().manual_seed(4)
+    batch = torch.randint(0, V, (3, 11), generator=gen)
+    prefix, after = torch.randint(0, V, (9,), generator=gen), torch.randint(0, V, (2,), generator=gen)
+    for runner in (eager, static):
+        runner.forward(prefix)
+    got, want = static.forward_batch(batch), eager.forward_batch(batch)
+    torch.testing.assert_close(got.aux, want.aux, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-5)
+    assert static.cache_len == 9
+    assert static.model.config._attn_implementation == ATTENTION  # given back to the static step
+    # the static step still runs on its own attention and sees the prefix cached before the batched pass
+    step_static, step_eager = static.forward(after), eager.forward(after)
+    torch.testing.assert_close(step_static.logits, step_eager.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(step_static.aux, step_eager.aux, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(static.forward_batch(batch).aux, want.aux, rtol=1e-5, atol=1e-5)

@@ -86,3 +86,15 @@ def test_slots_keep_packs_each_rows_path():
     assert allowed[:, 0].tolist() == [[False, True, True, True, True], [True, True, True, False, True]]
     slots.append(torch.tensor([[3], [3]]), torch.ones(2, 1, dtype=torch.bool))
     assert slots.keep([[], []]) == 4 and slots.length == 4  # a draft pass dropped: crop, no gather
+
+
+def test_batch_on_a_static_pair(pair, toy_pair):
+    """A pair loaded for the batch-1 fast path (static caches) also serves batches, unchanged."""
+    static = load_pair(toy_pair.target_dir, toy_pair.drafter_dir, cache="static", max_len=128)
+    flags = exact_spec_flags(4, 4, 8)
+    prompts = [list(p) for p in PROMPTS[:3]]
+    rows = BatchSpeculativeDecoder(static.target, static.drafter, flags).generate(prompts, max_new_tokens=20)
+    expected = BatchSpeculativeDecoder(pair.target, pair.drafter, flags).generate(prompts, max_new_tokens=20)
+    assert [r.output_ids for r in rows] == [r.output_ids for r in expected]
+    single = list(SpeculativeDecoder(static.target, static.drafter, flags).stream(prompts[0], max_new_tokens=20))
+    assert [t for c in single for t in c.tokens] == rows[0].output_ids

@@ -2,8 +2,9 @@
 that can verify a draft tree in one pass and then keep only the accepted path.
 
 Aux capture follows the canonical convention (``draftlab.engines``): aux layer k is the OUTPUT of
-decoder layer k, before the final norm, captured by a forward hook on that layer. (HF's
-``hidden_states[k + 1]`` is the same tensor except for the last layer, whose HF entry is post-norm.)
+decoder layer k, before the final norm. (HF's ``hidden_states[k + 1]`` is the same tensor except for
+the last layer, whose HF entry is post-norm.) An HF pass captures it by forward hooks that live only
+for that pass; the static step returns the aux layers itself, with no hooks in its graphs' way.
 
 The model is any Hugging Face causal LM loaded through ``AutoModelForCausalLM``. Tree verification
 passes transformers a ready 4D additive mask (``masking_utils`` returns a 4D mask as it is, for
@@ -14,15 +15,19 @@ Two caches, one interface (``forward``, ``keep``, ``crop``): ``"dynamic"``, the 
 above (CPU, tests, every family), and ``"static"`` (:mod:`draftlab.models.target_static`): a
 preallocated cache of ``max_len`` entries, steps of up to 64 tokens replayed as CUDA graphs per
 token-count bucket, optionally compiled. ``"auto"`` picks static on CUDA for the families it supports.
+``forward_batch`` (the probe's cache-free pass over many sequences) works in both modes, so one
+loaded model serves decoding and probing.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import inspect
 
 from transformers import DynamicCache, PreTrainedModel
 
@@ -55,14 +60,13 @@ class TargetRunner:
     def __init__(self, model: PreTrainedModel, *, aux_layers: list[int] | None = None, cache: str = "auto",
                  max_len: int | None = None, graphs: bool | None = None, compile: bool = False) -> None:
         """``cache``: "dynamic", "static" or "auto" (static on CUDA when the family supports it).
-        Static only: ``max_len`` cached entries (default the context, at most 4096), ``graphs`` CUDA
+        Static only: ``max_len`` cached entries (default 4096; at most the context), ``graphs`` CUDA
         graphs per bucket (default on CUDA), ``compile`` torch.compile the step first."""
         if cache not in CACHES:
             raise DraftlabError(f"unknown cache {cache!r}; choose {', '.join(CACHES)}")
         self.model = model.eval()
         self.config = TargetConfig.from_dict(model.config.to_dict())
-        layers = model.get_decoder().layers
-        n_layers = len(layers)
+        n_layers = len(model.get_decoder().layers)
         self.aux_layers = list(aux_layers) if aux_layers is not None else default_aux_layers(n_layers)
         bad = [k for k in self.aux_layers if not 0 <= k < n_layers]
         if bad:
@@ -71,7 +75,6 @@ class TargetRunner:
         self.device = model.get_input_embeddings().weight.device
         self.dtype = model.get_input_embeddings().weight.dtype
         self._windows = _layer_windows(model.config, n_layers)
-        self._captured: dict[int, torch.Tensor] = {}
         # the KV-cache keyword of the HF forward: "cache" in transformers >= 5.2x, "past_key_values" before
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         on_cuda = self.device.type == "cuda"
@@ -85,14 +88,13 @@ class TargetRunner:
                 raise DraftlabError("CUDA graphs need the target on a CUDA device")
             context = self.config.max_position_embeddings
             if max_len is None:
-                max_len = min(context or DEFAULT_MAX_LEN, DEFAULT_MAX_LEN)
-            if max_len < 1 or (context is not None and max_len > context):
-                raise DraftlabError(f"max_len must lie in 1..{context}; got {max_len}")
+                max_len = DEFAULT_MAX_LEN
+            if max_len < 1:
+                raise DraftlabError(f"max_len must be >= 1; got {max_len}")
+            if context is not None:  # entries past the context never fill: forward refuses those positions
+                max_len = min(max_len, context)
             self._static = StaticTarget(model, self.aux_layers, self._windows, max_len=max_len,
                                         graphs=on_cuda if graphs is None else graphs, compile=compile)
-        else:  # the static step returns the aux layers itself
-            for k in sorted(set(self.aux_layers)):
-                layers[k].register_forward_hook(self._capture_hook(k))
         self.reset()
 
     @classmethod
@@ -137,6 +139,11 @@ class TargetRunner:
     def cache_len(self) -> int:
         return int(self._positions.numel())
 
+    @property
+    def max_len(self) -> int | None:
+        """Entries the static cache holds; None for the dynamic cache, which grows."""
+        return self._static.max_len if self._static is not None else None
+
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, *, tree_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None) -> TargetStep:
@@ -163,12 +170,12 @@ class TargetRunner:
             self._last_new = n
             return TargetStep(logits=logits, aux=aux)
         mask = self._mask(attention_mask(cached, tree_mask, n, self.device), positions, key_positions)
-        self._captured.clear()
-        out = self.model(input_ids=input_ids[None], position_ids=positions[None], attention_mask=mask,
-                         use_cache=True, **{self.cache_arg: self._cache})
+        with self._aux_hooks() as captured:
+            out = self.model(input_ids=input_ids[None], position_ids=positions[None], attention_mask=mask,
+                             use_cache=True, **{self.cache_arg: self._cache})
         self._positions = key_positions
         self._last_new = n
-        aux = torch.cat([self._captured[k][0].to(self.device) for k in self.aux_layers], dim=-1)
+        aux = torch.cat([captured[k][0].to(self.device) for k in self.aux_layers], dim=-1)
         return TargetStep(logits=out.logits[0].float().to(self.device), aux=aux)
 
     __call__ = forward
@@ -179,15 +186,15 @@ class TargetRunner:
 
         Rows may be right-padded: a pad after a row's real tokens is never attended by them. Logits
         are left to the caller (``lm_head`` over the hidden states, in chunks: [B, L, V] is large).
+        In static mode the pass runs on the model's own attention, not the batch-1 static one.
         """
         input_ids = input_ids.to(self.device)
         limit = self.config.max_position_embeddings
         if limit is not None and input_ids.shape[1] > limit:
             raise DraftlabError(f"{input_ids.shape[1]} tokens are past the target's context of {limit} tokens")
-        self._captured.clear()
-        out = self.model.get_decoder()(input_ids=input_ids, use_cache=False)
-        aux = torch.cat([self._captured[k].to(self.device) for k in self.aux_layers], dim=-1)
-        self._captured.clear()
+        with self.hf_pass() as captured:
+            out = self.model.get_decoder()(input_ids=input_ids, use_cache=False)
+        aux = torch.cat([captured[k].to(self.device) for k in self.aux_layers], dim=-1)
         return BatchStep(hidden=out.last_hidden_state, aux=aux)
 
     def keep(self, indices: torch.Tensor) -> None:
@@ -224,10 +231,31 @@ class TargetRunner:
                  for kind, window in self._windows.items()}
         return next(iter(masks.values())) if len(masks) == 1 else masks
 
-    def _capture_hook(self, k: int):
-        def hook(module: torch.nn.Module, args: object, output: object) -> None:
-            self._captured[k] = output[0] if isinstance(output, tuple) else output
-        return hook
+    @contextmanager
+    def hf_pass(self) -> Iterator[dict[int, torch.Tensor]]:
+        """A pass of the HF model on its own attention (in static mode too: the static cache is left
+        alone) with the aux layers captured; yields their outputs by layer id once it ran."""
+        own_attention = self._static.own_attention() if self._static is not None else nullcontext()
+        with own_attention, self._aux_hooks() as captured:
+            yield captured
+
+    @contextmanager
+    def _aux_hooks(self) -> Iterator[dict[int, torch.Tensor]]:
+        """Forward hooks on the aux layers for one HF pass; yields their outputs by layer id once it ran."""
+        captured: dict[int, torch.Tensor] = {}
+        layers = self.model.get_decoder().layers
+
+        def record(k: int):
+            def hook(module: torch.nn.Module, args: object, output: object) -> None:
+                captured[k] = output[0] if isinstance(output, tuple) else output
+            return hook
+
+        handles = [layers[k].register_forward_hook(record(k)) for k in sorted(set(self.aux_layers))]
+        try:
+            yield captured
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 def _layer_windows(config: object, n_layers: int) -> dict[str, int | None]:

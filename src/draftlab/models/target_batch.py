@@ -4,7 +4,8 @@ Rows share one Hugging Face ``DynamicCache`` of [B, heads, slots, head_dim]; whi
 entries is :class:`~draftlab.models.batch_slots.BatchSlots`' job, and the attention mask it builds is
 passed to transformers as a ready 4D additive mask with explicit ``position_ids`` (as
 :class:`~draftlab.models.target.TargetRunner` does for one row). Aux features come from the runner's
-forward hooks, so the runner must use its dynamic cache.
+forward hooks; a runner in static mode lends its model for these passes (``TargetRunner.hf_pass``),
+its own static cache untouched.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ class BatchTarget:
     """B sequences of one target over a shared, padded KV cache."""
 
     def __init__(self, runner: TargetRunner, batch_size: int) -> None:
-        if runner._static is not None:
-            raise DraftlabError("batched runs need the target's dynamic cache; load it with cache='dynamic'")
         if batch_size < 1:
             raise DraftlabError(f"batch size must be >= 1, got {batch_size}")
         self.runner = runner
@@ -60,12 +59,11 @@ class BatchTarget:
         masks = {kind: self._additive(self.slots.allowed(positions, tree_mask, new_valid, window))
                  for kind, window in runner._windows.items()}
         mask = next(iter(masks.values())) if len(masks) == 1 else masks
-        runner._captured.clear()
-        out = runner.model(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
-                           logits_to_keep=1 if last_only else 0, **{runner.cache_arg: self._cache})
+        with runner.hf_pass() as captured:
+            out = runner.model(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                               logits_to_keep=1 if last_only else 0, **{runner.cache_arg: self._cache})
         self.slots.append(positions, new_valid)
-        aux = torch.cat([runner._captured[k].to(self.device) for k in runner.aux_layers], dim=-1)
-        runner._captured.clear()
+        aux = torch.cat([captured[k].to(self.device) for k in runner.aux_layers], dim=-1)
         return BatchTargetStep(logits=out.logits.float(), aux=aux)
 
     def keep(self, paths: list[list[int]]) -> None:

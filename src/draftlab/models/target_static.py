@@ -5,11 +5,17 @@ the weights and the per-family layer code are HF's; it returns the aux layer out
 instead of through hooks, which keeps it capturable. Token counts up to the largest bucket are padded
 to a bucket (padding rows write slots past the new cache length, which the next step overwrites and
 no mask lets through); longer inputs (a prefill) run the same step uncaptured.
+
+Static mode points the model's attention at a batch-1 function over the static cache;
+:meth:`StaticTarget.own_attention` gives the model its own attention back for a pass that does not
+use the cache (the runner's batched, cache-free ``forward_batch``), so one loaded model serves both.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from transformers import PreTrainedModel
@@ -46,6 +52,7 @@ class StaticTarget:
         self.max_len = max_len
         self.kv = StaticKV(len(self.layers), attn.k_proj.out_features // attn.head_dim, attn.head_dim,
                            max_len + BUCKETS[-1], dtype=embed.dtype, device=embed.device)
+        self.hf_attention = model.config._attn_implementation  # the model's own, for own_attention()
         model.config._attn_implementation = ATTENTION
         layer_types = getattr(model.config, "layer_types", None) or ["all"] * len(self.layers)
         self.windows = windows
@@ -103,3 +110,13 @@ class StaticTarget:
 
     def keep(self, start: int, indices: torch.Tensor) -> None:
         self.kv.keep(start, indices)
+
+    @contextmanager
+    def own_attention(self) -> Iterator[None]:
+        """The model's own attention (and its own masks) for the duration: a pass over any batch that
+        neither reads nor writes the static cache."""
+        self.model.config._attn_implementation = self.hf_attention
+        try:
+            yield
+        finally:
+            self.model.config._attn_implementation = ATTENTION

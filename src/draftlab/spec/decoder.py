@@ -34,6 +34,15 @@ if TYPE_CHECKING:
     from draftlab.models.target import TargetRunner
 
 
+def max_cache_len(prompt_len: int, max_new_tokens: int, flags: SpecFlags | None) -> int:
+    """KV-cache entries (target's and drafter's) that decoding one prompt can need: what a static
+    cache must hold. Before a cycle both caches hold ``prompt_len + produced - 1`` entries, fewer than
+    ``prompt_len + max_new_tokens``; a cycle appends at most its widest pass: the verified tree
+    (``num_draft_tokens``) or the drafter's last draft pass (``topk x (steps - 1)`` nodes)."""
+    widest = 1 if flags is None else max(flags.num_draft_tokens, flags.topk * (flags.steps - 1))
+    return prompt_len + max_new_tokens + widest
+
+
 @dataclass
 class Commit:
     """Tokens made final together: the prefill's first token, then one verify cycle's."""

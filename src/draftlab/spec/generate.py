@@ -23,7 +23,7 @@ from draftlab.engines import ENGINES
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
-from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
 from draftlab.spec.metrics import accept_stats
 from draftlab.spec.prompts import read_prompts
 
@@ -49,9 +49,14 @@ def generate(
     steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
     max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None, no_draft: bool = False,
     dtype: str = "float32", device: str = "cpu", engine: str = "sglang", progress: bool = False,
-    batch_size: int = 1, ignore_eos: bool = False,
+    batch_size: int = 1, ignore_eos: bool = False, cache: str = "auto",
 ) -> GenerateResult:
-    """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``)."""
+    """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``).
+
+    ``cache`` is the target's KV cache ("auto": static, with CUDA graphs, on one CUDA device for the
+    families that support it; dynamic elsewhere). A static target gets a static drafter cache too,
+    both sized for the longest prompt plus ``max_new_tokens`` plus one cycle.
+    """
     from draftlab.models.pair import load_pair
     from draftlab.models.target import TargetRunner
 
@@ -77,12 +82,15 @@ def generate(
                 f"is {context}; shorten it"
             )
 
-    cache = "auto" if batch_size == 1 else "dynamic"  # the batched caches extend the dynamic one
+    if batch_size > 1 and cache == "auto":
+        cache = "dynamic"  # the batched decoder keeps its own caches; a static one would sit unused
+    max_len = max_cache_len(max((len(r.input_ids) for r in rows), default=1), max_new_tokens, flags)
     if no_draft:
-        runner, draft_model, layers = TargetRunner.load(target, dtype=dtype, device=device, cache=cache), None, None
+        runner = TargetRunner.load(target, dtype=dtype, device=device, cache=cache, max_len=max_len)
+        draft_model, layers = None, None
     else:
         _refuse_incompatible(drafter, target, engine)
-        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device, cache=cache)
+        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device, cache=cache, max_len=max_len)
         runner, draft_model, layers = pair.target, pair.drafter, pair.aux_layers
 
     results, elapsed = [], 0.0
@@ -121,7 +129,7 @@ def generate(
         "num_draft_tokens": flags.num_draft_tokens if flags else None,
         "flags_source": flags.source if flags else None, "aux_layers": layers,
         "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed, "ignore_eos": ignore_eos,
-        "dtype": dtype, "device": device, "num_prompts": len(rows), "batch_size": batch_size,
+        "dtype": dtype, "device": device, "cache": runner.cache, "num_prompts": len(rows), "batch_size": batch_size,
     }
     return GenerateResult(
         config=config,
