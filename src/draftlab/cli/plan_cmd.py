@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
@@ -156,10 +157,12 @@ def _emit_plan(result: Plan, plot: Path | None, json_out: bool) -> None:
     if json_out:
         emit_json({**to_jsonable(result), "plot": plot_path})
     else:
-        _render_plan(result, plot_path)
+        render_plan(result, plot_path)
 
 
-def _render_plan(result: Plan, plot_path: Path | None) -> None:
+def render_plan(result: Plan, plot_path: Path | None = None, out: Console | None = None) -> None:
+    """The plan as a table (best config per batch starred), its verdict and the plot's path."""
+    out = out or console
     table = Table(title="Predicted throughput per speculation config")
     for col in ("batch", "config", "accept len", "cycle ms", "tok/s", "speedup", "break-even"):
         table.add_column(col, justify="left" if col == "config" else "right")
@@ -172,11 +175,11 @@ def _render_plan(result: Plan, plot_path: Path | None) -> None:
             table.add_row("", r.label + star, f"{r.accept_length:.2f}", f"{r.cycle_ms:.2f}",
                           f"{r.tokens_per_second:.1f}", f"{r.speedup:.2f}x",
                           f"{r.break_even_accept_length:.2f}", style=style)
-    console.print(table)
-    console.print("* best config at that batch size")
-    console.print(result.verdict)
+    out.print(table)
+    out.print("* best config at that batch size")
+    out.print(result.verdict)
     if plot_path is not None:
-        console.print(f"plot: {plot_path}")
+        out.print(f"plot: {plot_path}")
 
 
 def _render_estimate(est: EngineEstimate) -> None:
