@@ -78,16 +78,21 @@ def test_profile_sizes_cover_every_default_config():
 
 def test_cli_json_contract_and_saved_measurements_replan(toy_pair, prompts, tmp_path, capsys):
     costs, probes, png = tmp_path / "costs.json", tmp_path / "probe.json", tmp_path / "plan.png"
-    code = main(["plan", *pair_args(toy_pair, prompts), "--grid", ",".join(GRID), *FAST, "--json",
-                 "--save-costs", str(costs), "--save-probe", str(probes), "--plot", str(png)])
+    code = main(["plan", *pair_args(toy_pair, prompts), "--grid", ",".join(GRID), "--batch-sizes", "1,2", *FAST,
+                 "--json", "--save-costs", str(costs), "--save-probe", str(probes), "--plot", str(png)])
     out = capsys.readouterr()
     assert code == 0, out.err
     doc = json.loads(out.out)
-    assert set(doc["baseline_tokens_per_second"]) == {"1"} and doc["baseline_tokens_per_second"]["1"] > 0
+    assert set(doc["baseline_tokens_per_second"]) == {"1", "2"} and set(doc["best"]) == {"1", "2"}
     keys = {"steps", "topk", "num_draft_tokens", "batch_size", "accept_length", "cycle_ms", "tokens_per_second",
             "speedup", "break_even_accept_length"}
-    assert len(doc["configs"]) == len(GRID) and all(keys <= set(row) for row in doc["configs"])
-    assert doc["best"]["1"]["tokens_per_second"] == max(r["tokens_per_second"] for r in doc["configs"])
+    assert len(doc["configs"]) == 2 * len(GRID) and all(keys <= set(row) for row in doc["configs"])
+    for b in (1, 2):
+        rows = [r for r in doc["configs"] if r["batch_size"] == b]
+        assert [f"{r['steps']}/{r['topk']}/{r['num_draft_tokens']}" for r in rows] == GRID
+        assert doc["best"][str(b)]["tokens_per_second"] == max(r["tokens_per_second"] for r in rows)
+    accept = [r["accept_length"] for r in doc["configs"]]
+    assert accept[:len(GRID)] == accept[len(GRID):]  # greedy acceptance does not depend on the batch
     assert png.read_bytes()[:4] == b"\x89PNG"
 
     assert main(["plan", "--costs", str(costs), "--probe", str(probes), "--json"]) == 0
