@@ -9,7 +9,7 @@ PROFILE.json --probe PROBE.json``); or numbers read off a serving engine (``--ba
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -80,7 +80,7 @@ def plan(
             raise DraftlabError(f"--target plans from the pair itself; drop --{given_engine[0].replace('_', '-')} "
                                 "(engine numbers are a separate mode)")
         _plan_pair(target, drafter, prompts, grid, _batch_list(batch_sizes) or [1], plot, json_out,
-                   **pair_options)
+                   {k: v for k, v in pair_options.items() if v is not None})
         return
     given_pair = [k for k, v in pair_options.items() if v is not None]
     if given_pair:
@@ -114,10 +114,9 @@ def plan(
 
 
 def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, grid: str | None,
-               batch_sizes: list[int], plot: Path | None, json_out: bool, *, max_new_tokens: int | None,
-               context: int | None, dtype: str | None, device: str | None, repeats: int | None,
-               overhead_ms: float | None, save_costs: Path | None, save_probe: Path | None) -> None:
-    """``--target --drafter --prompts``: probe every grid config, profile the pair, plan."""
+               batch_sizes: list[int], plot: Path | None, json_out: bool, options: dict[str, Any]) -> None:
+    """``--target --drafter --prompts``: probe every grid config, profile the pair, plan. ``options``
+    holds the pair-mode options given (the others keep auto_plan's defaults)."""
     from draftlab.cost.auto_plan import auto_plan
 
     missing = [name for name, v in (("--target", target), ("--drafter", drafter), ("--prompts", prompts)) if v is None]
@@ -128,12 +127,11 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
     if assumed is not None:
         raise DraftlabError(f"--grid {assumed.config.label}:{assumed.accept_length:g}: with --target the probe "
                             f"measures every accept length; drop ':{assumed.accept_length:g}'")
-    result = auto_plan(
-        target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],
-        batch_sizes=batch_sizes, max_new_tokens=128 if max_new_tokens is None else max_new_tokens,
-        context_tokens=256 if context is None else context, dtype=dtype, device=device,
-        repeats=10 if repeats is None else repeats, overhead_ms=overhead_ms or 0.0,
-    )
+    save_costs, save_probe = options.pop("save_costs", None), options.pop("save_probe", None)
+    if "context" in options:
+        options["context_tokens"] = options.pop("context")
+    result = auto_plan(target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],
+                       batch_sizes=batch_sizes, **options)
     if save_costs is not None:
         save_profile(result.profile, save_costs)
     if save_probe is not None:

@@ -71,10 +71,11 @@ def auto_plan(
     overhead_ms: float = 0.0,
     progress: bool = True,
 ) -> AutoPlan:
-    """Probe every config of ``grid`` (default :data:`~draftlab.cost.plan.DEFAULT_GRID`) on ``prompts``, profile the pair
-    at ``batch_sizes`` and predict; ``overhead_ms`` is a fixed per-cycle cost to add (the engine's
-    own work between passes, which the reference runtime's passes do not include). ``device`` defaults to CUDA when there is one, else the CPU;
-    ``dtype`` to bfloat16 on CUDA, float32 on the CPU."""
+    """Probe every config of ``grid`` (default :data:`~draftlab.cost.plan.DEFAULT_GRID`) on
+    ``prompts``, profile the pair at ``batch_sizes`` and predict. ``overhead_ms`` is a fixed
+    per-cycle cost to add (an engine's own work between passes, which the timed passes leave out).
+    ``device`` defaults to CUDA when there is one, else the CPU; ``dtype`` to bfloat16 on CUDA,
+    float32 on the CPU."""
     configs = list(dict.fromkeys(grid if grid is not None else default_grid()))
     if not configs:
         raise DraftlabError("--grid is empty; give configs like 3/1/4,5/4/8")
