@@ -24,3 +24,10 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
     spec = demo.benched["EAGLE-3 3/1/4"]
     assert spec.failed == 0 and spec.accept_length > 1.5 and demo.benched["baseline"].accept_length is None
+    plan = demo.plan.plan
+    assert [r.label for r in plan.configs] == ["1/1/2", "3/1/4", "5/1/6", "3/4/8"]
+    chain = next(r for r in plan.configs if r.label == "3/1/4")
+    assert chain.accept_length == demo.probe.mean_accept_length  # same prompts, config and length as the probe
+    assert demo.plan_with_overhead.configs[1].cycle_ms >= chain.cycle_ms
+    assert "Predicted throughput per speculation config" in text and "--overhead-ms" in text
+    assert "At batch 1, " in text or "Speculation loses at batch 1" in text  # the verdicts

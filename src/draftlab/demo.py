@@ -71,6 +71,8 @@ class Demo:
     benched: dict[str, Any] = field(default_factory=dict)  # BenchResult per arm of the serving A/B
     generated: GenerateResult | None = None
     generated_alone: GenerateResult | None = None
+    plan: Any = None  # AutoPlan of the toy pair on this machine (passes only)
+    plan_with_overhead: Any = None  # Plan with the reference decoder's measured per-cycle overhead
 
 
 def build(demo: Demo) -> None:
@@ -285,6 +287,51 @@ def serve_and_bench(demo: Demo) -> None:
                        "target's) outweigh the tokens it commits. `draftlab plan` tells when it pays off.")
 
 
+PLAN_GRID = "1/1/2,3/1/4,5/1/6,3/4/8"
+
+
+def plan_section(demo: Demo) -> None:
+    """Will speculation pay off for the toy pair on this CPU? Probe, profile, predict; then account
+    for the reference decoder's own per-cycle work, which the timed passes leave out."""
+    from dataclasses import replace
+
+    import torch
+
+    from draftlab.cli.plan_cmd import render_plan
+    from draftlab.cost.auto_plan import auto_plan
+    from draftlab.cost.model import SpecConfig, cycle_ms_from_throughput
+    from draftlab.cost.plan import make_plan
+    from draftlab.toy import cached_toy_pair
+
+    demo.toy = demo.toy or cached_toy_pair()
+    prompts = _prompts_file(demo.workdir)
+    demo.console.print(f"$ draftlab plan --target toy-target --drafter toy-drafter --prompts {prompts.name} "
+                       f"--grid {PLAN_GRID} --device cpu --max-new-tokens 64 --context 64 --repeats 5",
+                       soft_wrap=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the toy gains nothing from threads; one keeps timings steady on a busy machine
+    try:
+        demo.plan = auto_plan(demo.toy.target_dir, demo.toy.drafter_dir, prompts,
+                              grid=[SpecConfig.parse(c) for c in PLAN_GRID.split(",")], max_new_tokens=64,
+                              context_tokens=64, device="cpu", warmup=2, repeats=5, progress=False)
+        timed = generate(demo.toy.target_dir, demo.toy.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
+                         max_new_tokens=64, engine=ENGINE)
+    finally:
+        torch.set_num_threads(threads)
+    render_plan(demo.plan.plan, out=demo.console)
+    chain = next(r for r in demo.plan.plan.configs if r.label == "3/1/4")
+    cycle = cycle_ms_from_throughput(1, timed.mean_accept_length, timed.tokens_per_second)
+    overhead = max(0.0, cycle - chain.cycle_ms)
+    demo.plan_with_overhead = make_plan(replace(demo.plan.profile, overhead_ms=overhead), demo.plan.accept_lengths)
+    demo.console.print(
+        f"That prices the passes alone. draftlab generate runs 3/1/4 here at {timed.tokens_per_second:.0f} tok/s, "
+        f"a {cycle:.1f} ms cycle: {overhead:.1f} ms more than its passes, the reference decoder's Python work per "
+        "cycle (tree, walk, cache bookkeeping) that an engine does in a few fused GPU kernels. "
+        f"With it (draftlab plan ... --overhead-ms {overhead:.1f}):")
+    demo.console.print(demo.plan_with_overhead.verdict)
+    demo.console.print("On a GPU the same command profiles the real passes; the verdict there is the one to act on.")
+
+
 SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
     ("Build a target and a reused drafter", build),
     ("Inspect", inspect_both),
@@ -295,6 +342,7 @@ SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
     ("Probe the toy drafter: exact accept lengths, offline", probe_section),
     ("A new target version: drift and its cost", drift_section),
     ("Serve and benchmark, with and without the drafter", serve_and_bench),
+    ("Plan: which config pays off on this machine?", plan_section),
 ]
 
 

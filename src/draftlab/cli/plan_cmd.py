@@ -1,23 +1,26 @@
 """``draftlab plan``: will speculation pay off, and with which config?
 
-Two ways in: measured costs plus accept lengths (``--costs PROFILE.json --probe PROBE.json``), or
-numbers read off a serving engine (``--baseline-tps 82 --spec-tps 52 --accept-length 1.5``).
+Three ways in: a target, a drafter and prompts (``--target T --drafter D --prompts P``: probe every
+config and profile the pair here, then plan); measured costs plus accept lengths (``--costs
+PROFILE.json --probe PROBE.json``); or numbers read off a serving engine (``--baseline-tps 82
+--spec-tps 52 --accept-length 1.5``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
 from draftlab.cli.common import console, emit_json, to_jsonable
 from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine, parse_what_if
-from draftlab.cost.plan import Plan, make_plan, parse_grid
-from draftlab.cost.probes import load_probes
-from draftlab.cost.profile import load_profile
+from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
+from draftlab.cost.probes import load_probes, save_probes
+from draftlab.cost.profile import load_profile, save_profile
 from draftlab.errors import DraftlabError
 
 
@@ -35,9 +38,20 @@ def _batch_list(text: str | None) -> list[int] | None:
 
 @app.command()
 def plan(
+    target: Annotated[Optional[Path], typer.Option(help="Target model folder: probe and profile it here (with --drafter and --prompts).")] = None,
+    drafter: Annotated[Optional[Path], typer.Option(help="EAGLE-3 drafter folder (with --target).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option(help="JSONL prompts to probe accept lengths on (with --target).")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="With --target: continuation tokens per prompt for the probe (default 128).")] = None,
+    context: Annotated[Optional[int], typer.Option(help="With --target: KV-cache length the timed passes run after (default 256).")] = None,
+    dtype: Annotated[Optional[str], typer.Option(help="With --target: float32, bfloat16 or float16 (default bfloat16 on CUDA, float32 on CPU).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="With --target: cpu, cuda or cuda:N (default cuda when available).")] = None,
+    repeats: Annotated[Optional[int], typer.Option(help="With --target: timed calls per measured pass (default 10).")] = None,
+    overhead_ms: Annotated[Optional[float], typer.Option(help="With --target: fixed per-cycle overhead to assume, ms (default 0).")] = None,
+    save_costs: Annotated[Optional[Path], typer.Option(help="With --target: also write the measured PROFILE.json here.")] = None,
+    save_probe: Annotated[Optional[Path], typer.Option(help="With --target: also write the probe results (one per config) here.")] = None,
     costs: Annotated[Optional[Path], typer.Option(help="PROFILE.json written by draftlab profile.")] = None,
     probe: Annotated[Optional[list[Path]], typer.Option(help="Probe result JSON (one config, or a list); repeatable.")] = None,
-    grid: Annotated[Optional[str], typer.Option(help="Configs to plan, e.g. 3/1/4,5/4/8:2.9 (':AL' assumes an accept length). Default: the probed configs.")] = None,
+    grid: Annotated[Optional[str], typer.Option(help="Configs to plan, e.g. 3/1/4,5/4/8:2.9 (':AL' assumes an accept length). Default: the probed configs; with --target " + DEFAULT_GRID + ".")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes to plan (default: all profiled), e.g. 1,8,32.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of predicted tok/s per config and batch size.")] = None,
     baseline_tps: Annotated[Optional[float], typer.Option(help="Engine: tokens/s without speculation.")] = None,
@@ -56,6 +70,21 @@ def plan(
               "cycle_ms": cycle_ms, "accept_length": accept_length,
               "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
     given_engine = [k for k, v in engine.items() if v is not None] + (["what_if"] if what_if else [])
+    pair_options = {"max_new_tokens": max_new_tokens, "context": context, "dtype": dtype, "device": device,
+                    "repeats": repeats, "overhead_ms": overhead_ms, "save_costs": save_costs, "save_probe": save_probe}
+    if target is not None or drafter is not None or prompts is not None:
+        if costs is not None or probe:
+            raise DraftlabError("--target/--drafter/--prompts probe and profile the pair here; drop --costs and "
+                                "--probe (they plan from earlier measurements)")
+        if given_engine:
+            raise DraftlabError(f"--target plans from the pair itself; drop --{given_engine[0].replace('_', '-')} "
+                                "(engine numbers are a separate mode)")
+        _plan_pair(target, drafter, prompts, grid, _batch_list(batch_sizes) or [1], plot, json_out,
+                   {k: v for k, v in pair_options.items() if v is not None})
+        return
+    given_pair = [k for k, v in pair_options.items() if v is not None]
+    if given_pair:
+        raise DraftlabError(f"--{given_pair[0].replace('_', '-')} goes with --target T --drafter D --prompts P")
     if costs is not None:
         if given_engine:
             raise DraftlabError(
@@ -66,15 +95,7 @@ def plan(
             load_profile(costs), load_probes(list(probe or [])),
             grid=parse_grid(grid) if grid else None, batch_sizes=_batch_list(batch_sizes),
         )
-        plot_path = None
-        if plot is not None:
-            from draftlab.cost.plot import plot_plan
-
-            plot_path = plot_plan(result, plot)
-        if json_out:
-            emit_json({**to_jsonable(result), "plot": plot_path})
-        else:
-            _render_plan(result, plot_path)
+        _emit_plan(result, plot, json_out)
         return
     if probe or grid or batch_sizes or plot:
         raise DraftlabError("--probe, --grid, --batch-sizes and --plot need --costs PROFILE.json")
@@ -92,7 +113,54 @@ def plan(
         _render_estimate(est)
 
 
-def _render_plan(result: Plan, plot_path: Path | None) -> None:
+def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, grid: str | None,
+               batch_sizes: list[int], plot: Path | None, json_out: bool, options: dict[str, Any]) -> None:
+    """``--target --drafter --prompts``: probe every grid config, profile the pair, plan. ``options``
+    holds the pair-mode options given (the others keep auto_plan's defaults)."""
+    from draftlab.cost.auto_plan import auto_plan
+
+    missing = [name for name, v in (("--target", target), ("--drafter", drafter), ("--prompts", prompts)) if v is None]
+    if missing:
+        raise DraftlabError(f"planning from a pair needs --target, --drafter and --prompts; add {missing[0]}")
+    entries = parse_grid(grid) if grid else None
+    assumed = next((e for e in entries or [] if e.accept_length is not None), None)
+    if assumed is not None:
+        raise DraftlabError(f"--grid {assumed.config.label}:{assumed.accept_length:g}: with --target the probe "
+                            f"measures every accept length; drop ':{assumed.accept_length:g}'")
+    save_costs, save_probe = options.pop("save_costs", None), options.pop("save_probe", None)
+    if "context" in options:
+        options["context_tokens"] = options.pop("context")
+    result = auto_plan(target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],
+                       batch_sizes=batch_sizes, **options)
+    if save_costs is not None:
+        save_profile(result.profile, save_costs)
+    if save_probe is not None:
+        save_probes(result.probes, save_probe)
+    if not json_out:
+        first = result.probes[0].config
+        env = result.profile.environment
+        n = len(result.probes)
+        console.print(f"{n} config{'s' if n > 1 else ''} probed on {first['num_prompts']} prompts "
+                      f"({first['max_new_tokens']} new tokens each); costs timed on {env.get('device')} "
+                      f"({result.profile.model.dtype}) after {result.profile.context_tokens} cached tokens")
+    _emit_plan(result.plan, plot, json_out)
+
+
+def _emit_plan(result: Plan, plot: Path | None, json_out: bool) -> None:
+    plot_path = None
+    if plot is not None:
+        from draftlab.cost.plot import plot_plan
+
+        plot_path = plot_plan(result, plot)
+    if json_out:
+        emit_json({**to_jsonable(result), "plot": plot_path})
+    else:
+        render_plan(result, plot_path)
+
+
+def render_plan(result: Plan, plot_path: Path | None = None, out: Console | None = None) -> None:
+    """The plan as a table (best config per batch starred), its verdict and the plot's path."""
+    out = out or console
     table = Table(title="Predicted throughput per speculation config")
     for col in ("batch", "config", "accept len", "cycle ms", "tok/s", "speedup", "break-even"):
         table.add_column(col, justify="left" if col == "config" else "right")
@@ -105,11 +173,11 @@ def _render_plan(result: Plan, plot_path: Path | None) -> None:
             table.add_row("", r.label + star, f"{r.accept_length:.2f}", f"{r.cycle_ms:.2f}",
                           f"{r.tokens_per_second:.1f}", f"{r.speedup:.2f}x",
                           f"{r.break_even_accept_length:.2f}", style=style)
-    console.print(table)
-    console.print("* best config at that batch size")
-    console.print(result.verdict)
+    out.print(table)
+    out.print("* best config at that batch size")
+    out.print(result.verdict)
     if plot_path is not None:
-        console.print(f"plot: {plot_path}")
+        out.print(f"plot: {plot_path}")
 
 
 def _render_estimate(est: EngineEstimate) -> None:

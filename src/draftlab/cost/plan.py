@@ -16,6 +16,10 @@ from draftlab.cost.probes import AcceptLength
 from draftlab.cost.profile import CostTable, ModelInfo, Profile
 from draftlab.errors import DraftlabError
 
+# Chains of 1 to 6 drafted tokens and three trees (5/4/8 is SGLang's automatic choice for Llama), all
+# valid under engines.sglang_flags.exact_spec_flags: what `plan --target` probes without --grid.
+DEFAULT_GRID = "1/1/2,2/1/3,3/1/4,4/1/5,5/1/6,6/1/7,3/4/8,5/4/8,6/8/32"
+
 
 @dataclass(frozen=True)
 class GridEntry:

@@ -1,4 +1,4 @@
-"""Accept lengths for the planner, read from probe results (``draftlab probe --json``).
+"""Accept lengths for the planner, read from probe results (``draftlab probe --json``, ``plan --save-probe``).
 
 A probe file holds one probe result (a JSON object) or a list of them, one per speculation config.
 Each result needs ``config`` (``steps``, ``topk``, ``num_draft_tokens``) and ``mean_accept_length``;
@@ -10,12 +10,17 @@ of ``model_type``, ``hidden_size``, ``num_layers``, ``vocab_size``, compared wit
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from draftlab.cost.model import SpecConfig
 from draftlab.errors import DraftlabError
+from draftlab.fsutil import write_json_atomic
+
+if TYPE_CHECKING:
+    from draftlab.probe.probe import ProbeResult
 
 
 @dataclass(frozen=True)
@@ -91,3 +96,9 @@ def _result(item: Any, source: str) -> AcceptLength:
         batch_size=batch,
         target=target if isinstance(target, dict) else None,
     )
+
+
+def save_probes(results: Sequence[ProbeResult], path: str | Path) -> Path:
+    """Write probe results as one JSON list, atomically: the file :func:`load_probes` reads back."""
+    write_json_atomic(path, [asdict(r) for r in results])
+    return Path(path)

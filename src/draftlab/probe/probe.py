@@ -12,7 +12,7 @@ that text, not what the target would generate.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from draftlab.engines import ENGINES, aux_layers
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.pair import LoadedPair
 from draftlab.models.target import TargetRunner
 from draftlab.probe.continuations import read_responses, target_continuations
 from draftlab.probe.drafts import accepted_drafts, teacher_forced_logits
@@ -141,6 +142,39 @@ def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[
                     config={"responses": "given"}, bar=bar)
 
 
+def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path, configs: Sequence[SpecFlags], *,
+                  max_new_tokens: int = 128, responses: str = "generate", batch_size: int = 4,
+                  progress: bool = False) -> list[ProbeResult]:
+    """:func:`probe` for several configs at once on a pair already in memory (greedy, live target).
+
+    The continuations are decoded once (long enough for the config with the most steps) and the target
+    runs once per batch of prompts; only the drafter and the walk run per config. Each result is the
+    one :func:`probe` gives for that config alone. ``target_dir`` supplies the tokenizer for text prompts.
+    """
+    if not configs:
+        raise DraftlabError("no speculation configs to probe; give at least one steps/topk/num_draft_tokens")
+    if responses not in RESPONSES:
+        raise DraftlabError(f"--responses must be one of {', '.join(RESPONSES)}, got {responses!r}")
+    if max_new_tokens < 2:
+        raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), "
+                            f"got {max_new_tokens}")
+    if batch_size < 1:
+        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
+    runner, drafter = pair.target, pair.drafter
+    for flags in configs:
+        _check_topk(drafter, flags)
+    longest = max(configs, key=lambda flags: flags.steps)
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        samples, num_inputs = _live_samples(runner, target_dir, prompts, runner.config, longest, responses,
+                                            max_new_tokens, batch_size, bar)
+        config = {"target": str(target_dir), "aux_layers": pair.aux_layers, "responses": responses,
+                  "features": None, "dtype": str(runner.dtype).removeprefix("torch."), "device": str(runner.device),
+                  "seed": None}
+        return _run_greedy(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, list(configs),
+                           batch_size=batch_size, context=runner.config.max_position_embeddings,
+                           max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)
+
+
 def _check_topk(drafter: Eagle3Drafter, flags: SpecFlags) -> None:
     if flags.topk > drafter.config.draft_vocab_size:
         raise DraftlabError(f"--topk {flags.topk} is larger than the drafter's vocabulary "
@@ -156,37 +190,50 @@ def _run(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], d
         return _run_sampled(runner, lm_head, drafter, samples, flags, batch_size=batch_size,
                             max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
                             temperature=temperature)
+    return _run_greedy(runner, lm_head, eos, drafter, samples, [flags], batch_size=batch_size, context=context,
+                       max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)[0]
+
+
+def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], drafter: Eagle3Drafter,
+                samples: list[_Sample], configs: list[SpecFlags], *, batch_size: int, context: int | None,
+                max_new_tokens: int, num_inputs: int, config: dict[str, Any], bar: Progress) -> list[ProbeResult]:
+    """Every config over the same samples: one target pass per batch, then the drafter and walk per config."""
     task = bar.add_task("probing", total=len(samples))
-    per_prompt: dict[int, ProbePromptResult] = {}
-    per_position, disagree, judged = [], 0, 0
-    for batch, accepted, argmax in _probe_batches(runner, lm_head, drafter, samples, flags, batch_size):
-        for sample, acc, top in zip(batch, accepted, argmax):
-            lengths = decoder_walk(acc, sample.tokens, sample.prompt_len, sample.max_new_tokens,
-                                   steps=flags.steps, eos=eos, context=context)
-            per_position += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
+    per_prompt: list[dict[int, ProbePromptResult]] = [{} for _ in configs]
+    per_position: list[list[int]] = [[] for _ in configs]
+    disagree, judged = 0, 0
+    for batch, accepted_by_config, argmax in _probe_batches(runner, lm_head, drafter, samples, configs, batch_size):
+        for row, (sample, top) in enumerate(zip(batch, argmax)):
             span = range(sample.prompt_len, sample.prompt_len + sample.max_new_tokens)
             off = None if top is None else sum(int(top[i - 1]) != sample.tokens[i] for i in span)
             if off is not None:
                 disagree, judged = disagree + off, judged + len(span)
-            _add(per_prompt, sample.index, lengths, len(span), off)
+            for c, flags in enumerate(configs):
+                acc = accepted_by_config[c][row]
+                lengths = decoder_walk(acc, sample.tokens, sample.prompt_len, sample.max_new_tokens,
+                                       steps=flags.steps, eos=eos, context=context)
+                per_position[c] += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
+                _add(per_prompt[c], sample.index, lengths, len(span), off)
         bar.advance(task, len(batch))
 
-    results = [per_prompt[i] for i in sorted(per_prompt)]
-    all_lengths = [n for r in results for n in r.accept_lengths]
-    config = {**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
-              "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": 0.0,
-              "batch_size": batch_size, "num_prompts": num_inputs}
-    return ProbeResult(
-        config=config,
-        mean_accept_length=accept_stats(all_lengths).mean_accept_length,
-        acceptance_by_step=acceptance_by_step(all_lengths, flags.steps),
-        accept_length_histogram=histogram_list(all_lengths, flags.steps),
-        per_position_accept_length=accept_stats(per_position).mean_accept_length,
-        vocab_bound=_vocab_bound(drafter, samples),
-        target_disagreement=disagree / judged if judged else None,
-        skipped_prompts=num_inputs - len(results),
-        results=results,
-    )
+    out = []
+    for flags, prompts_of, positions in zip(configs, per_prompt, per_position):
+        results = [prompts_of[i] for i in sorted(prompts_of)]
+        all_lengths = [n for r in results for n in r.accept_lengths]
+        out.append(ProbeResult(
+            config={**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
+                    "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": 0.0,
+                    "batch_size": batch_size, "num_prompts": num_inputs},
+            mean_accept_length=accept_stats(all_lengths).mean_accept_length,
+            acceptance_by_step=acceptance_by_step(all_lengths, flags.steps),
+            accept_length_histogram=histogram_list(all_lengths, flags.steps),
+            per_position_accept_length=accept_stats(positions).mean_accept_length,
+            vocab_bound=_vocab_bound(drafter, samples),
+            target_disagreement=disagree / judged if judged else None,
+            skipped_prompts=num_inputs - len(results),
+            results=results,
+        ))
+    return out
 
 
 def _live_samples(runner: TargetRunner, target: str | Path, prompts: str | Path, target_cfg: TargetConfig,
@@ -303,22 +350,23 @@ def _batch_inputs(runner: TargetRunner | None, batch: list[_Sample]
 
 
 def _probe_batches(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
-                   samples: list[_Sample], flags: SpecFlags, batch_size: int
-                   ) -> Iterator[tuple[list[_Sample], list[list[int]], list[list[int] | None]]]:
-    """Per batch: the drafts each cycle start accepts, and the target's argmax at every position
-    (None for captured features without a final state)."""
+                   samples: list[_Sample], configs: list[SpecFlags], batch_size: int
+                   ) -> Iterator[tuple[list[_Sample], list[list[list[int]]], list[list[int] | None]]]:
+    """Per batch: for each config, the drafts each cycle start accepts; and the target's argmax at every
+    position (None for captured features without a final state). The target runs once per batch."""
+    look_ahead = max(flags.steps for flags in configs) + 1
     for start in range(0, len(samples), batch_size):
         batch = samples[start:start + batch_size]
         tokens, aux, hidden = _batch_inputs(runner, batch)
         width = tokens.shape[1]
         argmax = None if hidden is None else _argmax(lm_head, hidden.to(lm_head.weight.device, lm_head.weight.dtype))
-        truth = torch.full((len(batch), width + flags.steps + 1), -1, dtype=torch.long)
+        truth = torch.full((len(batch), width + look_ahead), -1, dtype=torch.long)
         for row, s in enumerate(batch):  # the known text, then the target's next token after its end
             truth[row, :len(s.tokens)] = tokens[row, :len(s.tokens)]
             if argmax is not None:
                 truth[row, len(s.tokens)] = argmax[row, len(s.tokens) - 1]
-        accepted = accepted_drafts(drafter, tokens, aux, truth, flags)
-        yield batch, accepted.tolist(), argmax.tolist() if argmax is not None else [None] * len(batch)
+        accepted = [accepted_drafts(drafter, tokens, aux, truth, flags).tolist() for flags in configs]
+        yield batch, accepted, argmax.tolist() if argmax is not None else [None] * len(batch)
 
 
 def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
