@@ -41,6 +41,7 @@ from draftlab.fsutil import write_json_atomic
 
 SUMMARY_NAME = "sweep.json"
 PLOT_NAME = "sweep.png"
+INTERRUPTED = "interrupted"  # the error of the entry Ctrl-C stopped
 
 
 @dataclass(frozen=True)
@@ -209,13 +210,13 @@ def run_sweep(
             row = _run_entry(index, planned, config, prompts, out, o.health_timeout_s, notify, on_request)
             result.rows.append(row)
             _write_summary(result, out, plot=False)
-            if row.error == "interrupted":
+            if row.error == INTERRUPTED:
                 result.interrupted = True
                 break
         else:
             result.complete = True
-    except KeyboardInterrupt:
-        result.interrupted = True  # the entry's engine was stopped by EngineProcess on the way out
+    except KeyboardInterrupt:  # between entries or while writing the summary: no engine runs then
+        result.interrupted = True
     _write_summary(result, out, plot=True)
     return result
 
@@ -239,6 +240,9 @@ def _run_entry(
         row.error = str(exc)
         notify(index, entry, "failed")
         return row
+    except KeyboardInterrupt:  # the engine is already stopped (EngineProcess.__exit__)
+        row.error = INTERRUPTED
+        return row
     row.result_file = f"{stem}.json"
     write_json_atomic(out / row.result_file, dataclasses.asdict(bench))
     _fill(row, bench)
@@ -253,7 +257,7 @@ def _fill(row: SweepRow, bench: BenchResult) -> None:
     row.tpot_p50_ms = bench.tpot_ms.get("p50")
     row.completed, row.failed = bench.completed, bench.failed
     if bench.config.get("interrupted"):
-        row.error = "interrupted"
+        row.error = INTERRUPTED
     elif bench.completed == 0:
         example = bench.errors[0]["example"] if bench.errors else "no request completed"
         row.error = f"no request completed: {example}"
