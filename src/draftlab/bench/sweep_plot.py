@@ -49,7 +49,7 @@ def plot_sweep(rows: list[SweepRow], dest: Path) -> None:
     for ax in (ax_t, ax_a):
         ax.grid(axis="y", alpha=0.3)
         ax.margins(y=0.15)
-    ax_t.legend(title="steps/topk/draft tokens", fontsize=8)
+    ax_t.legend(title="steps/topk/draft tokens", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     with atomic_path(dest) as tmp:
         fig.savefig(tmp, format="png", dpi=120)

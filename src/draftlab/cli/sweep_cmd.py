@@ -122,7 +122,7 @@ def _render(result: SweepResult) -> None:
         table.add_column(col, justify="left" if col == "config" else "right")
     for r in result.rows:
         table.add_row(r.config, str(r.batch), _fmt(r.accept_length, ".3f"), _fmt(r.output_throughput),
-                      "-" if r.speedup is None else f"{r.speedup:.2f}x", _fmt(r.ttft_p50_ms), _fmt(r.tpot_p50_ms),
+                      "-" if r.speedup is None else f"{r.speedup:.2f}x", _fmt(r.ttft_p50_ms), _fmt(r.tpot_p50_ms, ".2f"),
                       "[red]failed[/red]" if r.error else f"{r.completed}/{r.failed}")
     console.print(table)
     for r in result.rows:
