@@ -230,9 +230,14 @@ def _url_host(host: str) -> str:
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Refuse a port something else already listens on (the engine would die late and unclearly)."""
+    """Refuse a port something else already listens on (the engine would die late and unclearly).
+
+    SO_REUSEADDR, as the engines' servers set it: connections of a server that just stopped on this
+    port (TIME_WAIT, as between sweep entries) do not count, a listener does.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
