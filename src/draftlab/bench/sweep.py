@@ -245,12 +245,12 @@ def _run_entry(
         return row
     row.result_file = f"{stem}.json"
     write_json_atomic(out / row.result_file, dataclasses.asdict(bench))
-    _fill(row, bench)
+    _fill(row, bench, out / row.log_file)
     notify(index, entry, "failed" if row.error else "done")
     return row
 
 
-def _fill(row: SweepRow, bench: BenchResult) -> None:
+def _fill(row: SweepRow, bench: BenchResult, log: Path) -> None:
     row.accept_length = bench.accept_length
     row.output_throughput = bench.output_throughput
     row.ttft_p50_ms = bench.ttft_ms.get("p50")
@@ -260,7 +260,7 @@ def _fill(row: SweepRow, bench: BenchResult) -> None:
         row.error = INTERRUPTED
     elif bench.completed == 0:
         example = bench.errors[0]["example"] if bench.errors else "no request completed"
-        row.error = f"no request completed: {example}"
+        row.error = f"no request completed: {example} (engine log: {log})"
 
 
 def with_speedups(rows: list[SweepRow]) -> None:
