@@ -10,7 +10,6 @@ from draftlab.checkpoint import DrafterConfig
 from draftlab.cost.plan import make_plan, parse_grid
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
-from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
 
@@ -44,7 +43,15 @@ def test_profile_reference_runtime(pair):
     assert set(plan.best) == {1} and all(r.cycle_ms > 0 for r in plan.configs)
 
 
-def test_runtime_is_batch_one(pair):
-    workload = runtime_workload(pair[0], None, context_tokens=4)
-    with pytest.raises(DraftlabError, match="one sequence at a time"):
-        profile_costs(workload, batch_sizes=[2], verify_tokens=[1], progress=False)
+def test_profile_batched_passes(pair):
+    """Batch > 1 times the batched decoder's passes; every pass gets a point per batch size."""
+    target, drafter = pair
+    workload = runtime_workload(target, drafter, context_tokens=8)
+    prof = profile_costs(workload, batch_sizes=[1, 3], verify_tokens=[1, 4], draft_rows=[2],
+                         extend_tokens=[1, 3], warmup=1, repeats=2, progress=False)
+    for section in (prof.verify, prof.draft_step, prof.draft_extend):
+        assert sorted({m.batch_size for m in section}) == [1, 3]
+    assert prof.batch_sizes == [1, 3]
+    plan = make_plan(prof, [], grid=parse_grid("3/2/4:2.0"))
+    assert set(plan.best) == {1, 3}
+    assert plan.baseline_tokens_per_second[3] > 0

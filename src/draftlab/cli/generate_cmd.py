@@ -29,13 +29,17 @@ def generate_command(
     device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
     engine: Annotated[str, typer.Option(
         "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")] = "sglang",
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", help="Prompts decoded together (1: one at a time, the fastest path per prompt).")] = 1,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-new-tokens tokens.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
     result = generate(
         target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,
-        dtype=dtype, device=device, engine=engine, progress=not json_out,
+        dtype=dtype, device=device, engine=engine, progress=not json_out, batch_size=batch_size,
+        ignore_eos=ignore_eos,
     )
     if json_out:
         emit_json(result)

@@ -8,7 +8,11 @@ so every timed call sees the same cache length:
   (the tree mask of one draft step), with the drafter's own hidden states;
 - draft-extend: ``Eagle3Drafter.forward`` over ``tokens`` accepted tokens with target features.
 
-The reference runtime runs one sequence at a time, so only batch size 1 can be measured here.
+Batch size 1 times the passes ``generate`` runs one prompt at a time with (the runner's own cache,
+static on CUDA); a larger batch B times the batched passes of
+:class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` (:class:`~draftlab.models.target_batch.BatchTarget`,
+:class:`~draftlab.models.drafter_batch.BatchDrafter`) over B rows of ``context_tokens`` each. A
+batched verify keeps one entry per row (a gather of every layer's cache, as after a real verify).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import torch
 
 from draftlab.cost.profile import ModelInfo
 from draftlab.cost.profiler import Workload
-from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
+from draftlab.models.target_batch import BatchTarget
 
 
 def runtime_workload(
@@ -46,7 +51,8 @@ def runtime_workload(
     target.reset()
 
     def verify(batch_size: int, tokens: int) -> Callable[[], object]:
-        _batch_one(batch_size)
+        if batch_size > 1:
+            return _batched_verify(target, batch_size, tokens, ids, context_tokens)
         target.reset()
         target.forward(context)
         new = ids(tokens)
@@ -58,8 +64,9 @@ def runtime_workload(
 
     def drafter_pass(own_hidden: bool) -> Callable[[int, int], Callable[[], object]]:
         def factory(batch_size: int, tokens: int) -> Callable[[], object]:
-            _batch_one(batch_size)
             assert drafter is not None
+            if batch_size > 1:
+                return _batched_drafter_pass(drafter, batch_size, tokens, context, features, own_hidden, gen)
             drafter.reset()
             drafter.forward(context, features)
             new = ids(tokens)
@@ -90,9 +97,39 @@ def runtime_workload(
     )
 
 
-def _batch_one(batch_size: int) -> None:
-    if batch_size != 1:
-        raise DraftlabError(
-            f"batch size {batch_size}: the reference runtime runs one sequence at a time; "
-            "profile --batch-sizes 1 (larger batches need a batched runtime)"
-        )
+def _batched_verify(target: TargetRunner, batch_size: int, tokens: int, ids: Callable[[int], torch.Tensor],
+                    context_tokens: int) -> Callable[[], object]:
+    runner = BatchTarget(target, batch_size)
+    context = torch.stack([ids(context_tokens) for _ in range(batch_size)])
+    positions = torch.arange(context.shape[1], device=target.device).expand_as(context)
+    runner.forward(context, positions, last_only=True)
+    new = torch.stack([ids(tokens) for _ in range(batch_size)])
+    new_positions = context.shape[1] + torch.arange(tokens, device=target.device).expand_as(new)
+    keep_one = [[0]] * batch_size
+
+    def run() -> None:
+        runner.forward(new, new_positions)
+        runner.keep(keep_one)
+    return run
+
+
+def _batched_drafter_pass(drafter: Eagle3Drafter, batch_size: int, tokens: int, context: torch.Tensor,
+                          features: torch.Tensor, own_hidden: bool, gen: torch.Generator) -> Callable[[], object]:
+    device = context.device
+    runner = BatchDrafter(drafter, batch_size)
+    rows = context[None].expand(batch_size, -1)
+    positions = torch.arange(rows.shape[1], device=device).expand_as(rows)
+    runner.forward(rows, features[None].expand(batch_size, -1, -1), positions)
+    new = rows[:, -tokens:]
+    new_positions = rows.shape[1] + torch.arange(tokens, device=device).expand_as(new)
+    if own_hidden:  # frontier nodes: each sees the prefix and itself
+        hidden = torch.randn(batch_size, tokens, drafter.config.hidden_size, generator=gen).to(device, features.dtype)
+        mask = torch.eye(tokens, dtype=torch.bool, device=device).expand(batch_size, -1, -1)
+    else:  # accepted tokens with the target's features, causal
+        hidden, mask = features[None, -tokens:].expand(batch_size, -1, -1), None
+    drop = [[] for _ in range(batch_size)]
+
+    def run() -> None:
+        runner.forward(new, hidden, new_positions, tree_mask=mask)
+        runner.keep(drop)
+    return run

@@ -19,10 +19,10 @@ class LoadedPair:
 
 
 def load_pair(target: str | Path, drafter: str | Path, *, engine: str = "sglang", dtype: str = "float32",
-              device: str = "cpu") -> LoadedPair:
+              device: str = "cpu", cache: str = "auto") -> LoadedPair:
     """The target runner capturing ``engine``'s aux layers for ``drafter``, and the drafter sharing its embedding."""
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
     layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
-    runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device)
+    runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device, cache=cache)
     return LoadedPair(runner, Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device), layers)

@@ -1,4 +1,10 @@
-"""``generate``: real speculative decoding over a prompts file, one prompt at a time."""
+"""``generate``: real speculative decoding over a prompts file, one prompt at a time or in batches.
+
+Batch size 1 runs :class:`~draftlab.spec.decoder.SpeculativeDecoder` at the runtime's fastest settings
+(static caches and CUDA graphs on CUDA); a larger batch runs
+:class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` over consecutive groups of prompts
+(eager, dynamic caches), whose greedy output per prompt is the same.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 from rich.progress import Progress
 
@@ -15,6 +22,7 @@ from draftlab.compat import check_pair
 from draftlab.engines import ENGINES
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
+from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
 from draftlab.spec.decoder import SpeculativeDecoder
 from draftlab.spec.metrics import accept_stats
 from draftlab.spec.prompts import read_prompts
@@ -41,6 +49,7 @@ def generate(
     steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
     max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None, no_draft: bool = False,
     dtype: str = "float32", device: str = "cpu", engine: str = "sglang", progress: bool = False,
+    batch_size: int = 1, ignore_eos: bool = False,
 ) -> GenerateResult:
     """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``)."""
     from draftlab.models.pair import load_pair
@@ -52,6 +61,8 @@ def generate(
         raise DraftlabError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0:
         raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
+    if batch_size < 1:
+        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
     if drafter is None and not no_draft:
         raise DraftlabError("give --drafter, or --no-draft to decode with the target alone")
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
@@ -66,28 +77,42 @@ def generate(
                 f"is {context}; shorten it"
             )
 
+    cache = "auto" if batch_size == 1 else "dynamic"  # the batched caches extend the dynamic one
     if no_draft:
-        runner, draft_model, layers = TargetRunner.load(target, dtype=dtype, device=device), None, None
+        runner, draft_model, layers = TargetRunner.load(target, dtype=dtype, device=device, cache=cache), None, None
     else:
         _refuse_incompatible(drafter, target, engine)
-        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device)
+        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device, cache=cache)
         runner, draft_model, layers = pair.target, pair.drafter, pair.aux_layers
-    decoder = SpeculativeDecoder(runner, draft_model, flags)
 
     results, elapsed = [], 0.0
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         task = bar.add_task("generating", total=len(rows))
-        for index, row in enumerate(rows):
-            start = time.perf_counter()
-            output, lengths = [], []
-            for commit in decoder.stream(row.input_ids, max_new_tokens=max_new_tokens,
-                                         temperature=temperature, seed=seed):
-                output += commit.tokens
-                if commit.accept_length is not None:
-                    lengths.append(commit.accept_length)
-            elapsed += time.perf_counter() - start
-            results.append(PromptResult(index, output, lengths, len(lengths)))
-            bar.advance(task)
+        if batch_size == 1:
+            decoder = SpeculativeDecoder(runner, draft_model, flags)
+            for index, row in enumerate(rows):
+                start = time.perf_counter()
+                output, lengths = [], []
+                for commit in decoder.stream(row.input_ids, max_new_tokens=max_new_tokens,
+                                             temperature=temperature, ignore_eos=ignore_eos, seed=seed):
+                    output += commit.tokens
+                    if commit.accept_length is not None:
+                        lengths.append(commit.accept_length)
+                elapsed += time.perf_counter() - start
+                results.append(PromptResult(index, output, lengths, len(lengths)))
+                bar.advance(task)
+        else:
+            batched = BatchSpeculativeDecoder(runner, draft_model, flags)
+            for first in range(0, len(rows), batch_size):
+                group = rows[first:first + batch_size]
+                start = time.perf_counter()
+                done = batched.generate([r.input_ids for r in group], max_new_tokens=max_new_tokens,
+                                        temperature=temperature, ignore_eos=ignore_eos, seed=seed)
+                _synchronize(runner.device)
+                elapsed += time.perf_counter() - start
+                results += [PromptResult(first + i, d.output_ids, d.accept_lengths, len(d.accept_lengths))
+                            for i, d in enumerate(done)]
+                bar.advance(task, len(group))
 
     generated = sum(len(r.output_ids) for r in results)
     config = {
@@ -95,8 +120,8 @@ def generate(
         "no_draft": no_draft, "steps": flags.steps if flags else None, "topk": flags.topk if flags else None,
         "num_draft_tokens": flags.num_draft_tokens if flags else None,
         "flags_source": flags.source if flags else None, "aux_layers": layers,
-        "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
-        "dtype": dtype, "device": device, "num_prompts": len(rows),
+        "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed, "ignore_eos": ignore_eos,
+        "dtype": dtype, "device": device, "num_prompts": len(rows), "batch_size": batch_size,
     }
     return GenerateResult(
         config=config,
@@ -104,6 +129,11 @@ def generate(
         tokens_per_second=generated / elapsed if elapsed > 0 else 0.0,
         results=results,
     )
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:

@@ -1,0 +1,191 @@
+"""How well ``draftlab plan`` predicts the tokens per second ``draftlab generate`` then measures.
+
+GPU (H200):
+    python benchmarks/plan_accuracy.py --device cuda --model llama-3.1-8b
+    python benchmarks/plan_accuracy.py --device cuda --model toy --toy-dir TOY   # trained pair: real acceptance
+CPU smoke run:
+    python benchmarks/plan_accuracy.py --device cpu --model tiny --prompts 2 --new-tokens 16 --batch-sizes 1,2
+
+For every batch size: profile the passes on this machine exactly as ``draftlab profile`` does
+(``runtime_workload`` + ``profile_costs``; batch 1 on generate's fastest runtime, static caches and CUDA
+graphs on CUDA; larger batches on the batched runtime), probe each config's accept length on the
+continuations generate produced (``probe_sequences``), predict with ``make_plan``, then decode the same
+prompts with generate's decoders (``SpeculativeDecoder`` one prompt at a time, ``BatchSpeculativeDecoder``
+in groups of B) and time them as generate does: generated tokens over decoding wall time, prefill included.
+The models are built in memory (random bf16 weights from the Llama-3.1-8B config, or the trained toy pair
+read from --toy-dir), so generate's loading step is skipped; everything after loading is generate's code.
+Prints one JSON line per (batch, config) and a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+
+import torch
+from runtime_speed import build
+
+from draftlab.cost.plan import GridEntry, make_plan
+from draftlab.cost.model import SpecConfig
+from draftlab.cost.probes import AcceptLength
+from draftlab.cost.profile import Profile
+from draftlab.cost.profiler import profile_costs
+from draftlab.cost.runtime_workload import runtime_workload
+from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.models.target import TargetRunner
+from draftlab.probe.probe import probe_sequences
+from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
+from draftlab.spec.decoder import SpeculativeDecoder
+
+CONFIGS = "1/1/2,2/1/3,3/1/4,5/1/6,3/4/8,5/4/8"
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def load_models(args: argparse.Namespace, dtype: torch.dtype):
+    if args.model == "toy":
+        from draftlab.models.pair import load_pair
+
+        pair = load_pair(f"{args.toy_dir}/target", f"{args.toy_dir}/drafter", dtype=args.dtype, device=args.device,
+                         cache="dynamic")
+        return pair.target.model, pair.drafter, pair.target.aux_layers
+    model, drafter = build(args.model, args.device, dtype)
+    return model, drafter, None
+
+
+def decode(decoder, prompts: list[list[int]], batch: int, new_tokens: int, device: torch.device):
+    """Generate's loop and clock: outputs, per-prompt accept lengths, seconds."""
+    outputs, lengths, elapsed = [], [], 0.0
+    for first in range(0, len(prompts), batch):
+        group = prompts[first:first + batch]
+        sync(device)
+        start = time.perf_counter()
+        if batch == 1:
+            commits = list(decoder.stream(group[0], max_new_tokens=new_tokens, ignore_eos=True))
+            rows = [([t for c in commits for t in c.tokens], [c.accept_length for c in commits
+                                                               if c.accept_length is not None])]
+        else:
+            rows = [(r.output_ids, r.accept_lengths)
+                    for r in decoder.generate(group, max_new_tokens=new_tokens, ignore_eos=True)]
+        sync(device)
+        elapsed += time.perf_counter() - start
+        outputs += [o for o, _ in rows]
+        lengths += [a for _, a in rows]
+    return outputs, lengths, elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--model", default="llama-3.1-8b", choices=["llama-3.1-8b", "tiny", "toy"])
+    parser.add_argument("--toy-dir", help="folder with target/ and drafter/ of the trained toy pair")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--configs", default=CONFIGS)
+    parser.add_argument("--batch-sizes", default="1,4")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--overhead-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.dtype]
+    device = torch.device(args.device)
+    configs = [SpecConfig.parse(c) for c in args.configs.split(",")]
+    batches = [int(b) for b in args.batch_sizes.split(",")]
+    torch.manual_seed(0)
+    model, drafter, layers = load_models(args, dtype)
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(args.prompts)]
+    if args.model == "toy":  # readable byte prompts: a trained pair accepts on real text
+        import inspect
+
+        text = inspect.getsource(torch.nn.modules.module).encode()[:200_000]
+        step = len(text) // args.prompts
+        prompts = [list(text[i * step: i * step + args.prompt_len]) for i in range(args.prompts)]
+
+    max_len = args.prompt_len + args.new_tokens + 16
+    slow = TargetRunner(model, aux_layers=layers, cache="dynamic")
+    fast = TargetRunner(copy.deepcopy(model), aux_layers=layers, max_len=max_len)  # static + graphs on CUDA
+    fast_drafter = copy.deepcopy(drafter)
+    if device.type == "cuda":
+        fast_drafter.use_static_cache(max_len)
+        # the static target shares nothing with the dynamic one but the deep-copied weights
+    verify_tokens = sorted({1, *(c.num_draft_tokens for c in configs)})
+    rows_needed = sorted({c.topk for c in configs})
+    extend = list(range(1, max(c.steps for c in configs) + 2))
+    profiles = []
+    for b in batches:
+        target_b, drafter_b = (fast, fast_drafter) if b == 1 else (slow, drafter)
+        work = runtime_workload(target_b, drafter_b, context_tokens=args.prompt_len + args.new_tokens // 2)
+        profiles.append(profile_costs(work, batch_sizes=[b], verify_tokens=verify_tokens, draft_rows=rows_needed,
+                                      extend_tokens=extend, repeats=args.repeats, overhead_ms=args.overhead_ms))
+    p0 = profiles[0]
+    profile = Profile(model=p0.model, verify=[m for p in profiles for m in p.verify],
+                      draft_step=[m for p in profiles for m in p.draft_step],
+                      draft_extend=[m for p in profiles for m in p.draft_extend], overhead_ms=args.overhead_ms,
+                      context_tokens=p0.context_tokens, timer=p0.timer, warmup=p0.warmup, repeats=p0.repeats,
+                      environment=p0.environment)
+    print(json.dumps({"environment": profile.environment, "model": args.model, "dtype": args.dtype,
+                      "batch_sizes": batches, "prompts": args.prompts, "prompt_len": args.prompt_len,
+                      "new_tokens": args.new_tokens}), flush=True)
+
+    table = []
+    for b in batches:
+        target_b, drafter_b = (fast, fast_drafter) if b == 1 else (slow, drafter)
+        measured = {}
+        for config in [None, *configs]:
+            flags = None if config is None else exact_spec_flags(config.steps, config.topk, config.num_draft_tokens)
+            draft = None if config is None else drafter_b
+            decoder = SpeculativeDecoder(target_b, draft, flags) if b == 1 \
+                else BatchSpeculativeDecoder(target_b, draft, flags)
+            decode(decoder, prompts[:b], b, 8, device)  # warm-up (graph capture, allocator)
+            outputs, lengths, seconds = decode(decoder, prompts, b, args.new_tokens, device)
+            measured[config] = (sum(map(len, outputs)) / seconds, outputs, lengths)
+        probes = []
+        for config in configs:
+            flags = exact_spec_flags(config.steps, config.topk, config.num_draft_tokens)
+            outputs, lengths = measured[config][1], measured[config][2]
+            extra = [o + [0] * (config.steps + 1) for o in outputs]  # look-ahead the last cycle needs
+            result = probe_sequences(slow, drafter, prompts, extra, flags, max_new_tokens=args.new_tokens)
+            probes.append(AcceptLength(config, result.mean_accept_length, "probe", batch_size=b))
+            same = sum(r.accept_lengths[:-1] == g[:-1] for r, g in zip(result.results, lengths))
+            measured[config] += (same,)
+        plan = make_plan(profile, probes, grid=[GridEntry(c) for c in configs], batch_sizes=[b])
+        base_measured = measured[None][0]
+        for row in plan.configs:
+            config = SpecConfig(row.steps, row.topk, row.num_draft_tokens)
+            tps, _, lengths, same = measured[config]
+            generate_al = sum(map(sum, lengths)) / max(1, sum(map(len, lengths)))
+            entry = {
+                "batch": b, "config": config.label, "probe_accept_length": round(row.accept_length, 3),
+                "generate_accept_length": round(generate_al, 3), "prompts_matching": same,
+                "predicted_cycle_ms": round(row.cycle_ms, 2),
+                "measured_cycle_ms": round(b * generate_al * 1000 / tps, 2),
+                "predicted_tps": round(row.tokens_per_second, 1), "measured_tps": round(tps, 1),
+                "error": round(row.tokens_per_second / tps - 1, 4),
+                "predicted_baseline_tps": round(plan.baseline_tokens_per_second[b], 1),
+                "measured_baseline_tps": round(base_measured, 1),
+            }
+            print(json.dumps(entry), flush=True)
+            table.append(entry)
+    print("\n| batch | config | accept length (probe / generate) | cycle ms predicted / measured "
+          "| tok/s predicted | tok/s measured | error |")
+    print("|---|---|---|---|---|---|---|")
+    for e in table:
+        print(f"| {e['batch']} | {e['config']} | {e['probe_accept_length']:.2f} / {e['generate_accept_length']:.2f} "
+              f"| {e['predicted_cycle_ms']:.2f} / {e['measured_cycle_ms']:.2f} | {e['predicted_tps']:.1f} "
+              f"| {e['measured_tps']:.1f} | {e['error']:+.1%} |")
+    for b in batches:
+        e = next(e for e in table if e["batch"] == b)
+        print(f"baseline batch {b}: predicted {e['predicted_baseline_tps']:.1f} tok/s, "
+              f"measured {e['measured_baseline_tps']:.1f} tok/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""The speculative decoding loop over B prompts at once, in lockstep.
+
+Each cycle is the batch-1 loop of :mod:`draftlab.spec.decoder` with every pass batched: one drafter
+pass per draft step over B x (nodes so far) rows, one target verify over B x num_draft_tokens tokens,
+one draft-extend over B x (longest accepted path). Rows accept different numbers of tokens; the
+caches (:mod:`draftlab.models.batch_slots`) keep each row's own path and pad the rest. Tree building
+and the walks run per row with the batch-1 functions, so at temperature 0 every row's tokens and accept
+lengths are exactly those of the batch-1 decoder (barring float ties under a different batch shape).
+
+At temperature > 0 every config, chains included, drafts the top-k tree and verifies it with the
+lossless tree sampling walk (SGLang's way); the batch-1 decoder instead samples chain drafts from q.
+
+A finished row (EOS or ``max_new_tokens``) keeps riding along until the whole batch is done, as in a
+static batch; its extra tokens are discarded and not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from draftlab.engines.sglang_flags import SpecFlags
+from draftlab.errors import DraftlabError
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.drafter_batch import BatchDrafter
+from draftlab.models.target import TargetRunner
+from draftlab.models.target_batch import BatchTarget
+from draftlab.spec.tree import DraftTree, PoolChunk, build_tree, organize_draft_results, select_top_k
+from draftlab.spec.verify import Walk, greedy_walk, tree_sampling_walk
+
+
+@dataclass
+class RowResult:
+    output_ids: list[int] = field(default_factory=list)
+    accept_lengths: list[int] = field(default_factory=list)  # per cycle, bonus included, before trimming
+    done: bool = False
+
+
+class BatchSpeculativeDecoder:
+    """EAGLE-3 speculative decoding of several prompts in one batch (SGLang's tree, lossless walks)."""
+
+    def __init__(self, target: TargetRunner, drafter: Eagle3Drafter | None, flags: SpecFlags | None) -> None:
+        if drafter is not None and flags is None:
+            raise DraftlabError("speculative decoding needs flags (steps, topk, num_draft_tokens)")
+        self.runner, self.drafter_model, self.flags = target, drafter, flags
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
+                 ignore_eos: bool = False, seed: int | None = None) -> list[RowResult]:
+        """Decode every prompt; one result per prompt, in order."""
+        if not prompts or any(not p for p in prompts):
+            raise DraftlabError("every prompt needs at least one token")
+        if max_new_tokens < 1:
+            raise DraftlabError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        b = len(prompts)
+        device = self.runner.device
+        target = BatchTarget(self.runner, b)
+        drafter = None if self.drafter_model is None else BatchDrafter(self.drafter_model, b)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed) if seed is not None else gen.seed()
+        eos = set() if ignore_eos else set(self.runner.eos_token_ids)
+        limit = self.runner.config.max_position_embeddings
+        depth = self.flags.steps if drafter is not None else 0
+        rows = [RowResult() for _ in prompts]
+
+        ids, positions, valid = _left_pad(prompts, device)
+        prefill = target.forward(ids, positions, new_valid=valid, last_only=True)
+        roots = [self._pick(prefill.logits[i, -1], temperature, gen) for i in range(b)]
+        for row, root in zip(rows, roots):
+            self._commit(row, [root], None, max_new_tokens, eos)
+        state = None
+        if drafter is not None:
+            tokens = torch.cat([ids[:, 1:], torch.tensor(roots, device=device)[:, None]], dim=1)
+            out = drafter.forward(tokens, prefill.aux, positions, new_valid=valid)
+            state = (out.logits[:, -1], out.hidden[:, -1])
+
+        while not all(r.done for r in rows):
+            counts = target.slots.counts()
+            for i, row in enumerate(rows):
+                if limit is not None and int(counts[i]) + depth + 1 > limit:
+                    row.done = True  # the next verify would run past the target's context
+            if all(r.done for r in rows):
+                break
+            trees = self._draft(drafter, roots, state)
+            tokens = torch.stack([t.tokens for t in trees])
+            verify_positions = counts[:, None] + torch.stack([t.depth for t in trees])
+            if limit is not None:  # finished rows ride along; keep their positions in range
+                verify_positions = verify_positions.clamp(max=limit - 1)
+            verify = target.forward(tokens, verify_positions, tree_mask=torch.stack([t.mask for t in trees]))
+            walks = [self._walk(t, verify.logits[i], temperature, gen) for i, t in enumerate(trees)]
+            target.keep([w.nodes for w in walks])
+            for row, walk in zip(rows, walks):
+                if not row.done:
+                    self._commit(row, walk.tokens, walk.accept_length, max_new_tokens, eos)
+            roots = [w.tokens[-1] for w in walks]
+            if drafter is not None and not all(r.done for r in rows):
+                state = self._extend(drafter, walks, verify.aux, counts)
+        return rows
+
+    # -- pieces of one cycle ---------------------------------------------------------------------
+
+    @staticmethod
+    def _commit(row: RowResult, tokens: list[int], accept_length: int | None, max_new_tokens: int,
+                eos: set[int]) -> None:
+        tokens = tokens[: max_new_tokens - len(row.output_ids)]
+        stop = next((i for i, t in enumerate(tokens) if t in eos), None)
+        if stop is not None:
+            tokens = tokens[: stop + 1]
+        row.output_ids += tokens
+        if accept_length is not None:
+            row.accept_lengths.append(accept_length)
+        row.done = stop is not None or len(row.output_ids) >= max_new_tokens
+
+    @staticmethod
+    def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
+        if temperature == 0:
+            return int(logits.argmax())
+        return int(torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=gen))
+
+    @staticmethod
+    def _walk(tree: DraftTree, logits: torch.Tensor, temperature: float, gen: torch.Generator) -> Walk:
+        if temperature == 0:
+            return greedy_walk(tree, logits)
+        return tree_sampling_walk(tree, torch.softmax(logits.float() / temperature, -1), gen)
+
+    def _extend(self, drafter: BatchDrafter, walks: list[Walk], aux: torch.Tensor,
+                counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft-extend every row over its committed tokens (padded to the longest path)."""
+        device = aux.device
+        width = max(len(w.tokens) for w in walks)
+        lengths = torch.tensor([len(w.tokens) for w in walks], device=device)
+        tokens = torch.tensor([w.tokens + [0] * (width - len(w.tokens)) for w in walks], device=device)
+        nodes = torch.tensor([w.nodes + [0] * (width - len(w.nodes)) for w in walks], device=device)
+        features = aux.gather(1, nodes[:, :, None].expand(-1, -1, aux.shape[-1]))
+        steps = torch.arange(width, device=device)
+        out = drafter.forward(tokens, features, counts[:, None] + steps, new_valid=steps < lengths[:, None])
+        last = (lengths - 1)[:, None]
+        return (out.logits.gather(1, last[:, :, None].expand(-1, -1, out.logits.shape[-1]))[:, 0],
+                out.hidden.gather(1, last[:, :, None].expand(-1, -1, out.hidden.shape[-1]))[:, 0])
+
+    def _draft(self, drafter: BatchDrafter | None, roots: list[int],
+               state: tuple[torch.Tensor, torch.Tensor] | None) -> list[DraftTree]:
+        """Every row's tree, drafted with steps - 1 batched drafter passes (SGLang's rule per row)."""
+        device = self.runner.device
+        if drafter is None:
+            none = torch.empty(0, dtype=torch.long, device=device)
+            return [build_tree(r, none, none) for r in roots]
+        k, steps = self.flags.topk, self.flags.steps
+        logits, root_hidden = state
+        b = len(roots)
+        counts = drafter.slots.counts()
+        top_p, top_d = torch.softmax(logits.float(), -1).topk(k, dim=-1)
+        frontier, chunk = select_top_k(0, top_p, self.drafter_model.to_target_ids(top_d), None, k)
+        chunks = [chunk]
+        tokens = torch.empty(b, 0, dtype=torch.long, device=device)
+        hidden = root_hidden.new_empty(b, 0, root_hidden.shape[-1])
+        mask = torch.zeros(b, 0, 0, dtype=torch.bool, device=device)
+        level = torch.full((b, k), -1, dtype=torch.long, device=device)  # run-set index of each frontier node
+        out_hidden = None
+        for step in range(1, steps):
+            parent = level.gather(1, frontier.rows)  # [b, k] run-set index of each new node's parent
+            n_old = tokens.shape[1]
+            has_parent = parent >= 0
+            tokens = torch.cat([tokens, frontier.tokens], dim=1)
+            new_hidden = root_hidden[:, None].expand(b, k, -1)
+            if out_hidden is not None:
+                picked = out_hidden.gather(1, parent.clamp(min=0)[:, :, None].expand(-1, -1, out_hidden.shape[-1]))
+                new_hidden = torch.where(has_parent[:, :, None], picked, new_hidden)
+            hidden = torch.cat([hidden, new_hidden], dim=1)
+            mask = torch.nn.functional.pad(mask, (0, k))
+            new_rows = torch.zeros(b, k, n_old + k, dtype=torch.bool, device=device)
+            if n_old:  # a node sees what its parent sees
+                inherited = mask.gather(1, parent.clamp(min=0)[:, :, None].expand(-1, -1, n_old + k))
+                new_rows = inherited & has_parent[:, :, None]
+            new_rows[:, torch.arange(k), n_old + torch.arange(k)] = True
+            mask = torch.cat([mask, new_rows], dim=1)
+            node_depth = torch.arange(step, device=device).repeat_interleave(k)  # depth - 1 of every node
+            out = drafter.forward(tokens, hidden, counts[:, None] + node_depth, tree_mask=mask)
+            drafter.keep([[] for _ in range(b)])
+            out_hidden = out.hidden
+            level = (n_old + torch.arange(k, device=device)).expand(b, k)
+            top_p, top_d = torch.softmax(out.logits[:, n_old:].float(), -1).topk(k, dim=-1)
+            frontier, chunk = select_top_k(step, top_p, self.drafter_model.to_target_ids(top_d), frontier, k)
+            chunks.append(chunk)
+        return [
+            organize_draft_results([PoolChunk(c.scores[i], c.tokens[i], c.parents[i]) for c in chunks],
+                                   roots[i], self.flags.num_draft_tokens)
+            for i in range(b)
+        ]
+
+
+def _left_pad(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded ids, each row's positions (0 at its first token) and which slots are real."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
+    pads = torch.tensor([width - len(p) for p in prompts], device=device)[:, None]
+    columns = torch.arange(width, device=device)[None]
+    return ids, (columns - pads).clamp(min=0), columns >= pads
