@@ -295,3 +295,8 @@ def test_ctrl_c_stops_the_engine_group_and_keeps_a_summary(fake_vllm, monkeypatc
     summary = json.loads((out / SUMMARY_NAME).read_text())
     assert summary["interrupted"] and not summary["complete"]
     assert [r["error"] for r in summary["rows"]] == ["interrupted"]  # the second entry never started
+
+
+def test_running_needs_prompts(capsys):
+    code = main(["sweep", "--engine", "draftlab", "--target", "T", "--grid", "1,0,0,0", "--port", str(_free_port())])
+    assert code == 2 and "a sweep needs --prompts FILE" in capsys.readouterr().err
