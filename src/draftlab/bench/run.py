@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import httpx
 
-from draftlab.bench.client import BenchConfig, RequestRecord, build_bodies, run_requests
+from draftlab.bench.client import BenchConfig, RequestRecord, RunOutcome, build_bodies, run_requests
 from draftlab.bench.result import BenchResult, build_result
 from draftlab.bench.server_metrics import snapshot, summarize
 from draftlab.bench.workload import APIS, Prompt, check_prompts_fit
+from draftlab.engines.metrics import SpecSummary
 from draftlab.errors import DraftlabError
 
 
@@ -19,7 +20,7 @@ def run_bench(
     config: BenchConfig, prompts: list[Prompt], *, on_done: Callable[[RequestRecord], None] | None = None
 ) -> BenchResult:
     """Run the benchmark; Ctrl-C ends the measured run early and still returns its result."""
-    _validate(config, prompts)
+    check_bench_config(config, prompts)
     return asyncio.run(bench_async(config, prompts, on_done=on_done))
 
 
@@ -30,11 +31,15 @@ async def bench_async(
     async with httpx.AsyncClient(base_url=config.base_url, limits=limits, trust_env=False,
                                  timeout=httpx.Timeout(config.timeout_s, connect=10.0)) as client:
         model = config.model if config.api == "sglang" else (config.model or await _first_model(client, config))
+        bodies = build_bodies(config, prompts, model)
         if config.warmup:
             warm = _warmup_config(config)
-            await run_requests(client, warm, build_bodies(warm, prompts, model))
+            if (await run_requests(client, warm, build_bodies(warm, prompts, model))).interrupted:
+                # Ctrl-C during warm-up ends the run too: nothing measured, every request unfinished
+                return build_result(config, RunOutcome([], 0.0, True, len(bodies)),
+                                    SpecSummary(None, None, "unavailable: interrupted during warm-up"), model)
         before = await snapshot(client)
-        outcome = await run_requests(client, config, build_bodies(config, prompts, model), on_done=on_done)
+        outcome = await run_requests(client, config, bodies, on_done=on_done)
         after = await snapshot(client)
     return build_result(config, outcome, summarize(config.api, outcome.records, before, after), model)
 
@@ -56,7 +61,8 @@ async def _first_model(client: httpx.AsyncClient, config: BenchConfig) -> str:
         raise DraftlabError(f"{config.base_url}/v1/models gave no model id; pass --model NAME") from None
 
 
-def _validate(config: BenchConfig, prompts: list[Prompt]) -> None:
+def check_bench_config(config: BenchConfig, prompts: list[Prompt]) -> None:
+    """Refuse a run that cannot work, before any request is sent (sweep checks every entry up front)."""
     if config.api not in APIS:
         raise DraftlabError(f"--api {config.api!r} is unknown; choose one of {', '.join(APIS)}")
     if not config.base_url.startswith(("http://", "https://")):

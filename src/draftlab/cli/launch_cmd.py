@@ -1,4 +1,4 @@
-"""``draftlab launch sglang|vllm``: the exact engine command, checked, run and stopped cleanly."""
+"""``draftlab launch sglang|vllm|draftlab``: the exact engine command, checked, run and stopped cleanly."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from draftlab.errors import DraftlabError
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def launch(
     ctx: typer.Context,
-    engine: str = typer.Argument(..., help="sglang or vllm"),
+    engine: str = typer.Argument(..., help="sglang, vllm or draftlab (the reference server)"),
     target: str = typer.Option(..., "--target", help="Target model folder or hub id"),
     drafter: str = typer.Option(None, "--drafter", help="EAGLE-3 drafter folder or hub id (omit: baseline)"),
     steps: int = typer.Option(None, "--steps"),

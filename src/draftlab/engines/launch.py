@@ -1,4 +1,4 @@
-"""The exact SGLang / vLLM server command for a target (and drafter), and running it safely.
+"""The exact SGLang / vLLM / reference server command for a target (and drafter), and running it safely.
 
 Command lines (``engine_command``):
 
@@ -11,13 +11,18 @@ Command lines (``engine_command``):
   '{"method": "eagle3", "model": D, "num_speculative_tokens": S}'``. vLLM drafts a chain of
   ``num_speculative_tokens``; trees need its experimental ``speculative_token_tree``, which this
   does not translate, so topk > 1 is refused.
+- draftlab (the reference server, for laptops and tests): ``python -m draftlab serve --target T
+  --host H --port N`` plus ``--drafter D --steps S --topk K --num-draft-tokens N``, run by this
+  Python with this draftlab on ``PYTHONPATH``. It is not one of ``engines.ENGINES`` (those are the
+  aux-layer conventions); it reads the drafter's aux ids the way SGLang does.
 
 Fairness: both arms of an A/B get the same explicit settings. SGLang with EAGLE caps running
 requests at 48, turns the overlap scheduler off and mixed chunked prefill off; so every SGLang
 command gets ``--max-running-requests`` (48 unless asked) and ``--disable-overlap-schedule``, and
 mixed chunking stays at its default (off) for both. vLLM gets ``--max-num-seqs`` (48 unless asked)
 on both arms. A chunked-prefill size, when given, goes to both (SGLang ``--chunked-prefill-size``,
-vLLM ``--max-num-batched-tokens``).
+vLLM ``--max-num-batched-tokens``). The reference server decodes one request at a time and takes
+neither.
 
 Processes (``EngineProcess``): the engine runs in its own session / process group with its output in
 a log file; stopping it signals exactly that group (SIGTERM, then SIGKILL), never processes by name.
@@ -39,12 +44,19 @@ from pathlib import Path
 
 import httpx
 
+import draftlab
 from draftlab.engines import ENGINES
-from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
+from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags, resolve_spec_flags
 from draftlab.errors import DraftlabError
 
 SGLANG_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
-DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+REFERENCE = "draftlab"  # the reference server, a launch target next to the real engines
+LAUNCH_TARGETS = (*ENGINES, REFERENCE)
+REFERENCE_CONVENTION = "sglang"  # whose aux-id convention draftlab serve reads (its --engine default)
+DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000, REFERENCE: 30000}
+# The bench API that gives each server's exact per-run accept length (SGLang: /generate meta_info;
+# vLLM: /metrics deltas, with any API; its completions API takes text and token ids).
+BENCH_API = {"sglang": "sglang", "vllm": "openai", REFERENCE: "sglang"}
 SPEC_MAX_RUNNING_REQUESTS = 48  # SGLang's cap with EAGLE; used for both arms and both engines
 HEALTH_PATH = "/health"
 
@@ -95,8 +107,8 @@ def engine_command(request: LaunchRequest, *, context_too_short: bool = False) -
     then refuses to start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, which is set only
     in that case.
     """
-    if request.engine not in ENGINES:
-        raise DraftlabError(f"unknown engine {request.engine!r}; choose one of {', '.join(ENGINES)}")
+    if request.engine not in LAUNCH_TARGETS:
+        raise DraftlabError(f"unknown engine {request.engine!r}; choose one of {', '.join(LAUNCH_TARGETS)}")
     for name in ("tp", "max_running_requests", "chunked_prefill_size"):
         value = getattr(request, name)
         if value is not None and value < 1:
@@ -106,6 +118,8 @@ def engine_command(request: LaunchRequest, *, context_too_short: bool = False) -
     port = request.port or DEFAULT_PORTS[request.engine]
     if request.engine == "sglang":
         return _sglang(request, port, context_too_short)
+    if request.engine == REFERENCE:
+        return _reference(request, port)
     return _vllm(request, port, context_too_short)
 
 
@@ -179,6 +193,33 @@ def _vllm_spec(request: LaunchRequest) -> SpecFlags:
     return SpecFlags(steps, 1, steps + 1, "explicit")
 
 
+def _reference(request: LaunchRequest, port: int) -> EngineCommand:
+    """``draftlab serve``: one device, one request at a time; the flags are checked as SGLang would run them."""
+    if request.tp != 1:
+        raise DraftlabError(f"--tp {request.tp}: the draftlab reference server runs on one device; use --tp 1")
+    if request.chunked_prefill_size is not None:
+        raise DraftlabError("--chunked-prefill-size: the draftlab reference server prefills whole prompts; leave it out")
+    argv = [sys.executable, "-m", "draftlab", "serve", "--target", request.target, "--host", request.host,
+            "--port", str(port)]
+    spec = None
+    if request.drafter is not None:
+        spec = exact_spec_flags(request.steps, request.topk, request.num_draft_tokens,
+                                architecture=request.target_architecture)
+        argv += ["--drafter", request.drafter, "--steps", str(spec.steps), "--topk", str(spec.topk),
+                 "--num-draft-tokens", str(spec.num_draft_tokens)]
+    argv += list(request.extra_args)
+    notes = ["the reference server decodes one request at a time: concurrency above 1 queues, it does not batch"]
+    return EngineCommand(REFERENCE, argv, {"PYTHONPATH": _with_this_draftlab()},
+                         f"http://{_url_host(request.host)}:{port}", request.host, port, spec, notes)
+
+
+def _with_this_draftlab() -> str:
+    """PYTHONPATH with the folder holding this draftlab first, so the server runs the same code."""
+    root = str(Path(draftlab.__file__).resolve().parents[1])
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return os.pathsep.join([root, *rest])
+
+
 def _url_host(host: str) -> str:
     if host in ("0.0.0.0", ""):
         return "127.0.0.1"
@@ -189,9 +230,14 @@ def _url_host(host: str) -> str:
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Refuse a port something else already listens on (the engine would die late and unclearly)."""
+    """Refuse a port something else already listens on (the engine would die late and unclearly).
+
+    SO_REUSEADDR, as the engines' servers set it: connections of a server that just stopped on this
+    port (TIME_WAIT, as between sweep entries) do not count, a listener does.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -201,6 +247,8 @@ def check_port_free(host: str, port: int) -> None:
 def check_installed(command: EngineCommand) -> None:
     """Refuse an engine that is not installed where the command would run it."""
     env = {**os.environ, **command.env}
+    if command.engine == REFERENCE:
+        return  # this very package, run by this Python
     if command.engine == "vllm":
         if shutil.which(command.argv[0], path=env.get("PATH")) is None:
             raise DraftlabError(f"'{command.argv[0]}' not found on PATH; install vLLM (pip install vllm) on this machine")
@@ -338,7 +386,8 @@ def check_before_launch(request: LaunchRequest) -> tuple[bool, list[str]]:
         return False, ["check skipped: target or drafter is not a local folder (hub ids are not fetched)"]
     from draftlab.compat import check_pair
 
-    result = check_pair(request.drafter, request.target, request.engine)
+    convention = REFERENCE_CONVENTION if request.engine == REFERENCE else request.engine
+    result = check_pair(request.drafter, request.target, convention)
     errors = [f for f in result.findings if f.severity == "error" and f.code != CONTEXT_TOO_SHORT]
     if errors:
         first = errors[0]

@@ -1,0 +1,132 @@
+"""``draftlab sweep``: launch, warm up, bench and stop the engine once per grid entry; one table and plot."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from draftlab.bench.grid import GRID_HELP, GridEntry, parse_grid
+from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, SweepPlan, SweepResult, plan_sweep, run_sweep
+from draftlab.cli.app import app
+from draftlab.cli.common import console, emit_json, err_console
+from draftlab.errors import DraftlabError
+
+PHASES = {"launch": "starting the engine", "bench": "benchmarking", "done": "done", "failed": "failed"}
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def sweep(
+    ctx: typer.Context,
+    engine: str = typer.Option(..., "--engine", help="sglang, vllm or draftlab (the reference server)"),
+    target: str = typer.Option(..., "--target", help="Target model folder or hub id"),
+    drafter: str = typer.Option(None, "--drafter", help="EAGLE-3 drafter folder or hub id"),
+    grid: str = typer.Option(..., "--grid", help=GRID_HELP),
+    prompts: Path = typer.Option(None, "--prompts", help="JSONL rows with prompt, messages or input_ids"),
+    num_prompts: int = typer.Option(None, "--num-prompts", help="Measured requests per entry (prompts are cycled)"),
+    max_tokens: int = typer.Option(128, "--max-tokens"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Generate exactly --max-tokens"),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    warmup: int = typer.Option(1, "--warmup", help="Unmeasured requests per entry"),
+    api: str = typer.Option(None, "--api", help="openai-chat | openai | sglang (default: sglang; vLLM: openai)"),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(None, "--port", help="Default: SGLang 30000, vLLM 8000, draftlab 30000"),
+    max_running_requests: int = typer.Option(None, "--max-running-requests",
+                                             help="Engine cap on every entry (default: max(48, largest batch))"),
+    health_timeout: float = typer.Option(1800.0, "--health-timeout", help="Seconds to wait for each /health"),
+    timeout: float = typer.Option(600.0, "--timeout", help="Per-request seconds without data"),
+    out: Path = typer.Option(None, "--out", help="New folder for results (default: sweep-ENGINE-DATE-TIME)"),
+    skip_check: bool = typer.Option(False, "--skip-check", help="Launch without draftlab check"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print every entry's command and environment only"),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary (or, with --dry-run, the commands) as JSON"),
+) -> int:
+    """Bench every batch,steps,topk,draft-tokens entry on its own engine launch; extra engine args go after --."""
+    options = SweepOptions(
+        engine=engine, target=target, drafter=drafter, grid=tuple(parse_grid(grid)), prompts=prompts,
+        num_prompts=num_prompts, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,
+        warmup=warmup, api=api, tp=tp, host=host, port=port, max_running_requests=max_running_requests,
+        health_timeout_s=health_timeout, request_timeout_s=timeout, extra_args=tuple(ctx.args), skip_check=skip_check,
+    )
+    plan = plan_sweep(options)
+    if dry_run:
+        _show_plan(plan, json_out)
+        return 0
+    folder = out or Path(f"sweep-{engine}-{time.strftime('%Y%m%d-%H%M%S')}")
+    result = _run(plan, folder, quiet=json_out)
+    if json_out:
+        emit_json(result)
+    else:
+        _render(result)
+    summary = Path(result.out_dir) / SUMMARY_NAME
+    if result.interrupted:
+        err_console.print(f"draftlab: interrupted; the entries that ran are in {summary}")
+        return 130
+    if result.all_failed:
+        raise DraftlabError(f"every sweep entry failed, first: {result.rows[0].error} (summary: {summary})")
+    return 0
+
+
+def _run(plan: SweepPlan, folder: Path, *, quiet: bool) -> SweepResult:
+    total = len(plan.entries)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True, disable=quiet) as progress:
+        entries = progress.add_task("entries", total=total)
+        requests = progress.add_task("requests", total=None, visible=False)
+
+        def on_event(index: int, entry: GridEntry, phase: str) -> None:
+            progress.update(entries, description=f"{entry.label} at batch {entry.batch}: {PHASES[phase]}")
+            if phase == "bench":
+                progress.reset(requests, total=plan.options.num_prompts, visible=True)
+            if phase in ("done", "failed"):
+                progress.update(requests, visible=False)
+                progress.advance(entries)
+                if not quiet:
+                    err_console.print(f"[{index}/{total}] {entry.label} at batch {entry.batch}: {PHASES[phase]}")
+
+        return run_sweep(plan, folder, on_event=on_event, on_request=lambda _r: progress.advance(requests))
+
+
+def _show_plan(plan: SweepPlan, json_out: bool) -> None:
+    if json_out:
+        emit_json({"api": plan.api, "max_running_requests": plan.max_running_requests, "notes": plan.notes,
+                   "entries": [{**_entry_json(p.entry), "argv": p.command.argv, "env": p.command.env,
+                                "shell": p.command.shell, "base_url": p.command.base_url} for p in plan.entries]})
+        return
+    for index, planned in enumerate(plan.entries, start=1):
+        e = planned.entry
+        console.print(f"[bold]{index}. {e.label} at batch {e.batch}[/bold]")
+        for key, value in planned.command.env.items():
+            console.print(f"  env {key}={value}", markup=False)
+        console.print(f"  {planned.command.shell}", soft_wrap=True, markup=False)
+    console.print(f"bench: --api {plan.api}, engine cap {plan.max_running_requests} running requests on every entry")
+    for note in plan.notes:
+        err_console.print(f"  note: {note}", markup=False, soft_wrap=True)
+
+
+def _entry_json(e: GridEntry) -> dict[str, int | str]:
+    return {"config": e.label, "batch": e.batch, "steps": e.steps, "topk": e.topk, "num_draft_tokens": e.num_draft_tokens}
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _render(result: SweepResult) -> None:
+    table = Table(title=f"{result.engine} sweep, bench --api {result.api}", show_edge=False)
+    for col in ("config", "batch", "accept len", "tok/s", "speedup", "TTFT p50 ms", "TPOT p50 ms", "ok/failed"):
+        table.add_column(col, justify="left" if col == "config" else "right")
+    for r in result.rows:
+        table.add_row(r.config, str(r.batch), _fmt(r.accept_length, ".3f"), _fmt(r.output_throughput),
+                      "-" if r.speedup is None else f"{r.speedup:.2f}x", _fmt(r.ttft_p50_ms), _fmt(r.tpot_p50_ms, ".2f"),
+                      "[red]failed[/red]" if r.error else f"{r.completed}/{r.failed}")
+    console.print(table)
+    for r in result.rows:
+        if r.error:
+            console.print(f"[red]{r.config} at batch {r.batch}[/red]: {escape(r.error)}", soft_wrap=True)
+    folder = Path(result.out_dir)
+    console.print(f"wrote {folder / SUMMARY_NAME}" + (f" and {folder / result.plot}" if result.plot else ""))
