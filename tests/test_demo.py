@@ -28,6 +28,7 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert [r.label for r in plan.configs] == ["1/1/2", "3/1/4", "5/1/6", "3/4/8"]
     chain = next(r for r in plan.configs if r.label == "3/1/4")
     assert chain.accept_length == demo.probe.mean_accept_length  # same prompts, config and length as the probe
-    assert demo.plan_with_overhead.configs[1].cycle_ms >= chain.cycle_ms
-    assert "Predicted throughput per speculation config" in text and "--overhead-ms" in text
+    assert demo.plan.profile.overhead[0].batch_size == 1 and chain.overhead_ms > 0
+    assert demo.plan_checked.mean_accept_length == chain.accept_length  # generate agrees with the probe
+    assert "Predicted throughput per speculation config" in text and "draftlab generate measures" in " ".join(text.split())
     assert "At batch 1, " in text or "Speculation loses at batch 1" in text  # the verdicts

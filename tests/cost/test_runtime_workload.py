@@ -7,6 +7,7 @@ import torch
 import transformers as tf
 
 from draftlab.checkpoint import DrafterConfig
+from draftlab.cost.model import SpecConfig
 from draftlab.cost.plan import make_plan, parse_grid
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
@@ -33,8 +34,8 @@ def test_profile_reference_runtime(pair):
     target, drafter = pair
     workload = runtime_workload(target, drafter, context_tokens=16, target_name="tiny")
     prof = profile_costs(workload, batch_sizes=[1], verify_tokens=[1, 4], draft_rows=[1, 2],
-                         extend_tokens=[1, 2, 3, 4], warmup=1, repeats=2, progress=False)
-    assert [m.tokens for m in prof.verify] == [1, 4]
+                         extend_tokens=[1, 2, 3, 4], warmup=1, repeats=2, measure_overhead=False, progress=False)
+    assert [m.tokens for m in prof.verify] == [1, 4] and prof.overhead == []
     assert [m.tokens for m in prof.draft_step] == [1, 2]
     assert prof.model.hidden_size == 32 and prof.model.num_layers == 4
     # each timed pass is undone, so the caches stay at the context length
@@ -55,3 +56,17 @@ def test_profile_batched_passes(pair):
     plan = make_plan(prof, [], grid=parse_grid("3/2/4:2.0"))
     assert set(plan.best) == {1, 3}
     assert plan.baseline_tokens_per_second[3] > 0
+
+
+def test_overhead_of_real_cycles(pair):
+    """With a drafter, the decoder's real cycles are timed at every batch size and the passes
+    subtracted; the calibration chains' sizes are measured for that."""
+    target, drafter = pair
+    workload = runtime_workload(target, drafter, context_tokens=8)
+    sample = workload.cycles(2, SpecConfig(4, 1, 5))
+    assert sample.ms_per_cycle > 0 and 1 <= sample.accept_length <= 5
+    prof = profile_costs(workload, batch_sizes=[1, 2], verify_tokens=[1], draft_rows=[1], extend_tokens=[1],
+                         warmup=0, repeats=1, progress=False)
+    assert [o.batch_size for o in prof.overhead] == [1, 2]
+    assert {m.tokens for m in prof.verify} == {1, 2, 5} and {m.tokens for m in prof.draft_extend} == set(range(1, 6))
+    assert all(o.decode_ms >= 0 and o.cycle_ms >= 0 and o.draft_step_ms >= 0 for o in prof.overhead)

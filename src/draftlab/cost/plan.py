@@ -144,14 +144,7 @@ def make_plan(
 def _predict(
     table: CostTable, config: SpecConfig, b: int, decode_ms: float, accept: float, source: str
 ) -> ConfigPlan:
-    cycle = model.cycle_breakdown(
-        config=config,
-        draft_extend_ms=table.draft_extend.at(b, accept),
-        draft_step_ms=table.draft_step.at(b, config.topk) if config.draft_passes else 0.0,
-        verify_ms=table.verify.at(b, config.num_draft_tokens),
-        allreduce_ms=table.allreduce_ms(b, config.num_draft_tokens),
-        overhead_ms=table.overhead_ms,
-    )
+    cycle = table.cycle(b, config, accept)
     tps = model.tokens_per_second(b, accept, cycle.total_ms)
     return ConfigPlan(
         steps=config.steps,

@@ -18,7 +18,9 @@
      "allreduce": null | {"tp": int, "backend": str, "dtype": str, "hidden_size": int,
                           "calls_per_forward": int,   # 2 per target layer (attention, MLP)
                           "points": [point...]},      # one all-reduce of batch x tokens x hidden
-     "overhead_ms": float}           # fixed per-cycle overhead
+     "overhead_ms": float,           # a fixed per-cycle overhead to assume on top (user-given)
+     "overhead": [{"batch_size": int, "decode_ms": float, "cycle_ms": float, "draft_step_ms": float}]}
+                                     # the decoder's own work, measured (draftlab.cost.overhead)
 
 Costs between measured token counts are interpolated linearly; batch sizes must be measured.
 """
@@ -31,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftlab.cost.model import CycleBreakdown, SpecConfig, cycle_breakdown
+from draftlab.cost.overhead import Overhead
 from draftlab.cost.timing import Measurement
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
@@ -77,6 +81,7 @@ class Profile:
     draft_extend: list[Measurement] = field(default_factory=list)
     allreduce: AllReduceCosts | None = None
     overhead_ms: float = 0.0
+    overhead: list[Overhead] = field(default_factory=list)
     context_tokens: int = 0
     timer: str = "perf_counter"
     warmup: int = 0
@@ -132,6 +137,7 @@ class CostTable:
     allreduce: CostCurve | None
     allreduce_calls: int
     overhead_ms: float
+    overheads: dict[int, Overhead]
 
     @classmethod
     def of(cls, profile: Profile) -> CostTable:
@@ -145,11 +151,34 @@ class CostTable:
             allreduce=None if ar is None else CostCurve("all-reduce", ar.points, hint=hint),
             allreduce_calls=0 if ar is None else ar.calls_per_forward,
             overhead_ms=profile.overhead_ms,
+            overheads={o.batch_size: o for o in profile.overhead},
         )
 
-    def decode_ms(self, batch_size: int) -> float:
-        """One plain decode step: a one-token target forward and its all-reduces."""
+    def decode_pass_ms(self, batch_size: int) -> float:
+        """One plain decode pass: a one-token target forward and its all-reduces."""
         return self.verify.at(batch_size, 1) + self.allreduce_ms(batch_size, 1)
+
+    def decode_ms(self, batch_size: int) -> float:
+        """One plain decode step: the pass plus the decoder's measured overhead (0 if unmeasured)."""
+        own = self.overheads.get(batch_size)
+        return self.decode_pass_ms(batch_size) + (own.decode_ms if own else 0.0)
+
+    def cycle(self, batch_size: int, config: SpecConfig, accept_length: float) -> CycleBreakdown:
+        """One cycle of ``config``: its passes, plus the assumed and the measured overheads."""
+        own = self.overheads.get(batch_size)
+        return cycle_breakdown(
+            config=config,
+            draft_extend_ms=self.draft_extend.at(batch_size, accept_length),
+            draft_step_ms=self.draft_step.at(batch_size, config.topk) if config.draft_passes else 0.0,
+            verify_ms=self.verify.at(batch_size, config.num_draft_tokens),
+            allreduce_ms=self.allreduce_ms(batch_size, config.num_draft_tokens),
+            overhead_ms=self.overhead_ms + (own.of(config) if own else 0.0),
+        )
+
+    def passes_ms(self, batch_size: int, config: SpecConfig, accept_length: float) -> float:
+        """A cycle's passes alone (what :func:`draftlab.cost.overhead.fit_overhead` subtracts)."""
+        c = self.cycle(batch_size, config, accept_length)
+        return c.total_ms - c.overhead_ms
 
     def allreduce_ms(self, batch_size: int, tokens: float) -> float:
         """Communication of one target forward over ``tokens`` per sequence (0 if unmeasured)."""
@@ -213,6 +242,7 @@ def profile_from_dict(doc: Any, *, source: str | Path = "profile") -> Profile:
         draft_extend=sections["draft_extend"],
         allreduce=allreduce,
         overhead_ms=float(overhead),
+        overhead=_overheads(doc.get("overhead") or [], source),
         context_tokens=int(doc.get("context_tokens", 0)),
         timer=str(doc.get("timer", "")),
         warmup=int(doc.get("warmup", 0)),
@@ -245,6 +275,24 @@ def _points(doc: dict, name: str, raw: Any, source: str | Path) -> list[Measurem
                 )
             times[key] = float(value)
         out.append(Measurement(b, t, repeats=int(p.get("repeats", 1)), **times))
+    return out
+
+
+def _overheads(raw: Any, source: str | Path) -> list[Overhead]:
+    if not isinstance(raw, list):
+        raise DraftlabError("overhead must be a list of measured overheads", path=source)
+    out = []
+    for i, o in enumerate(raw):
+        where = f"overhead[{i}]"
+        if not isinstance(o, dict):
+            raise DraftlabError(f"{where} must be an object", path=source)
+        times = {}
+        for key in ("decode_ms", "cycle_ms", "draft_step_ms"):
+            value = o.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise DraftlabError(f"{where}.{key} is {value!r}; it must be a number >= 0", path=source)
+            times[key] = float(value)
+        out.append(Overhead(_int(o, "batch_size", where + ".batch_size", source, minimum=1), **times))
     return out
 
 

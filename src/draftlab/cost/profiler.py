@@ -11,12 +11,15 @@ from __future__ import annotations
 import platform
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 
 import torch
+from rich.console import Console
 
 import draftlab
-from draftlab.cost.profile import AllReduceCosts, ModelInfo, Profile
+from draftlab.cost.overhead import CALIBRATION, CycleRunner, fit_overhead
+from draftlab.cost.profile import AllReduceCosts, CostTable, ModelInfo, Profile
 from draftlab.cost.timing import Job, measure_jobs, timer_name
 from draftlab.errors import DraftlabError
 
@@ -25,7 +28,8 @@ PassFactory = Callable[[int, int], Callable[[], object]]
 
 @dataclass(frozen=True)
 class Workload:
-    """The passes to time. ``draft_step`` gets rows per sequence (topk), the others tokens."""
+    """The passes to time. ``draft_step`` gets rows per sequence (topk), the others tokens;
+    ``cycles`` runs the decoder's real cycles, to measure its overhead beyond the passes."""
 
     model: ModelInfo
     device: torch.device
@@ -33,6 +37,7 @@ class Workload:
     draft_step: PassFactory | None = None
     draft_extend: PassFactory | None = None
     context_tokens: int = 0
+    cycles: CycleRunner | None = None
 
 
 def profile_costs(
@@ -46,9 +51,12 @@ def profile_costs(
     repeats: int = 10,
     overhead_ms: float = 0.0,
     allreduce: AllReduceCosts | None = None,
+    measure_overhead: bool = True,
     progress: bool = True,
 ) -> Profile:
-    """Time every pass at every size (progress bar on stderr) and return the profile."""
+    """Time every pass at every size (progress bar on stderr) and return the profile. With a drafter
+    and ``measure_overhead``, also the decoder's own per-cycle work (:mod:`draftlab.cost.overhead`),
+    for which the calibration chains' sizes are measured too."""
     sizes = [*batch_sizes, *verify_tokens, *draft_rows, *extend_tokens]
     if not sizes or min(sizes) < 1:
         raise DraftlabError("batch sizes, verify tokens, draft rows and extend tokens must be >= 1")
@@ -56,6 +64,11 @@ def profile_costs(
         raise DraftlabError("--verify-tokens must include 1: the decode step is a 1-token verify")
     if overhead_ms < 0:
         raise DraftlabError(f"--overhead-ms must be >= 0, got {overhead_ms}")
+    calibrate = measure_overhead and workload.cycles is not None and workload.draft_step is not None
+    if calibrate:
+        verify_tokens = sorted({*verify_tokens, *(c.num_draft_tokens for c in CALIBRATION)})
+        draft_rows = sorted({*draft_rows, *(c.topk for c in CALIBRATION)})
+        extend_tokens = sorted({*extend_tokens, *range(1, max(c.steps for c in CALIBRATION) + 2)})
     sections: list[tuple[str, PassFactory | None, Sequence[int]]] = [
         ("verify", workload.verify, verify_tokens),
         ("draft_step", workload.draft_step, draft_rows),
@@ -69,7 +82,7 @@ def profile_costs(
     ]
     measured = measure_jobs(jobs, device=workload.device, warmup=warmup, repeats=repeats,
                             progress=progress)
-    return Profile(
+    profile = Profile(
         model=workload.model,
         verify=measured.get("verify", []),
         draft_step=measured.get("draft_step", []),
@@ -82,6 +95,15 @@ def profile_costs(
         repeats=repeats,
         environment=environment(workload.device),
     )
+    if not calibrate:
+        return profile
+    table = CostTable.of(profile)
+    overheads = []
+    with Console(stderr=True).status("timing the decoder's own cycles", spinner="dots") if progress \
+            else nullcontext():
+        for b in batch_sizes:
+            overheads.append(fit_overhead(b, workload.cycles, table.passes_ms, table.decode_ms(b)))
+    return replace(profile, overhead=overheads)
 
 
 def environment(device: torch.device | None = None) -> dict[str, object]:

@@ -13,20 +13,32 @@ static on CUDA); a larger batch B times the batched passes of
 :class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` (:class:`~draftlab.models.target_batch.BatchTarget`,
 :class:`~draftlab.models.drafter_batch.BatchDrafter`) over B rows of ``context_tokens`` each. A
 batched verify keeps one entry per row (a gather of every layer's cache, as after a real verify).
+
+``cycles`` times the decoder's real cycles (plain, or a given config) over random prompts of
+``context_tokens`` tokens, for :func:`draftlab.cost.overhead.fit_overhead`.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable
 
 import torch
 
+from draftlab.cost.model import SpecConfig
+from draftlab.cost.overhead import CycleSample
 from draftlab.cost.profile import ModelInfo
 from draftlab.cost.profiler import Workload
+from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
+from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
+from draftlab.spec.decoder import SpeculativeDecoder
+
+CYCLE_TOKENS = 49  # new tokens per prompt when timing real decoder cycles (the first comes from the prefill)
 
 
 def runtime_workload(
@@ -83,6 +95,10 @@ def runtime_workload(
             return run
         return factory
 
+    def cycles(batch_size: int, config: SpecConfig | None) -> CycleSample:
+        return _decoder_cycles(target, None if config is None else drafter, batch_size, config,
+                               [ids(context_tokens).tolist() for _ in range(batch_size)])
+
     return Workload(
         model=ModelInfo(
             target=target_name, drafter=drafter_name, model_type=cfg.model_type,
@@ -94,7 +110,47 @@ def runtime_workload(
         draft_step=None if drafter is None else drafter_pass(own_hidden=True),
         draft_extend=None if drafter is None else drafter_pass(own_hidden=False),
         context_tokens=context_tokens,
+        cycles=cycles,
     )
+
+
+def _decoder_cycles(target: TargetRunner, drafter: Eagle3Drafter | None, batch_size: int,
+                    config: SpecConfig | None, prompts: list[list[int]]) -> CycleSample:
+    """Time ``generate``'s own decoder over ``CYCLE_TOKENS`` new tokens per prompt, less its prefill
+    (timed alone), per verify cycle: the median of three runs after a warm-up."""
+    flags = None if config is None else exact_spec_flags(config.steps, config.topk, config.num_draft_tokens)
+    if batch_size == 1:
+        single = SpeculativeDecoder(target, drafter, flags)
+
+        def run(new: int) -> list[list[int]]:
+            commits = list(single.stream(prompts[0], max_new_tokens=new, ignore_eos=True))
+            return [[c.accept_length for c in commits if c.accept_length is not None]]
+    else:
+        batched = BatchSpeculativeDecoder(target, drafter, flags)
+
+        def run(new: int) -> list[list[int]]:
+            return [r.accept_lengths for r in batched.generate(prompts, max_new_tokens=new, ignore_eos=True)]
+
+    def seconds(new: int) -> tuple[float, list[list[int]]]:
+        _sync(target.device)
+        start = time.perf_counter()
+        lengths = run(new)
+        _sync(target.device)
+        return time.perf_counter() - start, lengths
+
+    run(CYCLE_TOKENS)  # warm-up: graph capture, allocator
+    prefill = statistics.median(seconds(1)[0] for _ in range(3))
+    full = [seconds(CYCLE_TOKENS) for _ in range(3)]
+    lengths = full[0][1]
+    cycles = max(len(row) for row in lengths)  # rows advance in lockstep: the batch's cycle count
+    accepted = [n for row in lengths for n in row]
+    ms = (statistics.median(t for t, _ in full) - prefill) * 1000.0 / cycles
+    return CycleSample(ms_per_cycle=ms, accept_length=sum(accepted) / len(accepted))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _batched_verify(target: TargetRunner, batch_size: int, tokens: int, ids: Callable[[int], torch.Tensor],

@@ -1,0 +1,61 @@
+"""The decoder's own work per cycle, measured: what the timed passes leave out.
+
+A real cycle is more than its passes: tree building, the walk, cache bookkeeping and the host-side
+work that launches each pass. :func:`fit_overhead` measures it the only honest way, by timing the
+reference decoder's real cycles and subtracting the passes' measured costs:
+
+- plain decoding gives ``decode_ms``, the overhead of one plain decode step;
+- chain ``1/1/2`` (no draft step after the draft-extend) gives ``cycle_ms``, a cycle's fixed part;
+- chain ``4/1/5`` (three more draft steps) gives ``draft_step_ms``, the extra work per draft step.
+
+Every other config is then predicted, not measured. Negative differences (timing noise on a machine
+where the work is negligible) count as zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from draftlab.cost.model import SpecConfig
+
+SHORT = SpecConfig(1, 1, 2)
+LONG = SpecConfig(4, 1, 5)
+CALIBRATION = (SHORT, LONG)
+
+
+@dataclass(frozen=True)
+class CycleSample:
+    """Real decoder cycles at one batch size: milliseconds per cycle and the mean accept length."""
+
+    ms_per_cycle: float
+    accept_length: float
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Per-cycle work of the reference decoder beyond its passes, at one batch size (ms)."""
+
+    batch_size: int
+    decode_ms: float  # per plain decode step
+    cycle_ms: float  # per speculative cycle
+    draft_step_ms: float  # per draft step after the first
+
+    def of(self, config: SpecConfig) -> float:
+        """The overhead of one cycle of ``config``."""
+        return self.cycle_ms + config.draft_passes * self.draft_step_ms
+
+
+CycleRunner = Callable[[int, SpecConfig | None], CycleSample]
+Passes = Callable[[int, SpecConfig, float], float]
+
+
+def fit_overhead(batch_size: int, run_cycles: CycleRunner, passes_ms: Passes, decode_pass_ms: float) -> Overhead:
+    """Time plain decoding and the two calibration chains with ``run_cycles`` and subtract
+    ``passes_ms(batch, config, accept_length)`` (or ``decode_pass_ms``) from each."""
+    plain = run_cycles(batch_size, None).ms_per_cycle - decode_pass_ms
+    short, long = (run_cycles(batch_size, c) for c in CALIBRATION)
+    fixed = short.ms_per_cycle - passes_ms(batch_size, SHORT, short.accept_length)
+    extra = long.ms_per_cycle - passes_ms(batch_size, LONG, long.accept_length) - fixed
+    return Overhead(batch_size, decode_ms=max(0.0, plain), cycle_ms=max(0.0, fixed),
+                    draft_step_ms=max(0.0, extra / (LONG.draft_passes - SHORT.draft_passes)))

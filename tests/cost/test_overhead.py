@@ -1,0 +1,58 @@
+"""The overhead fit recovers a decoder's own per-cycle work from timed cycles and measured passes,
+and the planner adds it to every cycle and decode step."""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+
+import pytest
+
+from draftlab.cost.model import SpecConfig
+from draftlab.cost.overhead import CycleSample, Overhead, fit_overhead
+from draftlab.cost.plan import make_plan, parse_grid
+from draftlab.cost.profile import CostTable, ModelInfo, Profile, load_profile, save_profile
+from draftlab.cost.timing import Measurement
+from draftlab.errors import DraftlabError
+
+
+def _points(batch: int, sizes: range, ms) -> list[Measurement]:
+    return [Measurement(batch, t, ms(t), ms(t), ms(t), ms(t), ms(t), 1) for t in sizes]
+
+
+def _profile(overhead: list[Overhead]) -> Profile:
+    return Profile(model=ModelInfo(), verify=_points(1, range(1, 9), lambda t: 10 + 0.5 * t),
+                   draft_step=_points(1, range(1, 5), lambda t: 1.0 + 0.1 * t),
+                   draft_extend=_points(1, range(1, 6), lambda t: 2.0 + 0.2 * t), overhead=overhead)
+
+
+def test_fit_recovers_a_known_overhead():
+    """A decoder whose cycles cost passes + 1.5 ms + 0.25 ms per draft step, and decode steps pass + 0.7 ms."""
+    truth = Overhead(1, decode_ms=0.7, cycle_ms=1.5, draft_step_ms=0.25)
+    table = CostTable.of(_profile([]))
+
+    def run(batch: int, config: SpecConfig | None) -> CycleSample:
+        if config is None:
+            return CycleSample(table.decode_pass_ms(batch) + truth.decode_ms, 1.0)
+        accept = 1.0 + 0.3 * config.steps
+        return CycleSample(table.passes_ms(batch, config, accept) + truth.of(config), accept)
+
+    fitted = fit_overhead(1, run, table.passes_ms, table.decode_pass_ms(1))
+    assert astuple(fitted) == pytest.approx(astuple(truth))
+
+
+def test_plan_adds_the_measured_overhead(tmp_path):
+    own = Overhead(1, decode_ms=0.5, cycle_ms=2.0, draft_step_ms=0.5)
+    bare = make_plan(_profile([]), [], grid=parse_grid("3/1/4:2.5"))
+    path = save_profile(_profile([own]), tmp_path / "p.json")
+    loaded = load_profile(path)
+    assert loaded.overhead == [own]
+    plan = make_plan(loaded, [], grid=parse_grid("3/1/4:2.5"))
+    assert plan.configs[0].cycle_ms == pytest.approx(bare.configs[0].cycle_ms + 2.0 + 2 * 0.5)
+    assert plan.decode_ms[1] == pytest.approx(bare.decode_ms[1] + 0.5)
+    assert plan.configs[0].overhead_ms == pytest.approx(3.0)
+
+
+def test_negative_overhead_in_a_profile_is_refused(tmp_path):
+    path = save_profile(_profile([Overhead(1, -1.0, 0.0, 0.0)]), tmp_path / "p.json")
+    with pytest.raises(DraftlabError, match=r"overhead\[0\]\.decode_ms"):
+        load_profile(path)
