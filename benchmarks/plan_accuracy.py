@@ -6,9 +6,10 @@ GPU (H200):
 CPU smoke run:
     python benchmarks/plan_accuracy.py --device cpu --model tiny --prompts 2 --new-tokens 16 --batch-sizes 1,2
 
-For every batch size: profile the passes on this machine exactly as ``draftlab profile`` does
-(``runtime_workload`` + ``profile_costs``; batch 1 on generate's fastest runtime, static caches and CUDA
-graphs on CUDA; larger batches on the batched runtime), probe each config's accept length on the
+For every batch size: profile the passes and the decoder's own per-cycle work (timed on the
+calibration chains 1/1/2 and 4/1/5, which the tested configs avoid) on this machine exactly as
+``draftlab profile`` does (``runtime_workload`` + ``profile_costs``; batch 1 on generate's fastest
+runtime, static caches and CUDA graphs on CUDA; larger batches on the batched runtime), probe each config's accept length on the
 continuations generate produced (``probe_sequences``), predict with ``make_plan``, then decode the same
 prompts with generate's decoders (``SpeculativeDecoder`` one prompt at a time, ``BatchSpeculativeDecoder``
 in groups of B) and time them as generate does: generated tokens over decoding wall time, prefill included.
@@ -20,9 +21,9 @@ Prints one JSON line per (batch, config) and a Markdown table.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import time
+from dataclasses import asdict
 
 import torch
 from runtime_speed import build
@@ -30,7 +31,6 @@ from runtime_speed import build
 from draftlab.cost.plan import GridEntry, make_plan
 from draftlab.cost.model import SpecConfig
 from draftlab.cost.probes import AcceptLength
-from draftlab.cost.profile import Profile
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.engines.sglang_flags import exact_spec_flags
@@ -39,7 +39,7 @@ from draftlab.probe.probe import probe_sequences
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
 from draftlab.spec.decoder import SpeculativeDecoder
 
-CONFIGS = "1/1/2,2/1/3,3/1/4,5/1/6,3/4/8,5/4/8"
+CONFIGS = "2/1/3,3/1/4,5/1/6,6/1/7,3/4/8,5/4/8"  # none of them the overhead's calibration chains
 
 
 def sync(device: torch.device) -> None:
@@ -109,41 +109,43 @@ def main() -> None:
         step = len(text) // args.prompts
         prompts = [list(text[i * step: i * step + args.prompt_len]) for i in range(args.prompts)]
 
-    max_len = args.prompt_len + args.new_tokens + 16
-    slow = TargetRunner(model, aux_layers=layers, cache="dynamic")
-    fast = TargetRunner(copy.deepcopy(model), aux_layers=layers, max_len=max_len)  # static + graphs on CUDA
-    fast_drafter = copy.deepcopy(drafter)
-    if device.type == "cuda":
-        fast_drafter.use_static_cache(max_len)
-        # the static target shares nothing with the dynamic one but the deep-copied weights
+    max_len = max(args.prompt_len, args.prompt_len // 2 + 256) + args.new_tokens + 64
+    target = TargetRunner(model, aux_layers=layers, max_len=max_len)  # static + graphs on CUDA, as load_pair
+    if target.max_len is not None:
+        drafter.use_static_cache(max_len)
     verify_tokens = sorted({1, *(c.num_draft_tokens for c in configs)})
     rows_needed = sorted({c.topk for c in configs})
     extend = list(range(1, max(c.steps for c in configs) + 2))
-    profiles = []
-    for b in batches:
-        target_b, drafter_b = (fast, fast_drafter) if b == 1 else (slow, drafter)
-        work = runtime_workload(target_b, drafter_b, context_tokens=args.prompt_len + args.new_tokens // 2)
-        profiles.append(profile_costs(work, batch_sizes=[b], verify_tokens=verify_tokens, draft_rows=rows_needed,
-                                      extend_tokens=extend, repeats=args.repeats, overhead_ms=args.overhead_ms))
-    p0 = profiles[0]
-    profile = Profile(model=p0.model, verify=[m for p in profiles for m in p.verify],
-                      draft_step=[m for p in profiles for m in p.draft_step],
-                      draft_extend=[m for p in profiles for m in p.draft_extend], overhead_ms=args.overhead_ms,
-                      context_tokens=p0.context_tokens, timer=p0.timer, warmup=p0.warmup, repeats=p0.repeats,
-                      environment=p0.environment)
+    work = runtime_workload(target, drafter, context_tokens=args.prompt_len + args.new_tokens // 2)
+    profile = profile_costs(work, batch_sizes=batches, verify_tokens=verify_tokens, draft_rows=rows_needed,
+                            extend_tokens=extend, repeats=args.repeats, overhead_ms=args.overhead_ms)
     print(json.dumps({"environment": profile.environment, "model": args.model, "dtype": args.dtype,
                       "batch_sizes": batches, "prompts": args.prompts, "prompt_len": args.prompt_len,
-                      "new_tokens": args.new_tokens}), flush=True)
+                      "new_tokens": args.new_tokens, "overhead": [asdict(o) for o in profile.overhead],
+                      "decode_pass_ms": {m.batch_size: round(m.median_ms, 3) for m in profile.verify
+                                         if m.tokens == 1}}), flush=True)
+
+    for b in batches:  # cross-checks of the decode step: the pass by wall clock, and the decoder's own step
+        run = work.verify(b, 1)
+        walls = []
+        for i in range(13):
+            sync(device)
+            start = time.perf_counter()
+            run()
+            sync(device)
+            walls.append((time.perf_counter() - start) * 1000)
+        plain = work.cycles(b, None)
+        print(json.dumps({"batch": b, "decode_pass_wall_ms": round(sorted(walls[3:])[5], 3),
+                          "decoder_plain_step_ms": round(plain.ms_per_cycle, 3)}), flush=True)
 
     table = []
     for b in batches:
-        target_b, drafter_b = (fast, fast_drafter) if b == 1 else (slow, drafter)
         measured = {}
         for config in [None, *configs]:
             flags = None if config is None else exact_spec_flags(config.steps, config.topk, config.num_draft_tokens)
-            draft = None if config is None else drafter_b
-            decoder = SpeculativeDecoder(target_b, draft, flags) if b == 1 \
-                else BatchSpeculativeDecoder(target_b, draft, flags)
+            draft = None if config is None else drafter
+            decoder = SpeculativeDecoder(target, draft, flags) if b == 1 \
+                else BatchSpeculativeDecoder(target, draft, flags)
             decode(decoder, prompts[:b], b, 8, device)  # warm-up (graph capture, allocator)
             outputs, lengths, seconds = decode(decoder, prompts, b, args.new_tokens, device)
             measured[config] = (sum(map(len, outputs)) / seconds, outputs, lengths)
@@ -152,7 +154,7 @@ def main() -> None:
             flags = exact_spec_flags(config.steps, config.topk, config.num_draft_tokens)
             outputs, lengths = measured[config][1], measured[config][2]
             extra = [o + [0] * (config.steps + 1) for o in outputs]  # look-ahead the last cycle needs
-            result = probe_sequences(slow, drafter, prompts, extra, flags, max_new_tokens=args.new_tokens)
+            result = probe_sequences(target, drafter, prompts, extra, flags, max_new_tokens=args.new_tokens)
             probes.append(AcceptLength(config, result.mean_accept_length, "probe", batch_size=b))
             same = sum(r.accept_lengths[:-1] == g[:-1] for r, g in zip(result.results, lengths))
             measured[config] += (same,)
