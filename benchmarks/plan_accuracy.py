@@ -126,17 +126,20 @@ def main() -> None:
                                          if m.tokens == 1}}), flush=True)
 
     for b in batches:  # cross-checks of the decode step: the pass by wall clock, and the decoder's own step
-        run = work.verify(b, 1)
         walls = []
-        for i in range(13):
-            sync(device)
-            start = time.perf_counter()
-            run()
-            sync(device)
-            walls.append((time.perf_counter() - start) * 1000)
-        plain = work.cycles(b, None)
+        with torch.inference_mode():
+            run = work.verify(b, 1)
+            for i in range(13):
+                sync(device)
+                start = time.perf_counter()
+                run()
+                sync(device)
+                walls.append((time.perf_counter() - start) * 1000)
+            plain = work.cycles(b, None)
         print(json.dumps({"batch": b, "decode_pass_wall_ms": round(sorted(walls[3:])[5], 3),
                           "decoder_plain_step_ms": round(plain.ms_per_cycle, 3)}), flush=True)
+    for section in ("verify", "draft_step", "draft_extend"):
+        print(json.dumps({section: [(m.batch_size, m.tokens, round(m.median_ms, 3)) for m in getattr(profile, section)]}))
 
     table = []
     for b in batches:
