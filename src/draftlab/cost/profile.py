@@ -10,7 +10,7 @@
                "hidden_size": int|null, "num_layers": int|null, "vocab_size": int|null,
                "dtype": str|null},
      "context_tokens": int,          # KV-cache length the passes ran after
-     "timer": "cuda_events"|"perf_counter", "warmup": int, "repeats": int,
+     "timer": "perf_counter_synchronized"|"perf_counter", "warmup": int, "repeats": int,
      "environment": {...},           # hardware and software versions
      "verify": [point...],           # target forward, tokens = tokens per sequence (1 = decode)
      "draft_step": [point...],       # one drafter pass, tokens = rows per sequence (topk)

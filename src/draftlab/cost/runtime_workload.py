@@ -157,10 +157,10 @@ def _batched_verify(target: TargetRunner, batch_size: int, tokens: int, ids: Cal
                     context_tokens: int) -> Callable[[], object]:
     runner = BatchTarget(target, batch_size)
     context = torch.stack([ids(context_tokens) for _ in range(batch_size)])
-    positions = torch.arange(context.shape[1], device=target.device).expand_as(context)
+    positions = torch.arange(context.shape[1], device=target.device).repeat(batch_size, 1)
     runner.forward(context, positions, last_only=True)
     new = torch.stack([ids(tokens) for _ in range(batch_size)])
-    new_positions = context.shape[1] + torch.arange(tokens, device=target.device).expand_as(new)
+    new_positions = context.shape[1] + torch.arange(tokens, device=target.device).repeat(batch_size, 1)
     keep_one = [[0]] * batch_size
 
     def run() -> None:
@@ -173,16 +173,16 @@ def _batched_drafter_pass(drafter: Eagle3Drafter, batch_size: int, tokens: int, 
                           features: torch.Tensor, own_hidden: bool, gen: torch.Generator) -> Callable[[], object]:
     device = context.device
     runner = BatchDrafter(drafter, batch_size)
-    rows = context[None].expand(batch_size, -1)
-    positions = torch.arange(rows.shape[1], device=device).expand_as(rows)
-    runner.forward(rows, features[None].expand(batch_size, -1, -1), positions)
+    rows = context.repeat(batch_size, 1)
+    positions = torch.arange(rows.shape[1], device=device).repeat(batch_size, 1)
+    runner.forward(rows, features.repeat(batch_size, 1, 1), positions)
     new = rows[:, -tokens:]
-    new_positions = rows.shape[1] + torch.arange(tokens, device=device).expand_as(new)
+    new_positions = rows.shape[1] + torch.arange(tokens, device=device).repeat(batch_size, 1)
     if own_hidden:  # frontier nodes: each sees the prefix and itself
         hidden = torch.randn(batch_size, tokens, drafter.config.hidden_size, generator=gen).to(device, features.dtype)
-        mask = torch.eye(tokens, dtype=torch.bool, device=device).expand(batch_size, -1, -1)
+        mask = torch.eye(tokens, dtype=torch.bool, device=device).repeat(batch_size, 1, 1)
     else:  # accepted tokens with the target's features, causal
-        hidden, mask = features[None, -tokens:].expand(batch_size, -1, -1), None
+        hidden, mask = features[-tokens:].repeat(batch_size, 1, 1), None
     drop = [[] for _ in range(batch_size)]
 
     def run() -> None:

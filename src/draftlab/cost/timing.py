@@ -1,8 +1,9 @@
 """The measurement harness: time prepared callables with warm-up, report medians and spread.
 
 Each measurement builds its inputs first (outside the timed region), runs a few warm-up calls,
-then times ``repeats`` calls one by one: CUDA events on a GPU (so only device time between the two
-events counts, after a synchronize), ``time.perf_counter`` on the CPU.
+then times ``repeats`` calls one by one by the wall clock, synchronizing the device before and after
+each call. Wall time, not CUDA events: the reference runtime's passes are bound by the host that
+launches them, and what a cycle costs is how long the decoder waits for each pass.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Job:
 
 
 def timer_name(device: torch.device) -> str:
-    return "cuda_events" if device.type == "cuda" else "perf_counter"
+    return "perf_counter_synchronized" if device.type == "cuda" else "perf_counter"
 
 
 def time_callable(
@@ -85,12 +86,12 @@ def time_callable(
         raise DraftlabError(f"need warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
     for _ in range(warmup):
         fn()
-    if device.type == "cuda":
-        return Timing.of([_cuda_once(fn, device) for _ in range(repeats)])
     samples = []
     for _ in range(repeats):
+        _synchronize(device)
         start = time.perf_counter()
         fn()
+        _synchronize(device)
         samples.append((time.perf_counter() - start) * 1000.0)
     return Timing.of(samples)
 
@@ -122,15 +123,9 @@ def measure_jobs(
     return out
 
 
-def _cuda_once(fn: Callable[[], object], device: torch.device) -> float:
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize(device)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize(device)
-    return float(start.elapsed_time(end))
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
