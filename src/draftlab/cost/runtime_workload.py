@@ -12,7 +12,9 @@ Batch size 1 times the passes ``generate`` runs one prompt at a time with (the r
 static on CUDA); a larger batch B times the batched passes of
 :class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` (:class:`~draftlab.models.target_batch.BatchTarget`,
 :class:`~draftlab.models.drafter_batch.BatchDrafter`) over B rows of ``context_tokens`` each. A
-batched verify keeps one entry per row (a gather of every layer's cache, as after a real verify).
+timed pass leaves the caches as it found them, so every call allocates the same sizes (a cache that
+grew by a slot per call would time the CUDA allocator's growth); the gather a real verify's ``keep``
+does is then part of the decoder's measured overhead.
 
 ``cycles`` times the decoder's real cycles (plain, or a given config) over random prompts of
 ``context_tokens`` tokens, for :func:`draftlab.cost.overhead.fit_overhead`.
@@ -161,11 +163,11 @@ def _batched_verify(target: TargetRunner, batch_size: int, tokens: int, ids: Cal
     runner.forward(context, positions, last_only=True)
     new = torch.stack([ids(tokens) for _ in range(batch_size)])
     new_positions = context.shape[1] + torch.arange(tokens, device=target.device).repeat(batch_size, 1)
-    keep_one = [[0]] * batch_size
+    drop = [[] for _ in range(batch_size)]
 
     def run() -> None:
         runner.forward(new, new_positions)
-        runner.keep(keep_one)
+        runner.keep(drop)
     return run
 
 
