@@ -6,12 +6,23 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from draftlab.toy import ToyPair, cached_toy_pair
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from builders import TINY_TARGETS, tiny_target_config  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """Every model in the suite is tiny: threads gain nothing and, on a busy 2-core machine, OpenMP
+    spinning slows many small steps ten-fold or more."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

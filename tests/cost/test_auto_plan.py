@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from draftlab.cli import main
 from draftlab.cost.auto_plan import auto_plan, default_grid, profile_sizes
@@ -20,15 +19,6 @@ from draftlab.probe.probe import probe
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len("]
 GRID = ["1/1/2", "3/1/4", "2/2/4"]
 FAST = ["--max-new-tokens", "24", "--context", "32", "--repeats", "1", "--device", "cpu"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The toy is too small to gain from threads; on a busy machine they only add contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ static pair must serve decoding and the probe's batched pass in turn.
 import json
 
 import pytest
-import torch
 
 from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
 from draftlab.errors import DraftlabError
@@ -37,15 +36,6 @@ def _decode(pair: LoadedPair, flags: SpecFlags | None, new: int = NEW, *,
         tokens.append([t for c in commits for t in c.tokens])
         lengths.append([c.accept_length for c in commits if c.accept_length is not None])
     return tokens, lengths
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Many tiny steps: one thread avoids OpenMP spinning on a busy machine (seconds instead of a minute)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -86,13 +86,7 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     along the text (:mod:`.sampling`), an estimate, and the continuations are sampled."""
     if engine not in ENGINES:
         raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    if responses not in RESPONSES:
-        raise DraftlabError(f"--responses must be one of {', '.join(RESPONSES)}, got {responses!r}")
-    if max_new_tokens < 2:
-        raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), "
-                            f"got {max_new_tokens}")
-    if batch_size < 1:
-        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
+    _check_run(responses, max_new_tokens, batch_size)
     if (prompts is None) == (features is None):
         raise DraftlabError("give --prompts (a live target) or --features (captured hidden states), not both")
     if temperature < 0:
@@ -153,13 +147,7 @@ def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path,
     """
     if not configs:
         raise DraftlabError("no speculation configs to probe; give at least one steps/topk/num_draft_tokens")
-    if responses not in RESPONSES:
-        raise DraftlabError(f"--responses must be one of {', '.join(RESPONSES)}, got {responses!r}")
-    if max_new_tokens < 2:
-        raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), "
-                            f"got {max_new_tokens}")
-    if batch_size < 1:
-        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
+    _check_run(responses, max_new_tokens, batch_size)
     runner, drafter = pair.target, pair.drafter
     for flags in configs:
         _check_topk(drafter, flags)
@@ -173,6 +161,16 @@ def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path,
         return _run_greedy(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, list(configs),
                            batch_size=batch_size, context=runner.config.max_position_embeddings,
                            max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)
+
+
+def _check_run(responses: str, max_new_tokens: int, batch_size: int) -> None:
+    if responses not in RESPONSES:
+        raise DraftlabError(f"--responses must be one of {', '.join(RESPONSES)}, got {responses!r}")
+    if max_new_tokens < 2:
+        raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), "
+                            f"got {max_new_tokens}")
+    if batch_size < 1:
+        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
 
 
 def _check_topk(drafter: Eagle3Drafter, flags: SpecFlags) -> None:
