@@ -96,7 +96,7 @@ def test_batched_target_matches_the_batch_one_runner(family: str) -> None:
     for row, prompt in enumerate(prompts):
         single.reset()
         want = single.forward(prompt)
-        close = dict(rtol=1e-5, atol=1e-5)
+        close = {"rtol": 1e-5, "atol": 1e-5}
         torch.testing.assert_close(prefill.aux[row, 11 - prompt.numel():], want.aux, **close)
         torch.testing.assert_close(prefill.logits[row, 11 - prompt.numel():], want.logits, **close)
         want = single.forward(new[row], tree_mask=tree, positions=prompt.numel() + depth)

@@ -30,7 +30,13 @@ from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
 from draftlab.spec.decoder import max_cache_len
-from draftlab.spec.tree import DraftTree, PoolChunk, build_tree, organize_draft_results, select_top_k
+from draftlab.spec.tree import (
+    DraftTree,
+    PoolChunk,
+    build_tree,
+    organize_draft_results,
+    select_top_k,
+)
 from draftlab.spec.verify import Walk, greedy_walk, tree_sampling_walk
 
 
