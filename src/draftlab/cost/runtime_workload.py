@@ -12,9 +12,9 @@ Batch size 1 times the passes ``generate`` runs one prompt at a time with (the r
 static on CUDA); a larger batch B times the batched passes of
 :class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` (:class:`~draftlab.models.target_batch.BatchTarget`,
 :class:`~draftlab.models.drafter_batch.BatchDrafter`) over B rows of ``context_tokens`` each. A
-timed pass leaves the caches as it found them, so every call allocates the same sizes (a cache that
-grew by a slot per call would time the CUDA allocator's growth); the gather a real verify's ``keep``
-does is then part of the decoder's measured overhead.
+timed pass leaves the caches as it found them (a batched pass writes its slots of preallocated
+buffers and crops them away), so every call does the same work and none allocates a cache; the
+in-place pack a real verify's ``keep`` does is then part of the decoder's measured overhead.
 
 ``cycles`` times the decoder's real cycles (plain, or a given config) over random prompts of
 ``context_tokens`` tokens, for :func:`draftlab.cost.overhead.fit_overhead`.
@@ -157,7 +157,7 @@ def _sync(device: torch.device) -> None:
 
 def _batched_verify(target: TargetRunner, batch_size: int, tokens: int, ids: Callable[[int], torch.Tensor],
                     context_tokens: int) -> Callable[[], object]:
-    runner = BatchTarget(target, batch_size)
+    runner = BatchTarget(target, batch_size, context_tokens + tokens)
     context = torch.stack([ids(context_tokens) for _ in range(batch_size)])
     positions = torch.arange(context.shape[1], device=target.device).repeat(batch_size, 1)
     runner.forward(context, positions, last_only=True)
@@ -174,8 +174,8 @@ def _batched_verify(target: TargetRunner, batch_size: int, tokens: int, ids: Cal
 def _batched_drafter_pass(drafter: Eagle3Drafter, batch_size: int, tokens: int, context: torch.Tensor,
                           features: torch.Tensor, own_hidden: bool, gen: torch.Generator) -> Callable[[], object]:
     device = context.device
-    runner = BatchDrafter(drafter, batch_size)
     rows = context.repeat(batch_size, 1)
+    runner = BatchDrafter(drafter, batch_size, rows.shape[1] + tokens)
     positions = torch.arange(rows.shape[1], device=device).repeat(batch_size, 1)
     runner.forward(rows, features.repeat(batch_size, 1, 1), positions)
     new = rows[:, -tokens:]

@@ -5,8 +5,10 @@ accepted path of their own draft tree), so a row's kept entries are packed to th
 appended block and the rest of the block becomes padding: slots that no later token attends to.
 Prompts of different lengths are left-padded the same way. A slot therefore carries two facts:
 ``valid`` (a real entry) and ``positions`` (its token position, for sliding windows). The caches that
-use this (:mod:`draftlab.models.target_batch`, :mod:`draftlab.models.drafter_batch`) only gather
-their key/value tensors with the index :meth:`BatchSlots.keep` returns.
+use this (:mod:`draftlab.models.target_batch`, :mod:`draftlab.models.drafter_batch`) only move their
+key/value entries by the index :meth:`BatchSlots.keep` returns: a preallocated
+:class:`~draftlab.models.static_kv.BatchKV` packs the appended block in place, a growing cache
+gathers whole tensors (:func:`gather_slots`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ class BatchSlots:
     def length(self) -> int:
         """Slots per row, padding included."""
         return self.valid.shape[1]
+
+    @property
+    def block_start(self) -> int:
+        """The first slot of the block the last forward appended (what :meth:`keep` packs)."""
+        return self.length - self.last_new
 
     def counts(self) -> torch.Tensor:
         """[B] real entries per row: the position of each row's next token."""
@@ -66,7 +73,7 @@ class BatchSlots:
         keeps anything, the prefix length to crop to (cheaper than a gather)."""
         if len(paths) != self.batch_size:
             raise DraftlabError(f"keep() got {len(paths)} paths for a batch of {self.batch_size}")
-        start = self.length - self.last_new
+        start = self.block_start
         if any(i < 0 or i >= self.last_new for p in paths for i in p):
             raise DraftlabError(f"keep() indices must lie in 0..{self.last_new - 1} (the last forward's entries)")
         width = max(len(p) for p in paths)

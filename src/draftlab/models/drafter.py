@@ -44,12 +44,13 @@ from draftlab.models.devices import parse_device, parse_dtype
 from draftlab.models.drafter_weights import canonical_names
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
 from draftlab.models.masks import attention_mask, new_token_mask
-from draftlab.models.static_kv import StaticKV, gqa_attention
+from draftlab.models.static_kv import BatchKV, StaticKV, gqa_attention
 
 if TYPE_CHECKING:
     from draftlab.models.target import TargetRunner
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values: [B, kv_heads, S, head_dim]
+Preallocated = StaticKV | BatchKV  # caches that write every layer's new keys/values in place
 
 
 @dataclass
@@ -67,17 +68,17 @@ class _Attention(nn.Module):
         self.v_proj = nn.Linear(in_size, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | StaticKV | None,
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
                 mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
-        """x [B, n, in]; mask [B, n, S] bool over past + new keys (all slots of a StaticKV ``past``,
-        which this writes layer ``layer`` of). Returns output and the new keys/values."""
+        """x [B, n, in]; mask [B, n, S] bool over past + new keys (the slots a preallocated ``past``
+        returns, which this writes layer ``layer`` of). Returns output and the new keys/values."""
         b, n, _ = x.shape
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, *rope)
         new = (k, v)
-        if isinstance(past, StaticKV):
+        if isinstance(past, Preallocated):
             out = gqa_attention(q, *past.update(k, v, layer), mask[:, None], None)
             return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), new
         if past is not None:
@@ -101,7 +102,7 @@ class _FirstLayer(nn.Module):
         self.mlp = LlamaMLP(llama)
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                past: KV | StaticKV | None, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, KV]:
+                past: KV | Preallocated | None, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, KV]:
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden
         attn, kv = self.self_attn(torch.cat([self.input_layernorm(embeds), normed], dim=-1), rope, past, mask, 0)
@@ -119,7 +120,7 @@ class _ExtraLayer(nn.Module):
         self.self_attn = _Attention(h, cfg, bias)
         self.mlp = LlamaMLP(llama)
 
-    def forward(self, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | StaticKV | None,
+    def forward(self, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
                 mask: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, KV]:
         attn, kv = self.self_attn(self.hidden_norm(hidden), rope, past, mask, layer)
         residual = hidden + attn
@@ -327,11 +328,11 @@ class Eagle3Drafter(nn.Module):
     # --- the batched, cache-free computation both paths share ---
 
     def forward_masked(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                       mask: torch.Tensor, past: list[KV] | StaticKV | None = None
+                       mask: torch.Tensor, past: list[KV] | Preallocated | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
         """input_ids [B, n], hidden [B, n, 3T or H], positions [B, n], mask [B, n, S] bool over the
         ``past`` keys (S - n of them, per layer) then the n new ones (over every slot of a StaticKV,
-        B = 1, which this writes). Returns float32 logits [B, n, Vd],
+        B = 1, or the used slots of a BatchKV, which this writes). Returns float32 logits [B, n, Vd],
         the pre-norm output [B, n, H] and each layer's new keys/values."""
         device, dtype = self.lm_head.weight.device, self.lm_head.weight.dtype
         embed_device = self.embed_tokens.weight.device
@@ -344,7 +345,7 @@ class Eagle3Drafter(nn.Module):
             hidden = self.fc(hidden)
         rope = self.rotary(hidden, positions.to(device))
         mask = mask.to(device)
-        static = past if isinstance(past, StaticKV) else None
+        static = past if isinstance(past, Preallocated) else None
         out, residual, kv0 = self.midlayer(embeds, hidden, rope, static or (past[0] if past else None), mask)
         new = [kv0]
         for i, layer in enumerate(self.additional_layers, start=1):

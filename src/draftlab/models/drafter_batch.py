@@ -1,29 +1,38 @@
-"""The EAGLE-3 drafter over B sequences at once, with a padded KV cache per layer.
+"""The EAGLE-3 drafter over B sequences at once, with a preallocated, padded KV cache.
 
 The computation is :meth:`Eagle3Drafter.forward_masked` (batched, explicit positions and mask); this
-adds the cache: [B, kv_heads, slots, head_dim] keys and values per layer and the
-:class:`~draftlab.models.batch_slots.BatchSlots` that say which slots are real.
+adds the cache: a :class:`~draftlab.models.static_kv.BatchKV` of ``capacity`` slots per row for every
+layer, allocated once and written in place, and the :class:`~draftlab.models.batch_slots.BatchSlots`
+that say which slots are real.
 """
 
 from __future__ import annotations
 
 import torch
 
-from draftlab.models.batch_slots import BatchSlots, gather_slots
-from draftlab.models.drafter import KV, DraftStep, Eagle3Drafter
+from draftlab.errors import DraftlabError
+from draftlab.models.batch_slots import BatchSlots
+from draftlab.models.drafter import DraftStep, Eagle3Drafter
+from draftlab.models.static_kv import BatchKV
 
 
 class BatchDrafter:
-    """B sequences of one drafter over a shared, padded KV cache."""
+    """B sequences of one drafter over a shared, padded KV cache of ``capacity`` slots per row."""
 
-    def __init__(self, drafter: Eagle3Drafter, batch_size: int) -> None:
+    def __init__(self, drafter: Eagle3Drafter, batch_size: int, capacity: int) -> None:
+        if capacity < 1:
+            raise DraftlabError(f"the batched KV cache needs a capacity >= 1 slot per row, got {capacity}")
         self.drafter = drafter
         self.batch_size = batch_size
-        self.device = drafter.lm_head.weight.device
+        weight = drafter.lm_head.weight
+        self.device = weight.device
+        attn = drafter.midlayer.self_attn
+        self._kv = BatchKV(drafter.config.num_layers, batch_size, attn.kv_heads, attn.head_dim, capacity,
+                           dtype=weight.dtype, device=weight.device)
         self.reset()
 
     def reset(self) -> None:
-        self._kv: list[KV] | None = None
+        """Empty every row's cache."""
         self.slots = BatchSlots(self.batch_size, self.device)
 
     @torch.no_grad()
@@ -36,14 +45,12 @@ class BatchDrafter:
         if new_valid is None:
             new_valid = torch.ones(positions.shape, dtype=torch.bool, device=self.device)
         mask = self.slots.allowed(positions, tree_mask, new_valid.to(self.device))
-        logits, out, kv = self.drafter.forward_masked(input_ids, hidden, positions, mask, self._kv)
-        self._kv = kv if self._kv is None else [
-            (torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)) for (pk, pv), (k, v) in zip(self._kv, kv)]
+        self._kv.begin(self.slots.length, positions.shape[1])
+        logits, out, _ = self.drafter.forward_masked(input_ids, hidden, positions, mask, self._kv)
         self.slots.append(positions, new_valid)
         return DraftStep(logits=logits, hidden=out)
 
     def keep(self, paths: list[list[int]]) -> None:
         """Of the entries the last forward appended, keep ``paths[b]`` in row b (none: drop them all)."""
-        index = self.slots.keep(paths)
-        if self._kv is not None:
-            self._kv = [(gather_slots(k, index), gather_slots(v, index)) for k, v in self._kv]
+        start = self.slots.block_start
+        self._kv.keep(start, self.slots.keep(paths))

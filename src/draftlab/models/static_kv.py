@@ -7,6 +7,11 @@ mask that hides the slots at or past ``start`` other than its own tree's. Slots 
 hold stale values that no mask lets through, so ``crop`` only moves the length and ``keep`` is one
 gather and one in-place copy for all layers at once.
 
+:class:`BatchKV` is the same idea for B rows that advance in lockstep (the batched decoder): every
+forward appends the same n slots to every row, which rows hold real entries is
+:class:`~draftlab.models.batch_slots.BatchSlots`' job, and attention reads only the used prefix of
+the buffers (a view), not every preallocated slot.
+
 Attention reads the buffers without repeating the kv heads: the query heads that share a kv head are
 folded into extra query rows (``gqa_attention``), which is the same computation as repeating the keys
 and values for each of them, without copying the whole cache on every step.
@@ -16,6 +21,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from draftlab.errors import DraftlabError
 
 
 class StaticKV:
@@ -68,6 +75,50 @@ class StaticKV:
         self.positions.index_copy_(0, dst, self.positions.index_select(0, src))
 
 
+class BatchKV:
+    """Fixed buffers ``[layers, B, kv_heads, slots, head_dim]`` for B rows that append the same number
+    of slots per forward; HF decoder layers (and the drafter's attention) call :meth:`update`."""
+
+    def __init__(self, layers: int, batch_size: int, kv_heads: int, head_dim: int, slots: int, *,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        shape = (layers, batch_size, kv_heads, slots, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.start, self.end = 0, 0  # the slots the running forward writes; set by begin()
+
+    @property
+    def num_slots(self) -> int:
+        return self.keys.shape[3]
+
+    def begin(self, start: int, n: int) -> None:
+        """Start a forward that writes slots ``start .. start + n - 1`` of every row."""
+        if start + n > self.num_slots:
+            raise DraftlabError(f"the batched KV cache holds {self.num_slots} slots per row and this forward "
+                                f"needs {start + n}; size it with a larger capacity")
+        self.start, self.end = start, start + n
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
+               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the forward's new keys/values ``[B, kv_heads, n, head_dim]``; return the layer's used
+        slots (views of the buffers)."""
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[:, :, self.start:self.end].copy_(key)
+        values[:, :, self.start:self.end].copy_(value)
+        return keys[:, :, :self.end], values[:, :, :self.end]
+
+    def keep(self, start: int, index: torch.Tensor | int) -> None:
+        """Apply :meth:`BatchSlots.keep`'s result, whose block of appended slots began at ``start``:
+        each row's kept entries ``index[:, start:]`` move to ``start, start + 1, ...`` (every layer).
+        A crop (an int) moves nothing: slots past the used length are never read before rewritten."""
+        if isinstance(index, int):
+            return
+        src = index[:, start:].to(self.keys.device)
+        layers, batch, heads, _, dim = self.keys.shape
+        gather = src[None, :, None, :, None].expand(layers, batch, heads, src.shape[1], dim)
+        for buf in (self.keys, self.values):
+            buf[:, :, :, start:start + src.shape[1]].copy_(buf.gather(3, gather))
+
+
 def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Bool [b, S] -> additive [1, 1, b, S] (0 where allowed, the dtype's minimum elsewhere)."""
     zero = torch.zeros((), dtype=dtype, device=mask.device)
@@ -76,20 +127,20 @@ def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
                   scale: float | None) -> torch.Tensor:
-    """SDPA of query [1, H, b, D] over key/value [1, Hkv, S, D] with a mask [1, 1, b, S] (bool, or
+    """SDPA of query [B, H, b, D] over key/value [B, Hkv, S, D] with a mask [B or 1, 1, b, S] (bool, or
     additive in the query's dtype), each group of H / Hkv query heads folded into rows of its kv head.
-    Returns [1, H, b, D]."""
-    _, heads, b, dim = query.shape
+    Returns [B, H, b, D]."""
+    batch, heads, b, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
-    q = query.reshape(1, kv_heads, groups * b, dim)
-    m = mask.expand(1, groups, b, mask.shape[-1]).reshape(1, 1, groups * b, mask.shape[-1])
+    q = query.reshape(batch, kv_heads, groups * b, dim)
+    m = mask.expand(batch, groups, b, mask.shape[-1]).reshape(batch, 1, groups * b, mask.shape[-1])
     out = F.scaled_dot_product_attention(q, key, value, attn_mask=m, scale=scale)
-    return out.reshape(1, heads, b, value.shape[-1])
+    return out.reshape(batch, heads, b, value.shape[-1])
 
 
 def hf_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attention_mask: torch.Tensor, scaling: float | None = None, dropout: float = 0.0,
                  **kwargs: object) -> tuple[torch.Tensor, None]:
-    """The attention function HF layers call in static mode (their ``[1, b, H, D]`` output layout)."""
+    """The attention function HF layers call over a static cache (their ``[B, b, H, D]`` output layout)."""
     return gqa_attention(query, key, value, attention_mask, scaling).transpose(1, 2).contiguous(), None

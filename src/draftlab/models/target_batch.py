@@ -1,11 +1,17 @@
 """The target over B sequences at once: one forward verifies every row's draft tree.
 
-Rows share one Hugging Face ``DynamicCache`` of [B, heads, slots, head_dim]; which slots hold real
-entries is :class:`~draftlab.models.batch_slots.BatchSlots`' job, and the attention mask it builds is
-passed to transformers as a ready 4D additive mask with explicit ``position_ids`` (as
-:class:`~draftlab.models.target.TargetRunner` does for one row). Aux features come from the runner's
-forward hooks; a runner in static mode lends its model for these passes (``TargetRunner.hf_pass``),
-its own static cache untouched.
+Rows share one KV cache of [B, heads, slots, head_dim]; which slots hold real entries is
+:class:`~draftlab.models.batch_slots.BatchSlots`' job, and the attention mask it builds goes to the
+layers as a ready 4D additive mask with explicit positions (as
+:class:`~draftlab.models.target.TargetRunner` does for one row).
+
+For the families the static cache supports (:data:`~draftlab.models.target_static.FAMILIES`: llama,
+mistral, qwen2, qwen3) on one device, the cache is a :class:`~draftlab.models.static_kv.BatchKV` of
+``capacity`` slots per row, allocated once and written in place, and the forward walks the HF layers
+by hand (:class:`~draftlab.models.target_static.LayerWalk`, aux returned explicitly). Other families,
+and a model split across devices, keep the HF path: a ``DynamicCache`` that grows by concatenation,
+aux from the runner's forward hooks (``TargetRunner.hf_pass``). Either way a runner in static mode
+lends its model for these passes, its own static cache untouched.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from transformers import DynamicCache
 
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import BatchSlots, gather_slots
+from draftlab.models.static_kv import BatchKV
 from draftlab.models.target import TargetRunner
+from draftlab.models.target_static import LayerWalk, static_attention, supports
 
 
 @dataclass
@@ -27,20 +35,34 @@ class BatchTargetStep:
 
 
 class BatchTarget:
-    """B sequences of one target over a shared, padded KV cache."""
+    """B sequences of one target over a shared, padded KV cache of ``capacity`` slots per row."""
 
-    def __init__(self, runner: TargetRunner, batch_size: int) -> None:
+    def __init__(self, runner: TargetRunner, batch_size: int, capacity: int) -> None:
         if batch_size < 1:
             raise DraftlabError(f"batch size must be >= 1, got {batch_size}")
+        if capacity < 1:
+            raise DraftlabError(f"the batched KV cache needs a capacity >= 1 slot per row, got {capacity}")
         self.runner = runner
         self.batch_size = batch_size
         self.config = runner.config
         self.device = runner.device
+        model = runner.model
+        self._walk: LayerWalk | None = None
+        self._kv: BatchKV | None = None
+        if supports(model) and len({p.device for p in model.parameters()}) == 1:
+            self._walk = LayerWalk(model, runner.aux_layers, runner._windows)
+            self._kv = BatchKV(len(self._walk.layers), batch_size, *self._walk.kv_shape(), capacity,
+                               dtype=runner.dtype, device=self.device)
         self.reset()
+
+    @property
+    def static(self) -> bool:
+        """Whether the cache is preallocated (a :class:`BatchKV`) rather than an HF ``DynamicCache``."""
+        return self._kv is not None
 
     def reset(self) -> None:
         """Empty every row's cache."""
-        self._cache = DynamicCache()
+        self._cache = None if self.static else DynamicCache()
         self.slots = BatchSlots(self.batch_size, self.device)
 
     @torch.no_grad()
@@ -58,17 +80,28 @@ class BatchTarget:
             raise DraftlabError(f"position {int(positions.max())} is past the target's context of {limit} tokens")
         masks = {kind: self._additive(self.slots.allowed(positions, tree_mask, new_valid, window))
                  for kind, window in runner._windows.items()}
-        mask = next(iter(masks.values())) if len(masks) == 1 else masks
-        with runner.hf_pass() as captured:
-            out = runner.model(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
-                               logits_to_keep=1 if last_only else 0, **{runner.cache_arg: self._cache})
+        if self._kv is not None:
+            self._kv.begin(self.slots.length, input_ids.shape[1])
+            with static_attention(runner.model):
+                hidden, aux = self._walk(input_ids, positions, masks, self._kv)
+            logits = runner.lm_head(hidden[:, -1:] if last_only else hidden).float()
+        else:
+            mask = next(iter(masks.values())) if len(masks) == 1 else masks
+            with runner.hf_pass() as captured:
+                out = runner.model(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                                   logits_to_keep=1 if last_only else 0, **{runner.cache_arg: self._cache})
+            logits = out.logits.float()
+            aux = torch.cat([captured[k].to(self.device) for k in runner.aux_layers], dim=-1)
         self.slots.append(positions, new_valid)
-        aux = torch.cat([captured[k].to(self.device) for k in runner.aux_layers], dim=-1)
-        return BatchTargetStep(logits=out.logits.float(), aux=aux)
+        return BatchTargetStep(logits=logits, aux=aux)
 
     def keep(self, paths: list[list[int]]) -> None:
         """Of the entries the last forward appended, keep ``paths[b]`` in row b (the rest become padding)."""
+        start = self.slots.block_start
         index = self.slots.keep(paths)
+        if self._kv is not None:
+            self._kv.keep(start, index)
+            return
         for layer in self._cache.layers:
             if layer.is_initialized and layer.keys.numel():
                 idx = index if isinstance(index, int) else index.to(layer.keys.device)

@@ -6,7 +6,10 @@ instead of through hooks, which keeps it capturable. Token counts up to the larg
 to a bucket (padding rows write slots past the new cache length, which the next step overwrites and
 no mask lets through); longer inputs (a prefill) run the same step uncaptured.
 
-Static mode points the model's attention at a batch-1 function over the static cache;
+:class:`LayerWalk` is that walk over any cache with the HF ``update``; the batched target
+(:mod:`draftlab.models.target_batch`) runs it over a :class:`~draftlab.models.static_kv.BatchKV`.
+
+Static mode points the model's attention at draftlab's function over the static cache;
 :meth:`StaticTarget.own_attention` gives the model its own attention back for a pass that does not
 use the cache (the runner's batched, cache-free ``forward_batch``), so one loaded model serves both.
 """
@@ -36,6 +39,54 @@ def supports(model: PreTrainedModel) -> bool:
     return getattr(model.config, "model_type", None) in FAMILIES
 
 
+class LayerWalk:
+    """The HF model's own modules run by hand over a cache draftlab owns: embedding, rotary, every
+    decoder layer (with the mask of its attention kind), final norm. The aux layers' outputs are
+    returned explicitly instead of through hooks, which keeps a step capturable as a CUDA graph."""
+
+    def __init__(self, model: PreTrainedModel, aux_layers: list[int], windows: dict[str, int | None]) -> None:
+        self.model, self.decoder, self.aux_layers = model, model.get_decoder(), aux_layers
+        self.layers = list(self.decoder.layers)
+        layer_types = getattr(model.config, "layer_types", None) or ["all"] * len(self.layers)
+        self.layer_kinds = [kind if kind in windows else next(iter(windows)) for kind in layer_types]
+        # the layers' KV-cache keyword: "cache" in transformers >= 5.2x, "past_key_values" before
+        self.cache_arg = "cache" if "cache" in inspect.signature(self.layers[0].forward).parameters \
+            else "past_key_values"
+
+    def kv_shape(self) -> tuple[int, int]:
+        """(kv_heads, head_dim) of the layers' attention."""
+        attn = self.layers[0].self_attn
+        return attn.k_proj.out_features // attn.head_dim, attn.head_dim
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, masks: dict[str, torch.Tensor],
+                 cache: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids/positions [B, n], one mask per attention kind; ``cache`` has the HF ``update``. Returns
+        the final (post-norm) hidden states [B, n, H] and the aux features [B, n, len(aux) * H]."""
+        hidden = self.model.get_input_embeddings()(ids)
+        rope = self.decoder.rotary_emb(hidden, positions)
+        captured: dict[int, torch.Tensor] = {}
+        wanted = set(self.aux_layers)
+        for i, layer in enumerate(self.layers):
+            out = layer(hidden, attention_mask=masks[self.layer_kinds[i]], position_ids=positions,
+                        position_embeddings=rope, use_cache=True, **{self.cache_arg: cache})
+            hidden = out[0] if isinstance(out, tuple) else out
+            if i in wanted:
+                captured[i] = hidden
+        return self.decoder.norm(hidden), torch.cat([captured[k] for k in self.aux_layers], dim=-1)
+
+
+@contextmanager
+def static_attention(model: PreTrainedModel) -> Iterator[None]:
+    """The model's attention layers call draftlab's (:func:`~draftlab.models.static_kv.hf_attention`,
+    which reads a cache draftlab owns, with draftlab's masks) for the duration."""
+    own = model.config._attn_implementation
+    model.config._attn_implementation = ATTENTION
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = own
+
+
 class StaticTarget:
     """Runs steps of ``model`` over a :class:`StaticKV` of ``max_len`` entries."""
 
@@ -44,21 +95,13 @@ class StaticTarget:
         if not supports(model):
             raise DraftlabError(f"the static cache supports the families {', '.join(FAMILIES)}; this target is "
                                 f"{getattr(model.config, 'model_type', '?')!r} (use the dynamic cache)")
-        decoder = model.get_decoder()
-        self.model, self.decoder, self.aux_layers = model, decoder, aux_layers
-        self.layers = list(decoder.layers)
-        attn = self.layers[0].self_attn
+        self.model, self.walk, self.windows = model, LayerWalk(model, aux_layers, windows), windows
         embed = model.get_input_embeddings().weight
         self.max_len = max_len
-        self.kv = StaticKV(len(self.layers), attn.k_proj.out_features // attn.head_dim, attn.head_dim,
-                           max_len + BUCKETS[-1], dtype=embed.dtype, device=embed.device)
+        self.kv = StaticKV(len(self.walk.layers), *self.walk.kv_shape(), max_len + BUCKETS[-1],
+                           dtype=embed.dtype, device=embed.device)
         self.hf_attention = model.config._attn_implementation  # the model's own, for own_attention()
         model.config._attn_implementation = ATTENTION
-        layer_types = getattr(model.config, "layer_types", None) or ["all"] * len(self.layers)
-        self.windows = windows
-        self.layer_kinds = [kind if kind in windows else next(iter(windows)) for kind in layer_types]
-        self.cache_arg = "cache" if "cache" in inspect.signature(self.layers[0].forward).parameters \
-            else "past_key_values"
         self.dtype = embed.dtype
         step = torch.compile(self.step, dynamic=False) if compile else self.step
         self.run_bucket = GraphSteps(step) if graphs else step
@@ -71,19 +114,8 @@ class StaticTarget:
         self.kv.begin(slots, positions)
         masks = {kind: additive(self.kv.allowed(slots, positions, tree, window), self.dtype)
                  for kind, window in self.windows.items()}
-        hidden = self.model.get_input_embeddings()(ids[None])
-        position_ids = positions[None]
-        rope = self.decoder.rotary_emb(hidden, position_ids)
-        captured: dict[int, torch.Tensor] = {}
-        wanted = set(self.aux_layers)
-        for i, layer in enumerate(self.layers):
-            out = layer(hidden, attention_mask=masks[self.layer_kinds[i]], position_ids=position_ids,
-                        position_embeddings=rope, use_cache=True, **{self.cache_arg: self.kv})
-            hidden = out[0] if isinstance(out, tuple) else out
-            if i in wanted:
-                captured[i] = hidden[0]
-        logits = self.model.get_output_embeddings()(self.decoder.norm(hidden))[0].float()
-        return logits, torch.cat([captured[k] for k in self.aux_layers], dim=-1)
+        hidden, aux = self.walk(ids[None], positions[None], masks, self.kv)
+        return self.model.get_output_embeddings()(hidden)[0].float(), aux[0]
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
                 cached: int) -> tuple[torch.Tensor, torch.Tensor]:

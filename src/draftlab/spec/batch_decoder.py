@@ -12,6 +12,9 @@ lossless tree sampling walk (SGLang's way); the batch-1 decoder instead samples 
 
 A finished row (EOS or ``max_new_tokens``) keeps riding along until the whole batch is done, as in a
 static batch; its extra tokens are discarded and not counted.
+
+Both caches are allocated once per :meth:`BatchSpeculativeDecoder.generate` call, with
+:func:`batch_cache_slots` slots per row, and written in place.
 """
 
 from __future__ import annotations
@@ -26,8 +29,26 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
-from draftlab.spec.tree import DraftTree, PoolChunk, build_tree, organize_draft_results, select_top_k
+from draftlab.spec.decoder import max_cache_len
+from draftlab.spec.tree import (
+    DraftTree,
+    PoolChunk,
+    build_tree,
+    organize_draft_results,
+    select_top_k,
+)
 from draftlab.spec.verify import Walk, greedy_walk, tree_sampling_walk
+
+
+def batch_cache_slots(width: int, max_new_tokens: int, flags: SpecFlags | None) -> int:
+    """Slots per row the batched caches can need for left-padded prompts ``width`` tokens wide.
+
+    More than one row's :func:`~draftlab.spec.decoder.max_cache_len`: every row's cache grows by the
+    longest accepted path of the cycle (shorter paths are padded), finished rows ride along, and the
+    batch runs until its slowest row is done, at most ``max_new_tokens - 1`` cycles that each add up
+    to ``steps + 1`` slots. So the bound is one row's that committed a full path every cycle."""
+    depth = flags.steps if flags is not None else 0
+    return max_cache_len(width, 1 + (max_new_tokens - 1) * (depth + 1), flags)
 
 
 @dataclass
@@ -55,8 +76,9 @@ class BatchSpeculativeDecoder:
             raise DraftlabError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         b = len(prompts)
         device = self.runner.device
-        target = BatchTarget(self.runner, b)
-        drafter = None if self.drafter_model is None else BatchDrafter(self.drafter_model, b)
+        capacity = batch_cache_slots(max(len(p) for p in prompts), max_new_tokens, self.flags)
+        target = BatchTarget(self.runner, b, capacity)
+        drafter = None if self.drafter_model is None else BatchDrafter(self.drafter_model, b, capacity)
         gen = torch.Generator(device=device)
         gen.manual_seed(seed) if seed is not None else gen.seed()
         eos = set() if ignore_eos else set(self.runner.eos_token_ids)
