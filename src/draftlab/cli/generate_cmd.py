@@ -26,7 +26,9 @@ def generate_command(
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed (temperature > 0).")] = None,
     no_draft: Annotated[bool, typer.Option("--no-draft", help="Decode with the target alone (baseline).")] = False,
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default cpu).")] = None,
+    device_map: Annotated[Optional[str], typer.Option(
+        "--device-map", help="auto: split the target across the GPUs (accelerate); not with --device.")] = None,
     engine: Annotated[str, typer.Option(
         "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")] = "sglang",
     batch_size: Annotated[int, typer.Option(
@@ -38,7 +40,7 @@ def generate_command(
     result = generate(
         target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,
-        dtype=dtype, device=device, engine=engine, progress=not json_out, batch_size=batch_size,
+        dtype=dtype, device=device, device_map=device_map, engine=engine, progress=not json_out, batch_size=batch_size,
         ignore_eos=ignore_eos,
     )
     if json_out:

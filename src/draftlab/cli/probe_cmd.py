@@ -40,7 +40,9 @@ def probe_command(
                     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per target/drafter pass.")] = 4,
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default cpu).")] = None,
+    device_map: Annotated[Optional[str], typer.Option(
+        "--device-map", help="auto: split the target across the GPUs (accelerate); not with --device.")] = None,
     engine: Annotated[str, typer.Option(
         "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")] = "sglang",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -48,7 +50,8 @@ def probe_command(
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
     result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
                    max_new_tokens=max_new_tokens, responses=responses, features=features, temperature=temperature,
-                   seed=seed, batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=not json_out)
+                   seed=seed, batch_size=batch_size, dtype=dtype, device=device, device_map=device_map,
+                   engine=engine, progress=not json_out)
     if json_out:
         emit_json(result)
     else:

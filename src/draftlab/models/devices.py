@@ -1,6 +1,9 @@
-"""Parse the dtype and device names users type (``bf16``, ``cuda:1``) into torch objects."""
+"""Parse the dtype and device names users type (``bf16``, ``cuda:1``) into torch objects, and decide
+where a model goes: one device, or split by a device map."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import torch
 
@@ -28,3 +31,26 @@ def parse_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DraftlabError(f"device {name!r} asked for but CUDA is not available here; use --device cpu")
     return device
+
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def resolve_placement(device: str | None, device_map: str | None) -> tuple[str | None, str | None]:
+    """Where a target goes: ``(device, None)``, one device (default cpu), or ``(None, device_map)``, split
+    across the GPUs by one of transformers' strategies (through accelerate); never both."""
+    if device_map is None:
+        return device or "cpu", None
+    if device is not None:
+        raise DraftlabError(f"--device {device} and --device-map {device_map} exclude each other: give --device to "
+                            "put the target on one device, or --device-map to split it across the GPUs")
+    if device_map not in DEVICE_MAPS:
+        raise DraftlabError(f"unknown device map {device_map!r}; choose {', '.join(DEVICE_MAPS)}")
+    if importlib.util.find_spec("accelerate") is None:
+        raise DraftlabError("--device-map needs the accelerate package; pip install accelerate")
+    return None, device_map
+
+
+def model_devices(model: torch.nn.Module) -> list[str]:
+    """The devices a model's parameters live on, in first-use order (more than one: split by a device map)."""
+    return list(dict.fromkeys(str(p.device) for p in model.parameters()))

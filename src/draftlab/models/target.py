@@ -50,8 +50,9 @@ class TargetStep:
 
 @dataclass
 class BatchStep:
-    hidden: torch.Tensor  # [B, L, hidden] the final (post-norm) hidden state, the lm_head's input
-    aux: torch.Tensor  # [B, L, len(aux_layers) * hidden], model dtype, concatenated low to high
+    hidden: torch.Tensor  # [B, L, hidden] the final (post-norm) hidden state, the lm_head's input, on the
+    # final norm's device (a split target's last GPU: move it to the lm_head's device, not to ``device``)
+    aux: torch.Tensor  # [B, L, len(aux_layers) * hidden], model dtype, concatenated low to high, on ``device``
 
 
 class TargetRunner:
@@ -78,9 +79,12 @@ class TargetRunner:
         # the KV-cache keyword of the HF forward: "cache" in transformers >= 5.2x, "past_key_values" before
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         on_cuda = self.device.type == "cuda"
+        one_device = len({p.device for p in model.parameters()}) == 1  # not split by a device map
         if cache == "auto":
-            one_device = len({p.device for p in model.parameters()}) == 1  # not split by device_map
             cache = "static" if on_cuda and one_device and supports(model) else "dynamic"
+        if cache == "static" and not one_device:
+            raise DraftlabError("the static cache needs the whole target on one device; a target split by a "
+                                "device map runs with the dynamic cache (cache auto or dynamic)")
         self.cache = cache
         self._static: StaticTarget | None = None
         if cache == "static":
@@ -102,7 +106,9 @@ class TargetRunner:
              device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False,
              cache: str = "auto", max_len: int | None = None, graphs: bool | None = None,
              compile: bool = False) -> TargetRunner:
-        """Load a local Hugging Face folder (never the network)."""
+        """Load a local Hugging Face folder (never the network): onto ``device``, or split across the GPUs
+        by ``device_map`` (e.g. "auto", through accelerate; ``device`` is then unused). A split target
+        takes its inputs on the device of its input embedding (``self.device``) and returns there."""
         from transformers import AutoModelForCausalLM
 
         path = Path(path)

@@ -25,6 +25,7 @@ from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import ENGINES, aux_layers
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
+from draftlab.models.devices import model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.pair import LoadedPair
 from draftlab.models.target import TargetRunner
@@ -77,13 +78,20 @@ class _Sample:
 def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = None, *, steps: int | None = None,
           topk: int | None = None, num_draft_tokens: int | None = None, max_new_tokens: int = 128,
           responses: str = "generate", features: str | Path | None = None, temperature: float = 0.0,
-          seed: int | None = None, batch_size: int = 4, dtype: str = "float32", device: str = "cpu",
-          engine: str = "sglang", progress: bool = False) -> ProbeResult:
+          seed: int | None = None, batch_size: int = 4, dtype: str = "float32", device: str | None = None,
+          device_map: str | None = None, engine: str = "sglang", progress: bool = False) -> ProbeResult:
     """Exact greedy accept lengths of ``drafter`` on ``target`` over ``prompts``, or over the captured
     hidden states in ``features`` (then ``target`` supplies only its config, embedding and lm_head).
 
     At ``temperature`` > 0 (chains only) the figures are the expected acceptance of sampled drafts
-    along the text (:mod:`.sampling`), an estimate, and the continuations are sampled."""
+    along the text (:mod:`.sampling`), an estimate, and the continuations are sampled.
+
+    A live target runs on ``device`` (default cpu) or split across the GPUs by ``device_map``
+    ("auto"), not both; the drafter sits with the target's input embedding."""
+    device, device_map = resolve_placement(device, device_map)
+    if device_map is not None and features is not None:
+        raise DraftlabError("--device-map splits a live target; with --features only its embedding and lm_head "
+                            "load, so use --device")
     if engine not in ENGINES:
         raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     _check_run(responses, max_new_tokens, batch_size)
@@ -102,8 +110,8 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
 
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         if features is None:
-            runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device)
-            draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=device)
+            runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device, device_map=device_map)
+            draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device))
             samples, num_inputs = _live_samples(runner, target, prompts, target_cfg, flags, responses, max_new_tokens,
                                                 batch_size, bar, temperature, seed)
             lm_head, eos = runner.lm_head, runner.eos_token_ids
@@ -116,6 +124,7 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
             "target": str(target), "drafter": str(drafter), "engine": engine, "aux_layers": layers,
             "responses": "features" if features is not None else responses,
             "features": None if features is None else str(features), "dtype": dtype, "device": device,
+            "device_map": device_map, "target_devices": None if runner is None else model_devices(runner.model),
             "seed": seed,
         }
         return _run(runner, lm_head, eos, draft_model, samples, flags, batch_size=batch_size, context=context,
@@ -304,7 +313,8 @@ def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter:
         hidden = hidden.to(lm_head.weight.device, lm_head.weight.dtype)
         last = hidden.shape[1] - 1
         alpha = chain_alphas(teacher_forced_logits(drafter, tokens, aux, flags.steps),
-                             lambda pos: lm_head(hidden[:, pos.clamp(max=last)]), draft_to_target, temperature)
+                             lambda pos: lm_head(hidden[:, pos.clamp(max=last).to(hidden.device)]), draft_to_target,
+                             temperature)
         for row, sample in enumerate(batch):
             a = alpha[row, sample.prompt_len - 1:sample.prompt_len + sample.max_new_tokens - 2].cpu()
             known = len(sample.tokens) - 1 - torch.arange(sample.prompt_len - 1, sample.prompt_len - 1 + a.shape[0])

@@ -23,7 +23,8 @@ def chain_alphas(draft_logits: list[torch.Tensor], target_logits_at, draft_to_ta
     for j, logits in enumerate(draft_logits, start=1):
         for start in range(0, n, chunk):
             rows = torch.arange(start, min(start + chunk, n), device=logits.device)
-            p = torch.softmax(target_logits_at(rows + j).float() / temperature, -1)[..., draft_to_target]
+            target = target_logits_at(rows + j)  # on the lm_head's device (the last GPU of a split target)
+            p = torch.softmax(target.float() / temperature, -1)[..., draft_to_target.to(target.device)]
             q = torch.softmax(logits[:, rows].float() / temperature, -1)
             out[:, rows, j - 1] = torch.minimum(p.to(q.device), q).sum(-1)
     return out

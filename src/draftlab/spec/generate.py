@@ -22,6 +22,7 @@ from draftlab.compat import check_pair
 from draftlab.engines import ENGINES
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
+from draftlab.models.devices import model_devices, resolve_placement
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
 from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
 from draftlab.spec.metrics import accept_stats
@@ -48,18 +49,22 @@ def generate(
     target: str | Path, drafter: str | Path | None, prompts: str | Path, *,
     steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
     max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None, no_draft: bool = False,
-    dtype: str = "float32", device: str = "cpu", engine: str = "sglang", progress: bool = False,
-    batch_size: int = 1, ignore_eos: bool = False, cache: str = "auto",
+    dtype: str = "float32", device: str | None = None, device_map: str | None = None, engine: str = "sglang",
+    progress: bool = False, batch_size: int = 1, ignore_eos: bool = False, cache: str = "auto",
 ) -> GenerateResult:
     """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``).
 
     ``cache`` is the target's KV cache ("auto": static, with CUDA graphs, on one CUDA device for the
     families that support it; dynamic elsewhere). A static target gets a static drafter cache too,
     both sized for the longest prompt plus ``max_new_tokens`` plus one cycle.
+
+    The target runs on ``device`` (default cpu) or split across the GPUs by ``device_map`` ("auto"),
+    not both; the drafter sits with the target's input embedding.
     """
     from draftlab.models.pair import load_pair
     from draftlab.models.target import TargetRunner
 
+    device, device_map = resolve_placement(device, device_map)
     if engine not in ENGINES:
         raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if max_new_tokens < 1:
@@ -86,11 +91,13 @@ def generate(
         cache = "dynamic"  # the batched decoder keeps its own caches; a static one would sit unused
     max_len = max_cache_len(max((len(r.input_ids) for r in rows), default=1), max_new_tokens, flags)
     if no_draft:
-        runner = TargetRunner.load(target, dtype=dtype, device=device, cache=cache, max_len=max_len)
+        runner = TargetRunner.load(target, dtype=dtype, device=device, device_map=device_map, cache=cache,
+                                   max_len=max_len)
         draft_model, layers = None, None
     else:
         _refuse_incompatible(drafter, target, engine)
-        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device, cache=cache, max_len=max_len)
+        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device, device_map=device_map,
+                         cache=cache, max_len=max_len)
         runner, draft_model, layers = pair.target, pair.drafter, pair.aux_layers
 
     results, elapsed = [], 0.0
@@ -129,7 +136,8 @@ def generate(
         "num_draft_tokens": flags.num_draft_tokens if flags else None,
         "flags_source": flags.source if flags else None, "aux_layers": layers,
         "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed, "ignore_eos": ignore_eos,
-        "dtype": dtype, "device": device, "cache": runner.cache, "num_prompts": len(rows), "batch_size": batch_size,
+        "dtype": dtype, "device": device, "device_map": device_map, "target_devices": model_devices(runner.model),
+        "cache": runner.cache, "num_prompts": len(rows), "batch_size": batch_size,
     }
     return GenerateResult(
         config=config,
