@@ -54,6 +54,10 @@ def test_probe_with_device_map_matches_one_device(toy_pair, prompts):
     split = probe(*args, steps=3, topk=1, num_draft_tokens=4, max_new_tokens=NEW, batch_size=2, device_map="auto")
     assert [r.accept_lengths for r in split.results] == [r.accept_lengths for r in one.results]
     assert one.mean_accept_length > 1.5 and split.config["device_map"] == "auto"
+    sampled = [probe(*args, steps=3, topk=1, num_draft_tokens=4, max_new_tokens=NEW, temperature=0.7, seed=3,
+                     **where) for where in ({"device": "cpu"}, {"device_map": "auto"})]
+    assert sampled[1].mean_accept_length == pytest.approx(sampled[0].mean_accept_length)
+    assert sampled[0].estimate and 1.0 < sampled[0].mean_accept_length < 4.0
 
 
 @pytest.mark.parametrize("command", ["generate", "probe"])
