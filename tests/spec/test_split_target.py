@@ -17,6 +17,7 @@ from accelerate import dispatch_model
 from draftlab.cli import main
 from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.errors import DraftlabError
+from draftlab.models.devices import offloaded
 from draftlab.models.pair import load_pair
 from draftlab.models.target import TargetRunner
 from draftlab.probe.continuations import target_continuations
@@ -77,6 +78,13 @@ def test_unknown_device_map_and_features_with_device_map_are_refused(toy_pair, p
     with pytest.raises(DraftlabError, match="--features"):
         probe(toy_pair.target_dir, toy_pair.drafter_dir, features=tmp_path, steps=3, topk=1, num_draft_tokens=4,
               device_map="auto")
+
+
+def test_a_map_that_spills_off_the_gpus_is_recognised():
+    assert offloaded({"model.embed_tokens": 0, "model.layers.0": 1, "lm_head": 1}) is None
+    assert offloaded({"": "cpu"}) is None  # no GPU: a plain CPU placement
+    assert offloaded({"model.embed_tokens": 0, "model.layers.0": "cpu", "lm_head": 0}) == "cpu"
+    assert offloaded({"model.embed_tokens": 0, "model.layers.0": "disk"}) == "disk"
 
 
 def test_static_cache_refused_for_a_target_on_two_devices(toy_pair):

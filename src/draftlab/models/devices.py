@@ -51,6 +51,15 @@ def resolve_placement(device: str | None, device_map: str | None) -> tuple[str |
     return None, device_map
 
 
+def offloaded(device_map: dict[str, object]) -> str | None:
+    """Where a device map spilled part of a model off the GPUs ("disk" or "cpu"), None if it did not.
+    All on the CPU is a plain CPU placement (no GPU here), not a spill."""
+    placed = {str(v) for v in device_map.values()}
+    if "disk" in placed:
+        return "disk"
+    return "cpu" if "cpu" in placed and placed - {"cpu"} else None
+
+
 def model_devices(model: torch.nn.Module) -> list[str]:
     """The devices a model's parameters live on, in first-use order (more than one: split by a device map)."""
     return list(dict.fromkeys(str(p.device) for p in model.parameters()))

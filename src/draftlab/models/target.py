@@ -34,7 +34,7 @@ from transformers import DynamicCache, PreTrainedModel
 from draftlab.checkpoint import TargetConfig
 from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
-from draftlab.models.devices import parse_device, parse_dtype
+from draftlab.models.devices import offloaded, parse_device, parse_dtype
 from draftlab.models.masks import apply_window, attention_mask, new_token_mask, to_additive
 from draftlab.models.target_static import StaticTarget, supports
 
@@ -125,6 +125,10 @@ class TargetRunner:
             raise DraftlabError(f"cannot load as a causal LM: {first}{hint}", path=path) from None
         if not device_map:
             model.to(parse_device(device))
+        elif spill := offloaded(getattr(model, "hf_device_map", {})):
+            raise DraftlabError(f"does not fit on the GPUs: device map {device_map!r} put part of it on the {spill} "
+                                "(offloaded weights would be streamed in every pass); use more GPUs or a smaller "
+                                "--dtype", path=path)
         return cls(model, aux_layers=aux_layers, cache=cache, max_len=max_len, graphs=graphs, compile=compile)
 
     @property
