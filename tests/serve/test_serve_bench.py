@@ -144,3 +144,15 @@ def test_killed_server_gives_a_partial_result_and_no_traceback(tmp_path, capsys)
     assert result["completed"] >= 1 and result["failed"] == 8 - result["completed"]
     assert {e["kind"] for e in result["errors"]} <= {"connect-error", "reset"}
     assert sum(e["count"] for e in result["errors"]) == result["failed"]
+
+
+def test_a_client_hanging_up_mid_stream_prints_nothing(spec_server, capfd):
+    """A benchmark that times out or is stopped drops its streams; the server goes on, quietly."""
+    _, url = spec_server
+    body = {"input_ids": PROMPTS[0], "sampling_params": {"max_new_tokens": 200, "temperature": 0}, "stream": True}
+    with httpx.Client(trust_env=False, timeout=30) as client:
+        with client.stream("POST", url + "/generate", json=body) as response:
+            next(response.iter_raw())  # the first chunk, then hang up
+    after = _generate(url, PROMPTS[1], max_new=8)
+    assert len(after["output_ids"]) == 8
+    assert "Traceback" not in capfd.readouterr().err
