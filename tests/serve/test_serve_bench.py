@@ -14,6 +14,7 @@ from pair_server import build_context, start
 from draftlab.bench.client import BenchConfig
 from draftlab.bench.run import run_bench
 from draftlab.bench.workload import Prompt
+from draftlab.serve.http import make_server
 from draftlab.spec.metrics import accept_stats
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 0, 7, 8], [9], [2, 2, 10], [3, 1]]
@@ -146,13 +147,23 @@ def test_killed_server_gives_a_partial_result_and_no_traceback(tmp_path, capsys)
     assert sum(e["count"] for e in result["errors"]) == result["failed"]
 
 
-def test_a_client_hanging_up_mid_stream_prints_nothing(spec_server, capfd):
-    """A benchmark that times out or is stopped drops its streams; the server goes on, quietly."""
-    _, url = spec_server
-    body = {"input_ids": PROMPTS[0], "sampling_params": {"max_new_tokens": 200, "temperature": 0}, "stream": True}
-    with httpx.Client(trust_env=False, timeout=30) as client:
-        with client.stream("POST", url + "/generate", json=body) as response:
-            next(response.iter_raw())  # the first chunk, then hang up
-    after = _generate(url, PROMPTS[1], max_new=8)
-    assert len(after["output_ids"]) == 8
-    assert "Traceback" not in capfd.readouterr().err
+def test_a_client_hanging_up_prints_nothing(capfd):
+    """A benchmark that times out or is stopped drops its streams: the failed write or flush after
+    that is routine and stays off stderr; any other error keeps socketserver's report."""
+    ctx = build_context(drafted=False)
+    server = make_server(ctx, "127.0.0.1", 0)
+    try:
+        for gone in (BrokenPipeError(), ConnectionResetError()):
+            try:
+                raise gone
+            except OSError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert capfd.readouterr().err == ""
+        try:
+            raise ValueError("a real bug")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 1))
+        assert "a real bug" in capfd.readouterr().err
+    finally:
+        server.server_close()
+        ctx.engine.close()

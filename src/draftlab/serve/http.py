@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -224,6 +225,13 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], ctx: ServeContext) -> None:
         self.ctx = ctx
         super().__init__(address, Handler)
+
+    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
+        """A client that hung up is routine (a benchmark's timeout or Ctrl-C; the handler has already
+        cancelled its decode, and closing the connection can fail once more): say nothing. Anything
+        else keeps socketserver's report."""
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            super().handle_error(request, client_address)
 
 
 def make_server(ctx: ServeContext, host: str, port: int) -> ThreadingHTTPServer:
