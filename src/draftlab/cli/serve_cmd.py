@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 
 from draftlab.cli.app import app
@@ -35,7 +38,16 @@ def serve(
                   markup=False)
     try:
         server.serve_forever()
-    finally:
+    except KeyboardInterrupt:
         server.server_close()
         ctx.engine.close()
+        err_console.print("draftlab: interrupted")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Leave without running C++ static destructors: after decoding in the engine's worker thread,
+        # torch's thread pools can abort the process there ("terminate called without an active
+        # exception", about 1 exit in 20), turning a clean Ctrl-C into SIGABRT.
+        os._exit(130)
+    server.server_close()
+    ctx.engine.close()
     return 0
