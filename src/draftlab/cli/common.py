@@ -6,12 +6,20 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional
 
+import typer
 from rich.console import Console
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+
+# options that several model-running commands take, spelled and explained once
+DeviceOption = Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default cpu).")]
+DeviceMapOption = Annotated[Optional[str], typer.Option(
+    "--device-map", help="auto: split the target across the GPUs (accelerate); not with --device.")]
+EngineOption = Annotated[str, typer.Option(
+    "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")]
 
 
 def to_jsonable(obj: Any) -> Any:

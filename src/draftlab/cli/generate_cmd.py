@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json
+from draftlab.cli.common import DeviceMapOption, DeviceOption, EngineOption, console, emit_json
 from draftlab.report.generate import render_generate
 from draftlab.spec.generate import generate
 
@@ -26,11 +26,9 @@ def generate_command(
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed (temperature > 0).")] = None,
     no_draft: Annotated[bool, typer.Option("--no-draft", help="Decode with the target alone (baseline).")] = False,
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default cpu).")] = None,
-    device_map: Annotated[Optional[str], typer.Option(
-        "--device-map", help="auto: split the target across the GPUs (accelerate); not with --device.")] = None,
-    engine: Annotated[str, typer.Option(
-        "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")] = "sglang",
+    device: DeviceOption = None,
+    device_map: DeviceMapOption = None,
+    engine: EngineOption = "sglang",
     batch_size: Annotated[int, typer.Option(
         "--batch-size", help="Prompts decoded together (1: one at a time, the fastest path per prompt).")] = 1,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-new-tokens tokens.")] = False,

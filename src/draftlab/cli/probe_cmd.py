@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json
+from draftlab.cli.common import DeviceMapOption, DeviceOption, EngineOption, console, emit_json
 from draftlab.probe.probe import ProbeResult, probe
 
 
@@ -40,11 +40,9 @@ def probe_command(
                     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per target/drafter pass.")] = 4,
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default cpu).")] = None,
-    device_map: Annotated[Optional[str], typer.Option(
-        "--device-map", help="auto: split the target across the GPUs (accelerate); not with --device.")] = None,
-    engine: Annotated[str, typer.Option(
-        "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")] = "sglang",
+    device: DeviceOption = None,
+    device_map: DeviceMapOption = None,
+    engine: EngineOption = "sglang",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""

@@ -33,6 +33,7 @@ from draftlab.cost.overhead import CycleSample
 from draftlab.cost.profile import ModelInfo
 from draftlab.cost.profiler import Workload
 from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.models.devices import synchronize
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
@@ -134,10 +135,10 @@ def _decoder_cycles(target: TargetRunner, drafter: Eagle3Drafter | None, batch_s
             return [r.accept_lengths for r in batched.generate(prompts, max_new_tokens=new, ignore_eos=True)]
 
     def seconds(new: int) -> tuple[float, list[list[int]]]:
-        _sync(target.device)
+        synchronize(target.device)
         start = time.perf_counter()
         lengths = run(new)
-        _sync(target.device)
+        synchronize(target.device)
         return time.perf_counter() - start, lengths
 
     run(CYCLE_TOKENS)  # warm-up: graph capture, allocator
@@ -149,10 +150,6 @@ def _decoder_cycles(target: TargetRunner, drafter: Eagle3Drafter | None, batch_s
     ms = (statistics.median(t for t, _ in full) - prefill) * 1000.0 / cycles
     return CycleSample(ms_per_cycle=ms, accept_length=sum(accepted) / len(accepted))
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _batched_verify(target: TargetRunner, batch_size: int, tokens: int, ids: Callable[[int], torch.Tensor],

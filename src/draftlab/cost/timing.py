@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from draftlab.errors import DraftlabError
+from draftlab.models.devices import synchronize
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,10 @@ def time_callable(
         fn()
     samples = []
     for _ in range(repeats):
-        _synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         fn()
-        _synchronize(device)
+        synchronize(device)
         samples.append((time.perf_counter() - start) * 1000.0)
     return Timing.of(samples)
 
@@ -122,10 +123,6 @@ def measure_jobs(
             bar.advance(task)
     return out
 
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:

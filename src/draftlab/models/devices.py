@@ -33,6 +33,12 @@ def parse_device(name: str) -> torch.device:
     return device
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA); nothing to wait for on the CPU. For wall-clock timing."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 

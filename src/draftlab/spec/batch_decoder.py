@@ -29,7 +29,7 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
-from draftlab.spec.decoder import max_cache_len
+from draftlab.spec.decoder import max_cache_len, pick_token, trim_commit
 from draftlab.spec.tree import (
     DraftTree,
     PoolChunk,
@@ -88,7 +88,7 @@ class BatchSpeculativeDecoder:
 
         ids, positions, valid = _left_pad(prompts, device)
         prefill = target.forward(ids, positions, new_valid=valid, last_only=True)
-        roots = [self._pick(prefill.logits[i, -1], temperature, gen) for i in range(b)]
+        roots = [pick_token(prefill.logits[i, -1], temperature, gen) for i in range(b)]
         for row, root in zip(rows, roots):
             self._commit(row, [root], None, max_new_tokens, eos)
         state = None
@@ -125,20 +125,11 @@ class BatchSpeculativeDecoder:
     @staticmethod
     def _commit(row: RowResult, tokens: list[int], accept_length: int | None, max_new_tokens: int,
                 eos: set[int]) -> None:
-        tokens = tokens[: max_new_tokens - len(row.output_ids)]
-        stop = next((i for i, t in enumerate(tokens) if t in eos), None)
-        if stop is not None:
-            tokens = tokens[: stop + 1]
+        tokens, stopped = trim_commit(tokens, max_new_tokens - len(row.output_ids), eos)
         row.output_ids += tokens
         if accept_length is not None:
             row.accept_lengths.append(accept_length)
-        row.done = stop is not None or len(row.output_ids) >= max_new_tokens
-
-    @staticmethod
-    def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
-        if temperature == 0:
-            return int(logits.argmax())
-        return int(torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=gen))
+        row.done = stopped or len(row.output_ids) >= max_new_tokens
 
     @staticmethod
     def _walk(tree: DraftTree, logits: torch.Tensor, temperature: float, gen: torch.Generator) -> Walk:

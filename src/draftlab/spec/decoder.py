@@ -59,6 +59,21 @@ class _DraftState:
     hidden: torch.Tensor  # [H]
 
 
+def pick_token(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
+    """The token after a prefill: the argmax at temperature 0, else a sample of softmax(logits / T)."""
+    if temperature == 0:
+        return int(logits.argmax())
+    return int(torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=gen))
+
+
+def trim_commit(tokens: list[int], room: int, eos: set[int]) -> tuple[list[int], bool]:
+    """A cycle's tokens cut to the ``room`` left under max_new_tokens and after the first EOS;
+    and whether an EOS ended the sequence."""
+    tokens = tokens[:room]
+    stop = next((i for i, t in enumerate(tokens) if t in eos), None)
+    return (tokens, False) if stop is None else (tokens[: stop + 1], True)
+
+
 class SpeculativeDecoder:
     """EAGLE-3 speculative decoding with SGLang's tree and lossless verification."""
 
@@ -101,7 +116,7 @@ class SpeculativeDecoder:
         self.target.reset()
         prompt = torch.tensor(input_ids, dtype=torch.long, device=device)
         prefill = self.target.forward(prompt)
-        root = self._pick(prefill.logits[-1], temperature, gen)
+        root = pick_token(prefill.logits[-1], temperature, gen)
         yield Commit([root], None)
         produced = 1
         if root in eos:
@@ -121,13 +136,10 @@ class SpeculativeDecoder:
             path = torch.tensor(walk.nodes, dtype=torch.long, device=device)
             self.target.keep(path)
 
-            tokens = walk.tokens[: max_new_tokens - produced]
-            stop = next((i for i, t in enumerate(tokens) if t in eos), None)
-            if stop is not None:
-                tokens = tokens[: stop + 1]
+            tokens, stopped = trim_commit(walk.tokens, max_new_tokens - produced, eos)
             produced += len(tokens)
             yield Commit(tokens, walk.accept_length)
-            if stop is not None:
+            if stopped:
                 return
             root = walk.tokens[-1]
             if self.drafter is not None and produced < max_new_tokens:
@@ -135,11 +147,6 @@ class SpeculativeDecoder:
                 state = self._extend(new, verify.aux[path])
 
     # -- pieces of one cycle ---------------------------------------------------------------------
-
-    def _pick(self, logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
-        if temperature == 0:
-            return int(logits.argmax())
-        return int(torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=gen))
 
     def _extend(self, tokens: torch.Tensor, features: torch.Tensor) -> _DraftState:
         """Draft-extend: the drafter over committed tokens with the target's features."""

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.console import Console
 from rich.progress import Progress
 
@@ -22,7 +21,7 @@ from draftlab.compat import check_pair
 from draftlab.engines import ENGINES
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
-from draftlab.models.devices import model_devices, resolve_placement
+from draftlab.models.devices import model_devices, resolve_placement, synchronize
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
 from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
 from draftlab.spec.metrics import accept_stats
@@ -123,7 +122,7 @@ def generate(
                 start = time.perf_counter()
                 done = batched.generate([r.input_ids for r in group], max_new_tokens=max_new_tokens,
                                         temperature=temperature, ignore_eos=ignore_eos, seed=seed)
-                _synchronize(runner.device)
+                synchronize(runner.device)
                 elapsed += time.perf_counter() - start
                 results += [PromptResult(first + i, d.output_ids, d.accept_lengths, len(d.accept_lengths))
                             for i, d in enumerate(done)]
@@ -146,10 +145,6 @@ def generate(
         results=results,
     )
 
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:
