@@ -67,10 +67,9 @@ DRAFT_VOCAB = {"llama-3.3-70b": 32000, "tiny": 256}
 RESIDUAL_WRITERS = ("o_proj.weight", "down_proj.weight")
 
 
-def split_target(cfg: dict, device: str, dtype: torch.dtype, args: argparse.Namespace
-                 ) -> tuple[tf.PreTrainedModel, PredictableWeights]:
-    """The target built empty, placed layer by layer over the GPUs, materialized there, dispatched;
-    and the weights' structure, which the drafter is built from."""
+def split_target(cfg: dict, device: str, dtype: torch.dtype, values: PredictableWeights) -> tf.PreTrainedModel:
+    """The target built empty, placed layer by layer over the GPUs (all on one when there is one),
+    materialized there with ``values``, dispatched."""
     with init_empty_weights():
         model = tf.LlamaForCausalLM(tf.LlamaConfig(**cfg))
     no_split = model._no_split_modules
@@ -81,13 +80,12 @@ def split_target(cfg: dict, device: str, dtype: torch.dtype, args: argparse.Name
         budget = get_balanced_memory(model, no_split_module_classes=no_split, dtype=dtype, low_zero=False)
         device_map = infer_auto_device_map(model, max_memory=budget, no_split_module_classes=no_split, dtype=dtype)
     placed = _placement(device_map)
-    values = PredictableWeights(cfg, DRAFT_VOCAB[args.model], args.residual_scale, args.fixed_points, args.seed)
     for name, param in list(model.named_parameters()):
         where = placed(name)
         set_module_tensor_to_device(model, name, where, value=values.target(name, param.shape, where, dtype))
     dispatch_model(model, device_map=device_map, skip_keys=model._skip_keys_device_placement,
                    force_hooks=device == "cpu")
-    return model.eval(), values
+    return model.eval()
 
 
 def _placement(device_map: dict[str, object]):
@@ -208,7 +206,8 @@ def main() -> None:
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     torch.manual_seed(args.seed)
     cfg = SHAPES[args.model]
-    model, values = split_target(cfg, args.device, dtype, args)
+    values = PredictableWeights(cfg, DRAFT_VOCAB[args.model], args.residual_scale, args.fixed_points, args.seed)
+    model = split_target(cfg, args.device, dtype, values)
     target = TargetRunner(model)  # dynamic cache: the parameters span devices (or hooks run on the CPU)
     drafter = build_drafter(model, values, cfg, DRAFT_VOCAB[args.model], dtype)
     del values  # its copy of the embedding is no longer needed

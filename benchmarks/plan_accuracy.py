@@ -13,8 +13,9 @@ runtime, static caches and CUDA graphs on CUDA; larger batches on the batched ru
 continuations generate produced (``probe_sequences``), predict with ``make_plan``, then decode the same
 prompts with generate's decoders (``SpeculativeDecoder`` one prompt at a time, ``BatchSpeculativeDecoder``
 in groups of B) and time them as generate does: generated tokens over decoding wall time, prefill included.
-The models are built in memory (random bf16 weights from the Llama-3.1-8B config, or the trained toy pair
-read from --toy-dir), so generate's loading step is skipped; everything after loading is generate's code.
+The models are built in memory (random bf16 weights from the Llama-3.1-8B config, by default arranged so
+that drafts are accepted as in benchmarks/multi_gpu.py; or the trained toy pair read from --toy-dir), so
+generate's loading step is skipped; everything after loading is generate's code.
 Prints one JSON line per (batch, config) and a Markdown table.
 """
 
@@ -26,7 +27,8 @@ import time
 from dataclasses import asdict
 
 import torch
-from runtime_speed import build
+from multi_gpu import PredictableWeights, build_drafter, split_target
+from runtime_speed import SHAPES, build
 
 from draftlab.cost.plan import GridEntry, make_plan
 from draftlab.cost.model import SpecConfig
@@ -54,8 +56,14 @@ def load_models(args: argparse.Namespace, dtype: torch.dtype):
         pair = load_pair(f"{args.toy_dir}/target", f"{args.toy_dir}/drafter", dtype=args.dtype, device=args.device,
                          cache="dynamic")
         return pair.target.model, pair.drafter, pair.target.aux_layers
-    model, drafter = build(args.model, args.device, dtype)
-    return model, drafter, None
+    if args.weights == "plain":
+        model, drafter = build(args.model, args.device, dtype)
+        return model, drafter, None
+    cfg = SHAPES[args.model]
+    draft_vocab = min(32000, cfg["vocab_size"] // 2)
+    values = PredictableWeights(cfg, draft_vocab, residual_scale=1e-3, fixed_points=0.3, seed=0)
+    model = split_target(cfg, args.device, dtype, values)  # one GPU: no split, no hooks
+    return model, build_drafter(model, values, cfg, draft_vocab, dtype), None
 
 
 def decode(decoder, prompts: list[list[int]], batch: int, new_tokens: int, device: torch.device):
@@ -84,6 +92,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model", default="llama-3.1-8b", choices=["llama-3.1-8b", "tiny", "toy"])
     parser.add_argument("--toy-dir", help="folder with target/ and drafter/ of the trained toy pair")
+    parser.add_argument("--weights", default="structured", choices=["structured", "plain"],
+                        help="random weights arranged so that drafts are accepted (multi_gpu.PredictableWeights), "
+                             "or plain random ones (accept length 1)")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--configs", default=CONFIGS)
     parser.add_argument("--batch-sizes", default="1,4")

@@ -43,6 +43,7 @@ from draftlab.errors import DraftlabError
 from draftlab.models.devices import parse_device, parse_dtype
 from draftlab.models.drafter_weights import canonical_names
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
+from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import attention_mask, new_token_mask
 from draftlab.models.static_kv import BatchKV, StaticKV, gqa_attention
 
@@ -246,8 +247,9 @@ class Eagle3Drafter(nn.Module):
         b = bucket(n)
         device = input_ids.device
         if b is None:
-            return self._static_step(input_ids, hidden, positions, torch.arange(cached, cached + n, device=device),
-                                     tree)
+            with attention_kernels():  # a long step's shape does not recur
+                return self._static_step(input_ids, hidden, positions,
+                                         torch.arange(cached, cached + n, device=device), tree)
         if b > n:
             pad = b - n
             input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])
@@ -290,8 +292,9 @@ class Eagle3Drafter(nn.Module):
             self._last_new = n
             return DraftStep(logits=logits.float(), hidden=out)
         mask = attention_mask(self._cached, tree_mask, n, device)
-        logits, out, kv = self.forward_masked(input_ids.reshape(1, n), hidden.reshape(1, n, -1),
-                                              positions.reshape(1, n), mask[None], self._kv)
+        with attention_kernels():
+            logits, out, kv = self.forward_masked(input_ids.reshape(1, n), hidden.reshape(1, n, -1),
+                                                  positions.reshape(1, n), mask[None], self._kv)
         self._kv = kv if self._kv is None else [
             (torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)) for (pk, pv), (k, v) in zip(self._kv, kv)]
         self._cached += n

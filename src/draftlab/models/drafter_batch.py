@@ -13,6 +13,7 @@ import torch
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import BatchSlots
 from draftlab.models.drafter import DraftStep, Eagle3Drafter
+from draftlab.models.kernels import attention_kernels
 from draftlab.models.static_kv import BatchKV
 
 
@@ -46,7 +47,8 @@ class BatchDrafter:
             new_valid = torch.ones(positions.shape, dtype=torch.bool, device=self.device)
         mask = self.slots.allowed(positions, tree_mask, new_valid.to(self.device))
         self._kv.begin(self.slots.length, positions.shape[1])
-        logits, out, _ = self.drafter.forward_masked(input_ids, hidden, positions, mask, self._kv)
+        with attention_kernels():
+            logits, out, _ = self.drafter.forward_masked(input_ids, hidden, positions, mask, self._kv)
         self.slots.append(positions, new_valid)
         return DraftStep(logits=logits, hidden=out)
 

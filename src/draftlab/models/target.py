@@ -35,6 +35,7 @@ from draftlab.checkpoint import TargetConfig
 from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import offloaded, parse_device, parse_dtype
+from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import apply_window, attention_mask, new_token_mask, to_additive
 from draftlab.models.target_static import StaticTarget, supports
 
@@ -180,7 +181,7 @@ class TargetRunner:
             self._last_new = n
             return TargetStep(logits=logits, aux=aux)
         mask = self._mask(attention_mask(cached, tree_mask, n, self.device), positions, key_positions)
-        with self._aux_hooks() as captured:
+        with attention_kernels(), self._aux_hooks() as captured:
             out = self.model(input_ids=input_ids[None], position_ids=positions[None], attention_mask=mask,
                              use_cache=True, **{self.cache_arg: self._cache})
         self._positions = key_positions
@@ -246,7 +247,7 @@ class TargetRunner:
         """A pass of the HF model on its own attention (in static mode too: the static cache is left
         alone) with the aux layers captured; yields their outputs by layer id once it ran."""
         own_attention = self._static.own_attention() if self._static is not None else nullcontext()
-        with own_attention, self._aux_hooks() as captured:
+        with own_attention, attention_kernels(), self._aux_hooks() as captured:
             yield captured
 
     @contextmanager

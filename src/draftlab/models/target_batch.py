@@ -23,6 +23,7 @@ from transformers import DynamicCache
 
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import BatchSlots, gather_slots
+from draftlab.models.kernels import attention_kernels
 from draftlab.models.static_kv import BatchKV
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_static import LayerWalk, static_attention, supports
@@ -82,7 +83,7 @@ class BatchTarget:
                  for kind, window in runner._windows.items()}
         if self._kv is not None:
             self._kv.begin(self.slots.length, input_ids.shape[1])
-            with static_attention(runner.model):
+            with static_attention(runner.model), attention_kernels():
                 hidden, aux = self._walk(input_ids, positions, masks, self._kv)
             logits = runner.lm_head(hidden[:, -1:] if last_only else hidden).float()
         else:

@@ -26,6 +26,7 @@ from transformers.modeling_utils import AttentionInterface
 
 from draftlab.errors import DraftlabError
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
+from draftlab.models.kernels import attention_kernels
 from draftlab.models.static_kv import StaticKV, additive, hf_attention
 
 ATTENTION = "draftlab_static"
@@ -105,7 +106,6 @@ class StaticTarget:
         self.dtype = embed.dtype
         step = torch.compile(self.step, dynamic=False) if compile else self.step
         self.run_bucket = GraphSteps(step) if graphs else step
-        self.run_long = self.step
 
     def step(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
              tree: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,7 +128,8 @@ class StaticTarget:
         device = input_ids.device
         if b is None:
             slots = torch.arange(cached, cached + n, device=device)
-            return self.run_long(input_ids, positions, slots, tree)
+            with attention_kernels():  # a long step's shape does not recur
+                return self.step(input_ids, positions, slots, tree)
         if b > n:
             pad = b - n
             input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])

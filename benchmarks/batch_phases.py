@@ -1,0 +1,98 @@
+"""Where a batched decoder cycle's time goes: each phase timed with a synchronize on either side.
+
+    python benchmarks/batch_phases.py --device cuda        # Llama-3.1-8B shape, structured weights
+    python benchmarks/batch_phases.py --device cpu --model tiny --new-tokens 16
+
+Wraps the batched target's and drafter's forward and keep, and the decoder's draft, walk and extend
+steps, then decodes B prompts (after a full-length warm-up) per config. The synchronizes cost a little
+overlap, so the phases add up to slightly more than an unwrapped cycle; the printed ``cycle_ms`` is
+from a separate unwrapped run. One JSON line per config: milliseconds per cycle by phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+from multi_gpu import PredictableWeights, build_drafter, split_target
+from runtime_speed import SHAPES
+
+from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.models.devices import synchronize
+from draftlab.models.drafter_batch import BatchDrafter
+from draftlab.models.target import TargetRunner
+from draftlab.models.target_batch import BatchTarget
+from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
+
+SPENT: dict[str, float] = defaultdict(float)
+
+
+@contextmanager
+def timed_phases(device: torch.device):
+    """Patch the phases to add their synchronized wall time to SPENT; undo on exit."""
+    patched = [(BatchTarget, "forward", "target"), (BatchTarget, "keep", "target keep"),
+               (BatchDrafter, "forward", "drafter"), (BatchDrafter, "keep", "drafter keep"),
+               (BatchSpeculativeDecoder, "_draft", "draft (incl. drafter)"),
+               (BatchSpeculativeDecoder, "_walk", "walk"), (BatchSpeculativeDecoder, "_extend", "extend (incl. drafter)")]
+    originals = [(cls, name, cls.__dict__[name]) for cls, name, _ in patched]
+    for cls, name, label in patched:
+        original = getattr(cls, name)
+
+        def wrapper(*args, _original=original, _label=label, **kwargs):
+            synchronize(device)
+            start = time.perf_counter()
+            out = _original(*args, **kwargs)
+            synchronize(device)
+            SPENT[_label] += (time.perf_counter() - start) * 1000
+            return out
+        setattr(cls, name, staticmethod(wrapper) if isinstance(cls.__dict__[name], staticmethod) else wrapper)
+    try:
+        yield
+    finally:
+        for cls, name, original in originals:
+            setattr(cls, name, original)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--model", default="llama-3.1-8b", choices=sorted(SHAPES))
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--configs", default="0/0/0,2/1/3,3/1/4,6/1/7,5/4/8")
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    device = torch.device(args.device)
+    cfg = SHAPES[args.model]
+    draft_vocab = min(32000, cfg["vocab_size"] // 2)
+    values = PredictableWeights(cfg, draft_vocab, residual_scale=1e-3, fixed_points=0.3, seed=0)
+    model = split_target(cfg, args.device, dtype, values)
+    drafter = build_drafter(model, values, cfg, draft_vocab, dtype)
+    target = TargetRunner(model)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, cfg["vocab_size"], (128,), generator=gen).tolist() for _ in range(args.batch_size)]
+    for label in args.configs.split(","):
+        steps, topk, n = map(int, label.split("/"))
+        flags = exact_spec_flags(steps, topk, n) if steps else None
+        decoder = BatchSpeculativeDecoder(target, drafter if steps else None, flags)
+        decoder.generate(prompts, max_new_tokens=args.new_tokens, ignore_eos=True)  # warm-up, same lengths
+        synchronize(device)
+        start = time.perf_counter()
+        rows = decoder.generate(prompts, max_new_tokens=args.new_tokens, ignore_eos=True)
+        synchronize(device)
+        cycles = max(len(r.accept_lengths) for r in rows) or args.new_tokens - 1
+        cycle_ms = (time.perf_counter() - start) * 1000 / cycles
+        SPENT.clear()
+        with timed_phases(device):
+            decoder.generate(prompts, max_new_tokens=args.new_tokens, ignore_eos=True)
+        print(json.dumps({"config": label, "cycles": cycles, "cycle_ms": round(cycle_ms, 2),
+                          **{k: round(v / cycles, 2) for k, v in SPENT.items()}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
