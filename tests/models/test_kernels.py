@@ -1,0 +1,61 @@
+"""cuDNN attention is eligible only in the static steps, whose shapes recur; every pass over a growing
+cache (the batch-1 dynamic paths, the batched target and drafter, a static step too long for a bucket)
+runs with cuDNN switched off, so it never builds a plan per new key length (models.kernels)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_drafters import VOCAB, drafter_tensors, write_specforge
+from tiny_targets import tiny_target
+
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.drafter_batch import BatchDrafter
+from draftlab.models.target import TargetRunner
+from draftlab.models.target_batch import BatchTarget
+
+AUX = [0, 2, 4]
+
+
+@pytest.fixture
+def cudnn_seen(monkeypatch) -> list[bool]:
+    """Whether cuDNN attention was enabled at each scaled-dot-product-attention call."""
+    seen: list[bool] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return sdpa(*args, **kwargs)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # PyTorch's default, which the static steps keep
+    return seen
+
+
+def test_target_passes_over_growing_caches_never_allow_cudnn(cudnn_seen: list[bool]) -> None:
+    model = tiny_target("llama", attn="sdpa")
+    dynamic = TargetRunner(model, aux_layers=AUX, cache="dynamic")
+    dynamic.forward(torch.arange(5))
+    dynamic.forward_batch(torch.arange(10).reshape(2, 5))
+    batch = BatchTarget(dynamic, 2, 16)
+    batch.forward(torch.arange(6).reshape(2, 3), torch.arange(3).repeat(2, 1))
+    assert len(cudnn_seen) >= 3 * 5 and not any(cudnn_seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # restored afterwards
+
+
+def test_static_target_allows_cudnn_only_in_bucketed_steps(cudnn_seen: list[bool]) -> None:
+    runner = TargetRunner(tiny_target("llama"), aux_layers=AUX, cache="static", max_len=128, graphs=False)
+    runner.forward(torch.arange(70) % 100)  # longer than the largest bucket: runs uncaptured, any shape
+    long = list(cudnn_seen)
+    cudnn_seen.clear()
+    runner.forward(torch.arange(3))  # a bucket of 4 over every slot: a shape that recurs
+    assert long and not any(long)
+    assert cudnn_seen and all(cudnn_seen)
+
+
+def test_drafter_passes_over_growing_caches_never_allow_cudnn(tmp_path, cudnn_seen: list[bool]) -> None:
+    drafter = Eagle3Drafter.load(write_specforge(tmp_path / "d", drafter_tensors()))
+    features = torch.randn(4, drafter.fc.in_features)
+    drafter.forward(torch.arange(4) % VOCAB, features)
+    batch = BatchDrafter(drafter, 2, 8)
+    batch.forward(torch.arange(8).reshape(2, 4) % VOCAB, features.expand(2, -1, -1), torch.arange(4).repeat(2, 1))
+    assert len(cudnn_seen) == 2 and not any(cudnn_seen)
