@@ -7,9 +7,8 @@ every step, so nearly every step paid that, once per process: the batched decode
 its speed, and ran fast on a second pass over the same lengths (benchmarks/RESULTS.md, "Plan accuracy").
 
 The static steps (bucketed token counts over every slot of a fixed cache, captured as CUDA graphs)
-see a handful of shapes, where cuDNN is the fastest kernel (Llama-3.1-8B decode step on an H200: 7.5 ms
-with it, 12.1 ms without). Every other pass runs inside :func:`attention_kernels`, whose kernels need
-no per-shape set-up.
+see a handful of shapes, so a plan is built once per shape, at capture; they keep PyTorch's own choice.
+Every other pass runs inside :func:`attention_kernels`, whose kernels need no per-shape set-up.
 """
 
 from __future__ import annotations
