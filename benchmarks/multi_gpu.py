@@ -76,6 +76,8 @@ def split_target(cfg: dict, device: str, dtype: torch.dtype, values: Predictable
     if device == "cpu":  # one group per half of the layers, both on the CPU: the hooks still run
         device_map = {name: "cpu" for name in ("model.embed_tokens", "model.rotary_emb", "model.norm", "lm_head")}
         device_map.update({f"model.layers.{i}": "cpu" for i in range(cfg["num_hidden_layers"])})
+    elif torch.cuda.device_count() == 1:  # the whole model on the one GPU: dispatch moves it there, no hooks
+        device_map = {"": 0}
     else:
         budget = get_balanced_memory(model, no_split_module_classes=no_split, dtype=dtype, low_zero=False)
         device_map = infer_auto_device_map(model, max_memory=budget, no_split_module_classes=no_split, dtype=dtype)

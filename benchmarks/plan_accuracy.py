@@ -132,7 +132,9 @@ def main() -> None:
                             extend_tokens=extend, repeats=args.repeats, overhead_ms=args.overhead_ms)
     print(json.dumps({"environment": profile.environment, "model": args.model, "dtype": args.dtype,
                       "batch_sizes": batches, "prompts": args.prompts, "prompt_len": args.prompt_len,
-                      "new_tokens": args.new_tokens, "overhead": [asdict(o) for o in profile.overhead],
+                      "new_tokens": args.new_tokens, "weights": args.weights, "target_cache": target.cache,
+                      "hf_device_map": getattr(model, "hf_device_map", None),
+                      "overhead": [asdict(o) for o in profile.overhead],
                       "decode_pass_ms": {m.batch_size: round(m.median_ms, 3) for m in profile.verify
                                          if m.tokens == 1}}), flush=True)
 
