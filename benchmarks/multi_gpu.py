@@ -84,9 +84,12 @@ def split_target(cfg: dict, device: str, dtype: torch.dtype, values: Predictable
     placed = _placement(device_map)
     for name, param in list(model.named_parameters()):
         where = placed(name)
-        set_module_tensor_to_device(model, name, where, value=values.target(name, param.shape, where, dtype))
+        # dtype= too: without it the value is cast to the empty model's float32
+        set_module_tensor_to_device(model, name, where, value=values.target(name, param.shape, where, dtype),
+                                    dtype=dtype)
     dispatch_model(model, device_map=device_map, skip_keys=model._skip_keys_device_placement,
                    force_hooks=device == "cpu")
+    assert {p.dtype for p in model.parameters()} == {dtype}, "the target must be built in the asked dtype"
     return model.eval()
 
 
