@@ -36,17 +36,13 @@ from draftlab.cost.probes import AcceptLength
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.models.devices import synchronize
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe_sequences
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
 from draftlab.spec.decoder import SpeculativeDecoder
 
 CONFIGS = "2/1/3,3/1/4,5/1/6,6/1/7,3/4/8,5/4/8"  # none of them the overhead's calibration chains
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def load_models(args: argparse.Namespace, dtype: torch.dtype):
@@ -71,7 +67,7 @@ def decode(decoder, prompts: list[list[int]], batch: int, new_tokens: int, devic
     outputs, lengths, elapsed = [], [], 0.0
     for first in range(0, len(prompts), batch):
         group = prompts[first:first + batch]
-        sync(device)
+        synchronize(device)
         start = time.perf_counter()
         if batch == 1:
             commits = list(decoder.stream(group[0], max_new_tokens=new_tokens, ignore_eos=True))
@@ -80,7 +76,7 @@ def decode(decoder, prompts: list[list[int]], batch: int, new_tokens: int, devic
         else:
             rows = [(r.output_ids, r.accept_lengths)
                     for r in decoder.generate(group, max_new_tokens=new_tokens, ignore_eos=True)]
-        sync(device)
+        synchronize(device)
         elapsed += time.perf_counter() - start
         outputs += [o for o, _ in rows]
         lengths += [a for _, a in rows]
@@ -143,10 +139,10 @@ def main() -> None:
         with torch.inference_mode():
             run = work.verify(b, 1)
             for i in range(13):
-                sync(device)
+                synchronize(device)
                 start = time.perf_counter()
                 run()
-                sync(device)
+                synchronize(device)
                 walls.append((time.perf_counter() - start) * 1000)
             plain = work.cycles(b, None)
         print(json.dumps({"batch": b, "decode_pass_wall_ms": round(sorted(walls[3:])[5], 3),

@@ -151,7 +151,6 @@ def _decoder_cycles(target: TargetRunner, drafter: Eagle3Drafter | None, batch_s
     return CycleSample(ms_per_cycle=ms, accept_length=sum(accepted) / len(accepted))
 
 
-
 def _batched_verify(target: TargetRunner, batch_size: int, tokens: int, ids: Callable[[int], torch.Tensor],
                     context_tokens: int) -> Callable[[], object]:
     runner = BatchTarget(target, batch_size, context_tokens + tokens)

@@ -124,7 +124,6 @@ def measure_jobs(
     return out
 
 
-
 def _quantile(ordered: Sequence[float], q: float) -> float:
     """Linear-interpolated quantile of sorted samples (numpy's default method)."""
     pos = q * (len(ordered) - 1)

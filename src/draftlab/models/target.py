@@ -34,7 +34,7 @@ from transformers import DynamicCache, PreTrainedModel
 from draftlab.checkpoint import TargetConfig
 from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
-from draftlab.models.devices import offloaded, parse_device, parse_dtype
+from draftlab.models.devices import model_devices, offloaded, parse_device, parse_dtype
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import apply_window, attention_mask, new_token_mask, to_additive
 from draftlab.models.target_static import StaticTarget, supports
@@ -80,7 +80,7 @@ class TargetRunner:
         # the KV-cache keyword of the HF forward: "cache" in transformers >= 5.2x, "past_key_values" before
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         on_cuda = self.device.type == "cuda"
-        one_device = len({p.device for p in model.parameters()}) == 1  # not split by a device map
+        one_device = len(model_devices(model)) == 1  # not split by a device map
         if cache == "auto":
             cache = "static" if on_cuda and one_device and supports(model) else "dynamic"
         if cache == "static" and not one_device:

@@ -23,6 +23,7 @@ from transformers import DynamicCache
 
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import BatchSlots, gather_slots
+from draftlab.models.devices import model_devices
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.static_kv import BatchKV
 from draftlab.models.target import TargetRunner
@@ -50,7 +51,7 @@ class BatchTarget:
         model = runner.model
         self._walk: LayerWalk | None = None
         self._kv: BatchKV | None = None
-        if supports(model) and len({p.device for p in model.parameters()}) == 1:
+        if supports(model) and len(model_devices(model)) == 1:
             self._walk = LayerWalk(model, runner.aux_layers, runner._windows)
             self._kv = BatchKV(len(self._walk.layers), batch_size, *self._walk.kv_shape(), capacity,
                                dtype=runner.dtype, device=self.device)

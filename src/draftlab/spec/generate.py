@@ -146,7 +146,6 @@ def generate(
     )
 
 
-
 def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:
     """Refuse a drafter with error findings from ``draftlab check`` for this target and engine."""
     errors = [f for f in check_pair(drafter, target, engine=engine).findings if f.severity == "error"]
