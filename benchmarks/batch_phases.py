@@ -2,12 +2,18 @@
 
     python benchmarks/batch_phases.py --device cuda        # Llama-3.1-8B shape, structured weights
     python benchmarks/batch_phases.py --device cpu --model tiny --new-tokens 16
+    python benchmarks/batch_phases.py --device cuda --read-bucket 1 --profile prof/   # no read buckets; op tables
 
 Per config: decodes B prompts the first time this process runs the config (``first_run_cycle_ms``:
 what a fresh ``generate`` pays, per-shape set-up included), again over the same lengths (``cycle_ms``),
 then a third time with the batched target's and drafter's forward and keep, and the decoder's draft,
 walk and extend steps, each timed between synchronizes. The synchronizes cost a little overlap, so the
 phases add up to slightly more than ``cycle_ms``. One JSON line per config: milliseconds per cycle.
+
+``--read-bucket`` sets how many slots the batched caches' reads round up to (1: every forward reads a
+new key length). ``--profile DIR`` then decodes prompts of another length twice more under
+``torch.profiler`` and writes each run's op table (by self CPU time) to ``DIR/<config>-{first,again}.txt``:
+what a first encounter of new lengths costs that a second does not.
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ import json
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from multi_gpu import PredictableWeights, build_drafter, split_target
 from runtime_speed import SHAPES
 
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.devices import synchronize
 from draftlab.models.drafter_batch import BatchDrafter
+from draftlab.models.static_kv import BatchKV
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
@@ -68,6 +77,17 @@ def timed_run(decoder: BatchSpeculativeDecoder, prompts: list[list[int]], new_to
     return (time.perf_counter() - start) * 1000, rows
 
 
+def profile_runs(decoder: BatchSpeculativeDecoder, prompts: list[list[int]], new_tokens: int,
+                 device: torch.device, stem: Path) -> None:
+    """Decode ``prompts`` twice under torch.profiler; write each run's op table beside ``stem``."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    for run in ("first", "again"):
+        with profile(activities=activities) as prof:
+            timed_run(decoder, prompts, new_tokens, device)
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+        Path(f"{stem}-{run}.txt").write_text(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -76,7 +96,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--configs", default="0/0/0,2/1/3,3/1/4,6/1/7,5/4/8")
+    parser.add_argument("--read-bucket", type=int, default=BatchKV.read_bucket)
+    parser.add_argument("--profile", type=Path, help="write torch.profiler op tables to this folder")
     args = parser.parse_args()
+    BatchKV.read_bucket = args.read_bucket
     dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
     cfg = SHAPES[args.model]
@@ -87,6 +110,9 @@ def main() -> None:
     target = TargetRunner(model)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, cfg["vocab_size"], (128,), generator=gen).tolist() for _ in range(args.batch_size)]
+    profiled = [torch.randint(0, cfg["vocab_size"], (131,), generator=gen).tolist() for _ in range(args.batch_size)]
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     for label in args.configs.split(","):
         steps, topk, n = map(int, label.split("/"))
         flags = exact_spec_flags(steps, topk, n) if steps else None
@@ -100,6 +126,8 @@ def main() -> None:
         print(json.dumps({"config": label, "cycles": cycles, "first_run_cycle_ms": round(first_ms / cycles, 2),
                           "cycle_ms": round(warm_ms / cycles, 2),
                           **{k: round(v / cycles, 2) for k, v in SPENT.items()}}), flush=True)
+        if args.profile:
+            profile_runs(decoder, profiled, args.new_tokens, device, args.profile / label.replace("/", "-"))
 
 
 if __name__ == "__main__":

@@ -33,11 +33,12 @@ def test_keep_packs_each_rows_path_in_place() -> None:
     """Each row's kept entries move to the front of the appended block, in the buffers they were
     written to; the used slots then equal what gathering a growing cache gives."""
     kv = BatchKV(2, 2, 2, 3, 8, dtype=torch.float32, device=torch.device("cpu"))
+    kv.read_bucket = 4
     slots = BatchSlots(2, torch.device("cpu"))
     pointers = (kv.keys.data_ptr(), kv.values.data_ptr())
     keys, _ = _write(kv, slots, [[0, 1], [0, 1]], [[False, True], [True, True]], torch.tensor([[1., 2.], [3., 4.]]))
     assert keys.untyped_storage().data_ptr() == kv.keys.untyped_storage().data_ptr()  # a view, not a copy
-    assert keys.shape[2] == 2  # attention reads the used slots only
+    assert keys.shape[2] == 4  # attention reads the used slots rounded up to the bucket
     _write(kv, slots, [[2, 3, 3], [2, 3, 4]], [[True] * 3] * 2, torch.tensor([[5., 6., 7.], [8., 9., 10.]]))
     grown = kv.keys[:, :, :, :5].clone()  # what a growing cache holds before keep
     start = slots.block_start
@@ -52,8 +53,22 @@ def test_keep_packs_each_rows_path_in_place() -> None:
     _write(kv, slots, [[3], [3]], [[True], [True]], torch.tensor([[11.], [12.]]))
     kv.keep(slots.block_start, slots.keep([[], []]))
     keys, _ = _write(kv, slots, [[3], [3]], [[True], [True]], torch.tensor([[13.], [14.]]))
-    assert keys.shape[2] == 5 and keys[:, 0, 4, 0].tolist() == [113, 114]
+    assert keys.shape[2] == 8 and keys[:, 0, 4, 0].tolist() == [113, 114]  # 5 used, capped at capacity
     torch.testing.assert_close(kv.keys[:, :, :, :4], want, rtol=0, atol=0)
+
+
+def test_pad_hides_the_slots_read_past_the_used_ones() -> None:
+    """A mask over the forward's used slots widens to the bucket it reads; the extra slots are hidden."""
+    kv = BatchKV(1, 2, 1, 4, 100, dtype=torch.float32, device=torch.device("cpu"))
+    assert kv.read_bucket == 64
+    kv.begin(60, 5)
+    assert kv.read_end == 100  # 65 used slots round up to 128, capped at the capacity
+    allowed = torch.rand(2, 5, 65) > 0.5
+    wide = kv.pad(allowed)
+    assert wide.shape == (2, 5, 100) and wide.dtype == torch.bool
+    assert torch.equal(wide[..., :65], allowed) and not wide[..., 65:].any()
+    kv.begin(0, 3)
+    assert kv.read_end == 64 and kv.pad(allowed[..., :3]).shape == (2, 5, 64)
 
 
 def test_capacity_overflow_is_one_clear_error() -> None:

@@ -335,7 +335,7 @@ class Eagle3Drafter(nn.Module):
                        ) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
         """input_ids [B, n], hidden [B, n, 3T or H], positions [B, n], mask [B, n, S] bool over the
         ``past`` keys (S - n of them, per layer) then the n new ones (over every slot of a StaticKV,
-        B = 1, or the used slots of a BatchKV, which this writes). Returns float32 logits [B, n, Vd],
+        B = 1, or the slots a BatchKV reads, which this writes). Returns float32 logits [B, n, Vd],
         the pre-norm output [B, n, H] and each layer's new keys/values."""
         device, dtype = self.lm_head.weight.device, self.lm_head.weight.dtype
         embed_device = self.embed_tokens.weight.device

@@ -45,8 +45,8 @@ class BatchDrafter:
         positions = positions.to(self.device, torch.long)
         if new_valid is None:
             new_valid = torch.ones(positions.shape, dtype=torch.bool, device=self.device)
-        mask = self.slots.allowed(positions, tree_mask, new_valid.to(self.device))
         self._kv.begin(self.slots.length, positions.shape[1])
+        mask = self._kv.pad(self.slots.allowed(positions, tree_mask, new_valid.to(self.device)))
         with attention_kernels():
             logits, out, _ = self.drafter.forward_masked(input_ids, hidden, positions, mask, self._kv)
         self.slots.append(positions, new_valid)

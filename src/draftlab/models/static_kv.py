@@ -10,7 +10,9 @@ gather and one in-place copy for all layers at once.
 :class:`BatchKV` is the same idea for B rows that advance in lockstep (the batched decoder): every
 forward appends the same n slots to every row, which rows hold real entries is
 :class:`~draftlab.models.batch_slots.BatchSlots`' job, and attention reads only the used prefix of
-the buffers (a view), not every preallocated slot.
+the buffers (a view), not every preallocated slot. That prefix is rounded up to a multiple of
+``read_bucket`` slots (the extra slots hidden by the mask, :meth:`BatchKV.pad`), so the passes' key
+lengths recur: eager GPU kernels pay per-shape set-up once per bucket rather than on every forward.
 
 Attention reads the buffers without repeating the kv heads: the query heads that share a kv head are
 folded into extra query rows (``gqa_attention``), which is the same computation as repeating the keys
@@ -79,12 +81,15 @@ class BatchKV:
     """Fixed buffers ``[layers, B, kv_heads, slots, head_dim]`` for B rows that append the same number
     of slots per forward; HF decoder layers (and the drafter's attention) call :meth:`update`."""
 
+    read_bucket = 64  # forwards read the used slots rounded up to a multiple of this
+
     def __init__(self, layers: int, batch_size: int, kv_heads: int, head_dim: int, slots: int, *,
                  dtype: torch.dtype, device: torch.device) -> None:
         shape = (layers, batch_size, kv_heads, slots, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.start, self.end = 0, 0  # the slots the running forward writes; set by begin()
+        self.read_end = 0  # the slots it reads: end rounded up to the bucket
 
     @property
     def num_slots(self) -> int:
@@ -96,15 +101,21 @@ class BatchKV:
             raise DraftlabError(f"the batched KV cache holds {self.num_slots} slots per row and this forward "
                                 f"needs {start + n}; size it with a larger capacity")
         self.start, self.end = start, start + n
+        self.read_end = min(self.num_slots, -(-self.end // self.read_bucket) * self.read_bucket)
+
+    def pad(self, allowed: torch.Tensor) -> torch.Tensor:
+        """Widen a bool mask over the forward's ``end`` slots [..., end] to the slots it reads, hiding
+        the extra ones (they hold zeros or stale entries)."""
+        return F.pad(allowed, (0, self.read_end - allowed.shape[-1]), value=False)
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
                **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the forward's new keys/values ``[B, kv_heads, n, head_dim]``; return the layer's used
-        slots (views of the buffers)."""
+        """Write the forward's new keys/values ``[B, kv_heads, n, head_dim]``; return the layer's slots
+        up to ``read_end`` (views of the buffers)."""
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         keys[:, :, self.start:self.end].copy_(key)
         values[:, :, self.start:self.end].copy_(value)
-        return keys[:, :, :self.end], values[:, :, :self.end]
+        return keys[:, :, :self.read_end], values[:, :, :self.read_end]
 
     def keep(self, start: int, index: torch.Tensor | int) -> None:
         """Apply :meth:`BatchSlots.keep`'s result, whose block of appended slots began at ``start``:

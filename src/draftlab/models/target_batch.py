@@ -80,14 +80,16 @@ class BatchTarget:
         limit = self.config.max_position_embeddings
         if limit is not None and int(positions.max()) >= limit:
             raise DraftlabError(f"position {int(positions.max())} is past the target's context of {limit} tokens")
-        masks = {kind: self._additive(self.slots.allowed(positions, tree_mask, new_valid, window))
+        masks = {kind: self.slots.allowed(positions, tree_mask, new_valid, window)
                  for kind, window in runner._windows.items()}
         if self._kv is not None:
             self._kv.begin(self.slots.length, input_ids.shape[1])
+            masks = {kind: self._additive(self._kv.pad(allowed)) for kind, allowed in masks.items()}
             with static_attention(runner.model), attention_kernels():
                 hidden, aux = self._walk(input_ids, positions, masks, self._kv)
             logits = runner.lm_head(hidden[:, -1:] if last_only else hidden).float()
         else:
+            masks = {kind: self._additive(allowed) for kind, allowed in masks.items()}
             mask = next(iter(masks.values())) if len(masks) == 1 else masks
             with runner.hf_pass() as captured:
                 out = runner.model(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
