@@ -158,7 +158,9 @@ def main() -> None:
             draft = None if config is None else drafter
             decoder = SpeculativeDecoder(target, draft, flags) if b == 1 \
                 else BatchSpeculativeDecoder(target, draft, flags)
-            decode(decoder, prompts[:b], b, 8, device)  # warm-up (graph capture, allocator)
+            # warm-up (graph capture, allocator); a batched decoder keeps its caches, and their graphs,
+            # only for calls that fit them, so it warms up at the measured length
+            decode(decoder, prompts[:b], b, 8 if b == 1 else args.new_tokens, device)
             outputs, lengths, seconds = decode(decoder, prompts, b, args.new_tokens, device)
             measured[config] = (sum(map(len, outputs)) / seconds, outputs, lengths)
         probes = []

@@ -20,8 +20,8 @@ AUX = [0, 2, 4]
 def _write(kv: BatchKV, slots: BatchSlots, positions: list[list[int]], valid: list[list[bool]],
            values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One forward's worth of writes: ``values`` [B, n] become every layer's keys (and -values)."""
-    n = values.shape[1]
-    kv.begin(slots.length, n)
+    start, n = slots.length, values.shape[1]
+    kv.begin(torch.arange(start, start + n), kv.pad(torch.ones(start + n, dtype=torch.bool)).shape[-1])
     new = values[:, None, :, None].expand(-1, kv.keys.shape[2], -1, kv.keys.shape[4])
     for layer in range(kv.keys.shape[0]):
         keys, vals = kv.update(new + 100 * layer, -(new + 100 * layer), layer)
@@ -53,22 +53,20 @@ def test_keep_packs_each_rows_path_in_place() -> None:
     _write(kv, slots, [[3], [3]], [[True], [True]], torch.tensor([[11.], [12.]]))
     kv.keep(slots.block_start, slots.keep([[], []]))
     keys, _ = _write(kv, slots, [[3], [3]], [[True], [True]], torch.tensor([[13.], [14.]]))
-    assert keys.shape[2] == 8 and keys[:, 0, 4, 0].tolist() == [113, 114]  # 5 used, capped at capacity
+    assert keys.shape[2] == 8 and keys[:, 0, 4, 0].tolist() == [113, 114]  # 5 used, rounded up to the bucket
     torch.testing.assert_close(kv.keys[:, :, :, :4], want, rtol=0, atol=0)
 
 
 def test_pad_hides_the_slots_read_past_the_used_ones() -> None:
-    """A mask over the forward's used slots widens to the bucket it reads; the extra slots are hidden."""
+    """A mask over the forward's used slots widens to the bucket it reads, at most every slot (the
+    capacity plus room for one padded block); the extra slots are hidden."""
     kv = BatchKV(1, 2, 1, 4, 100, dtype=torch.float32, device=torch.device("cpu"))
-    assert kv.read_bucket == 64
-    kv.begin(60, 5)
-    assert kv.read_end == 100  # 65 used slots round up to 128, capped at the capacity
+    assert kv.read_bucket == 128 and kv.num_slots == 100 + 64
     allowed = torch.rand(2, 5, 65) > 0.5
     wide = kv.pad(allowed)
-    assert wide.shape == (2, 5, 100) and wide.dtype == torch.bool
+    assert wide.shape == (2, 5, 128) and wide.dtype == torch.bool
     assert torch.equal(wide[..., :65], allowed) and not wide[..., 65:].any()
-    kv.begin(0, 3)
-    assert kv.read_end == 64 and kv.pad(allowed[..., :3]).shape == (2, 5, 64)
+    assert kv.pad(torch.ones(2, 5, 150, dtype=torch.bool)).shape == (2, 5, 164)
 
 
 def test_capacity_overflow_is_one_clear_error() -> None:

@@ -1,6 +1,7 @@
-"""cuDNN attention is eligible only in the static steps, whose shapes recur; every pass over a growing
-cache (the batch-1 dynamic paths, the batched target and drafter, a static step too long for a bucket)
-runs with cuDNN switched off, so it never builds a plan per new key length (models.kernels)."""
+"""cuDNN attention is eligible only in the bucketed steps over preallocated caches, whose shapes recur
+(the batch-1 static steps, the batched target's and drafter's steps of up to 64 tokens); every pass
+over a growing cache (the batch-1 dynamic paths) and every step too long for a bucket runs with cuDNN
+switched off, so it never builds a plan per new key length (models.kernels)."""
 
 from __future__ import annotations
 
@@ -36,10 +37,18 @@ def test_target_passes_over_growing_caches_never_allow_cudnn(cudnn_seen: list[bo
     dynamic = TargetRunner(model, aux_layers=AUX, cache="dynamic")
     dynamic.forward(torch.arange(5))
     dynamic.forward_batch(torch.arange(10).reshape(2, 5))
-    batch = BatchTarget(dynamic, 2, 16)
-    batch.forward(torch.arange(6).reshape(2, 3), torch.arange(3).repeat(2, 1))
-    assert len(cudnn_seen) >= 3 * 5 and not any(cudnn_seen)
+    assert len(cudnn_seen) >= 2 * 5 and not any(cudnn_seen)
     assert torch.backends.cuda.cudnn_sdp_enabled()  # restored afterwards
+
+
+def test_batched_target_allows_cudnn_only_in_bucketed_steps(cudnn_seen: list[bool]) -> None:
+    batch = BatchTarget(TargetRunner(tiny_target("llama"), aux_layers=AUX, cache="dynamic"), 2, 128)
+    batch.forward(torch.arange(140).reshape(2, 70) % 97, torch.arange(70).repeat(2, 1))  # past every bucket
+    long = list(cudnn_seen)
+    cudnn_seen.clear()
+    batch.forward(torch.arange(6).reshape(2, 3), 70 + torch.arange(3).repeat(2, 1))  # a bucket of 4
+    assert long and not any(long)
+    assert cudnn_seen and all(cudnn_seen)
 
 
 def test_static_target_allows_cudnn_only_in_bucketed_steps(cudnn_seen: list[bool]) -> None:
@@ -52,10 +61,15 @@ def test_static_target_allows_cudnn_only_in_bucketed_steps(cudnn_seen: list[bool
     assert cudnn_seen and all(cudnn_seen)
 
 
-def test_drafter_passes_over_growing_caches_never_allow_cudnn(tmp_path, cudnn_seen: list[bool]) -> None:
+def test_drafter_passes_allow_cudnn_only_in_bucketed_steps(tmp_path, cudnn_seen: list[bool]) -> None:
     drafter = Eagle3Drafter.load(write_specforge(tmp_path / "d", drafter_tensors()))
-    features = torch.randn(4, drafter.fc.in_features)
-    drafter.forward(torch.arange(4) % VOCAB, features)
-    batch = BatchDrafter(drafter, 2, 8)
-    batch.forward(torch.arange(8).reshape(2, 4) % VOCAB, features.expand(2, -1, -1), torch.arange(4).repeat(2, 1))
-    assert len(cudnn_seen) == 2 and not any(cudnn_seen)
+    features = torch.randn(70, drafter.fc.in_features)
+    drafter.forward(torch.arange(4) % VOCAB, features[:4])  # the batch-1 dynamic path
+    assert len(cudnn_seen) == 1 and not any(cudnn_seen)
+    cudnn_seen.clear()
+    batch = BatchDrafter(drafter, 2, 80)
+    batch.forward(torch.arange(140).reshape(2, 70) % VOCAB, features.expand(2, -1, -1), torch.arange(70).repeat(2, 1))
+    assert len(cudnn_seen) == 1 and not any(cudnn_seen)  # past every bucket
+    cudnn_seen.clear()
+    batch.forward(torch.arange(8).reshape(2, 4) % VOCAB, features[:4].expand(2, -1, -1), 70 + torch.arange(4).repeat(2, 1))
+    assert len(cudnn_seen) == 1 and all(cudnn_seen)

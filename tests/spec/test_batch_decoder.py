@@ -49,6 +49,21 @@ def test_batch_equals_one_at_a_time(pair, config):
         assert sum(lengths) / len(lengths) > 2 and len(set(lengths)) > 1
 
 
+def test_a_decoder_reuses_its_caches_and_nothing_leaks_between_calls(pair):
+    """The second call of a decoder runs on the first call's caches (stale entries and all) and gives
+    what the batch-1 decoder gives; a call that needs more slots or another batch size gets new ones."""
+    flags = exact_spec_flags(4, 4, 8)
+    expected = _one_at_a_time(pair, flags)
+    decoder = BatchSpeculativeDecoder(pair.target, pair.drafter, flags)
+    decoder.generate([list(p) for p in PROMPTS[1:3]], max_new_tokens=NEW)  # the longer prompts first
+    held = decoder.caches(2, 1)
+    rows = decoder.generate([list(p) for p in PROMPTS[3:]], max_new_tokens=NEW)
+    assert decoder.caches(2, 1) == held
+    assert [(r.output_ids, r.accept_lengths) for r in rows] == expected[3:]
+    assert decoder.caches(2, held[0].capacity + 1)[0] is not held[0]
+    assert decoder.caches(3, 1)[0].batch_size == 3
+
+
 def test_rows_finish_at_their_own_limit(pair):
     """One row ends early (max_new_tokens 1 is reached at the prefill); the others are unaffected."""
     flags = exact_spec_flags(3, 1, 4)

@@ -14,6 +14,7 @@ gathers whole tensors (:func:`gather_slots`).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from draftlab.errors import DraftlabError
 
@@ -96,3 +97,20 @@ def gather_slots(tensor: torch.Tensor, index: torch.Tensor | int) -> torch.Tenso
         return tensor[:, :, :index]
     b, h, _, d = tensor.shape
     return tensor.gather(2, index[:, None, :, None].expand(b, h, index.shape[1], d))
+
+
+def pad_block(width: int, positions: torch.Tensor, new_valid: torch.Tensor, tree_mask: torch.Tensor | None,
+              *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Widen a forward's block of n entries to ``width`` (a token-count bucket) with padding entries:
+    invalid (no real entry sees them), at the block's last positions, outside the tree, with zeros
+    as their ``inputs`` ([B, n, ...] token ids or hidden states). Returns positions, new_valid,
+    tree_mask (None stays None: causal) and the inputs, in that order."""
+    pad = width - positions.shape[1]
+    if pad == 0:
+        return positions, new_valid, tree_mask, *inputs
+    positions = torch.cat([positions, positions[:, -1:].expand(-1, pad)], dim=1)
+    new_valid = F.pad(new_valid, (0, pad), value=False)
+    if tree_mask is not None:
+        tree_mask = F.pad(tree_mask, (0, pad, 0, pad), value=False)
+    widened = [F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad)) for x in inputs]
+    return positions, new_valid, tree_mask, *widened

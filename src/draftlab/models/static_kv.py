@@ -9,10 +9,9 @@ gather and one in-place copy for all layers at once.
 
 :class:`BatchKV` is the same idea for B rows that advance in lockstep (the batched decoder): every
 forward appends the same n slots to every row, which rows hold real entries is
-:class:`~draftlab.models.batch_slots.BatchSlots`' job, and attention reads only the used prefix of
-the buffers (a view), not every preallocated slot. That prefix is rounded up to a multiple of
-``read_bucket`` slots (the extra slots hidden by the mask, :meth:`BatchKV.pad`), so the passes' key
-lengths recur: eager GPU kernels pay per-shape set-up once per bucket rather than on every forward.
+:class:`~draftlab.models.batch_slots.BatchSlots`' job, and attention reads the used prefix of the
+buffers (a view) rounded up to a multiple of ``read_bucket`` slots, the extra slots hidden by the
+mask: the passes' shapes then recur, and a CUDA graph per (tokens bucket, read bucket) serves them.
 
 Attention reads the buffers without repeating the kv heads: the query heads that share a kv head are
 folded into extra query rows (``gqa_attention``), which is the same computation as repeating the keys
@@ -25,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from draftlab.errors import DraftlabError
+from draftlab.models.graphs import BUCKETS
 
 
 class StaticKV:
@@ -79,42 +79,52 @@ class StaticKV:
 
 class BatchKV:
     """Fixed buffers ``[layers, B, kv_heads, slots, head_dim]`` for B rows that append the same number
-    of slots per forward; HF decoder layers (and the drafter's attention) call :meth:`update`."""
+    of slots per forward; HF decoder layers (and the drafter's attention) call :meth:`update`.
 
-    read_bucket = 64  # forwards read the used slots rounded up to a multiple of this
+    ``capacity`` slots per row hold real entries; past them lies room for one padded block (a forward
+    widened to a token-count bucket writes its padding there). A forward writes the slot tensor given
+    to :meth:`begin` (so a CUDA graph of it replays at any offset) and reads its used slots rounded up
+    to ``read_bucket``: the mask's width (:meth:`pad`)."""
 
-    def __init__(self, layers: int, batch_size: int, kv_heads: int, head_dim: int, slots: int, *,
+    read_bucket = 128  # slots the reads round up to
+
+    def __init__(self, layers: int, batch_size: int, kv_heads: int, head_dim: int, capacity: int, *,
                  dtype: torch.dtype, device: torch.device) -> None:
-        shape = (layers, batch_size, kv_heads, slots, head_dim)
+        shape = (layers, batch_size, kv_heads, capacity + BUCKETS[-1], head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
-        self.start, self.end = 0, 0  # the slots the running forward writes; set by begin()
-        self.read_end = 0  # the slots it reads: end rounded up to the bucket
+        self.capacity = capacity
+        self.write_slots = torch.zeros(0, dtype=torch.long, device=device)  # set by begin()
+        self.read_end = 0
 
     @property
     def num_slots(self) -> int:
         return self.keys.shape[3]
 
-    def begin(self, start: int, n: int) -> None:
-        """Start a forward that writes slots ``start .. start + n - 1`` of every row."""
-        if start + n > self.num_slots:
-            raise DraftlabError(f"the batched KV cache holds {self.num_slots} slots per row and this forward "
+    def check(self, start: int, n: int) -> None:
+        """Refuse a forward whose n real entries after ``start`` would not fit."""
+        if start + n > self.capacity:
+            raise DraftlabError(f"the batched KV cache holds {self.capacity} slots per row and this forward "
                                 f"needs {start + n}; size it with a larger capacity")
-        self.start, self.end = start, start + n
-        self.read_end = min(self.num_slots, -(-self.end // self.read_bucket) * self.read_bucket)
 
     def pad(self, allowed: torch.Tensor) -> torch.Tensor:
-        """Widen a bool mask over the forward's ``end`` slots [..., end] to the slots it reads, hiding
-        the extra ones (they hold zeros or stale entries)."""
-        return F.pad(allowed, (0, self.read_end - allowed.shape[-1]), value=False)
+        """Widen a bool mask over a forward's used slots [..., end] to the slots it reads (``end``
+        rounded up to the bucket), hiding the extra ones (they hold zeros or stale entries)."""
+        end = allowed.shape[-1]
+        width = min(self.num_slots, -(-end // self.read_bucket) * self.read_bucket)
+        return F.pad(allowed, (0, width - end), value=False)
+
+    def begin(self, slots: torch.Tensor, read_end: int) -> None:
+        """Start a forward that writes ``slots`` [n] of every row and reads slots ``0 .. read_end - 1``."""
+        self.write_slots, self.read_end = slots, read_end
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
                **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the forward's new keys/values ``[B, kv_heads, n, head_dim]``; return the layer's slots
         up to ``read_end`` (views of the buffers)."""
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys[:, :, self.start:self.end].copy_(key)
-        values[:, :, self.start:self.end].copy_(value)
+        keys.index_copy_(2, self.write_slots, key.to(keys.dtype))
+        values.index_copy_(2, self.write_slots, value.to(values.dtype))
         return keys[:, :, :self.read_end], values[:, :, :self.read_end]
 
     def keep(self, start: int, index: torch.Tensor | int) -> None:

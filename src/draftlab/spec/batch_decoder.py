@@ -13,8 +13,9 @@ lossless tree sampling walk (SGLang's way); the batch-1 decoder instead samples 
 A finished row (EOS or ``max_new_tokens``) keeps riding along until the whole batch is done, as in a
 static batch; its extra tokens are discarded and not counted.
 
-Both caches are allocated once per :meth:`BatchSpeculativeDecoder.generate` call, with
-:func:`batch_cache_slots` slots per row, and written in place.
+Both caches are allocated with :func:`batch_cache_slots` slots per row and written in place; a
+decoder keeps them (and the CUDA graphs of their steps) for its next call of the same batch size that
+fits.
 """
 
 from __future__ import annotations
@@ -65,6 +66,20 @@ class BatchSpeculativeDecoder:
         if drafter is not None and flags is None:
             raise DraftlabError("speculative decoding needs flags (steps, topk, num_draft_tokens)")
         self.runner, self.drafter_model, self.flags = target, drafter, flags
+        self._caches: tuple[BatchTarget, BatchDrafter | None] | None = None
+
+    def caches(self, batch_size: int, capacity: int) -> tuple[BatchTarget, BatchDrafter | None]:
+        """Empty batched caches for a call: the last call's when they are as wide and large enough (their
+        CUDA graphs come with them, captured once per decoder), otherwise new ones."""
+        held = self._caches
+        if held is None or held[0].batch_size != batch_size or held[0].capacity < capacity:
+            held = self._caches = None  # let the old buffers go before the new ones are allocated
+            drafter = None if self.drafter_model is None else BatchDrafter(self.drafter_model, batch_size, capacity)
+            held = self._caches = (BatchTarget(self.runner, batch_size, capacity), drafter)
+        for cache in held:
+            if cache is not None:
+                cache.reset()
+        return held
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
@@ -77,8 +92,7 @@ class BatchSpeculativeDecoder:
         b = len(prompts)
         device = self.runner.device
         capacity = batch_cache_slots(max(len(p) for p in prompts), max_new_tokens, self.flags)
-        target = BatchTarget(self.runner, b, capacity)
-        drafter = None if self.drafter_model is None else BatchDrafter(self.drafter_model, b, capacity)
+        target, drafter = self.caches(b, capacity)
         gen = torch.Generator(device=device)
         gen.manual_seed(seed) if seed is not None else gen.seed()
         eos = set() if ignore_eos else set(self.runner.eos_token_ids)

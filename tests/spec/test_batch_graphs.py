@@ -1,0 +1,38 @@
+"""On CUDA the batched decoder's steps replay as CUDA graphs (models.graphs): decoding with them gives
+the batch-1 decoder's tokens and accept lengths, call after call. Skipped without a GPU (CI has none);
+run on the device machine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.models.pair import load_pair
+from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
+from draftlab.spec.decoder import SpeculativeDecoder
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+
+PROMPTS = [b"def __init__(self", b"import os\nimport sys\n", b"    return self._", b"for i in range(len("]
+
+
+@pytest.mark.parametrize("config", [(3, 1, 4), (4, 4, 8), None], ids=str)
+def test_graphed_batch_equals_one_at_a_time(toy_pair, config):
+    pair = load_pair(toy_pair.target_dir, toy_pair.drafter_dir, device="cuda", cache="dynamic")
+    flags = exact_spec_flags(*config) if config else None
+    drafter = pair.drafter if flags else None
+    single = SpeculativeDecoder(pair.target, drafter, flags)
+    expected = []
+    for prompt in PROMPTS:
+        commits = list(single.stream(list(prompt), max_new_tokens=40))
+        expected.append(([t for c in commits for t in c.tokens],
+                         [c.accept_length for c in commits if c.accept_length is not None]))
+    decoder = BatchSpeculativeDecoder(pair.target, drafter, flags)
+    for _ in range(2):  # the second call replays the first call's graphs
+        rows = decoder.generate([list(p) for p in PROMPTS], max_new_tokens=40)
+        assert [(r.output_ids, r.accept_lengths) for r in rows] == expected
+    target, batch_drafter = decoder.caches(len(PROMPTS), 1)
+    assert len(target._run_bucket) > 0 and (batch_drafter is None or len(batch_drafter._run_bucket) > 0)
+    if flags:
+        assert max(n for _, lengths in expected for n in lengths) > 1  # the pair accepts
