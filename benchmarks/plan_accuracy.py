@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from dataclasses import asdict
 
@@ -111,6 +112,8 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--measure-repeats", type=int, default=3,
+                        help="decode the prompts this many times per config; the median time counts")
     parser.add_argument("--overhead-ms", type=float, default=0.0)
     args = parser.parse_args()
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.dtype]
@@ -165,7 +168,7 @@ def main() -> None:
 
     table = []
     for b in batches:
-        measured = {}
+        measured, spread = {}, {}
         for config in [None, *configs]:
             flags = None if config is None else exact_spec_flags(config.steps, config.topk, config.num_draft_tokens)
             draft = None if config is None else drafter
@@ -174,8 +177,12 @@ def main() -> None:
             # warm-up (graph capture, allocator); a batched decoder keeps its caches, and their graphs,
             # only for calls that fit them, so it warms up at the measured length
             decode(decoder, prompts[:b], b, 8 if b == 1 else args.new_tokens, device)
-            outputs, lengths, seconds = decode(decoder, prompts, b, args.new_tokens, device)
-            measured[config] = (sum(map(len, outputs)) / seconds, outputs, lengths)
+            runs = [decode(decoder, prompts, b, args.new_tokens, device) for _ in range(args.measure_repeats)]
+            outputs, lengths, _ = runs[0]
+            if any(run[0] != outputs for run in runs):
+                raise SystemExit(f"batch {b}, {config}: repeated decodes gave different tokens")
+            measured[config] = (sum(map(len, outputs)) / statistics.median(run[2] for run in runs), outputs, lengths)
+            spread[config] = [round(sum(map(len, outputs)) / run[2], 1) for run in runs]
         probes = []
         for config in configs:
             flags = exact_spec_flags(config.steps, config.topk, config.num_draft_tokens)
@@ -200,6 +207,7 @@ def main() -> None:
                 "measured_cycle_ms": round(tokens * 1000 / tps / batch_cycles(lengths, b), 2),
                 "predicted_tps": round(row.tokens_per_second, 1),
                 "predicted_static_tps": round(static_tps, 1), "measured_tps": round(tps, 1),
+                "measured_tps_runs": spread[config],
                 "error": round(static_tps / tps - 1, 4),
                 "every_row_busy_error": round(row.tokens_per_second / tps - 1, 4),
                 "predicted_baseline_tps": round(plan.baseline_tokens_per_second[b], 1),
