@@ -2,7 +2,7 @@
 
     python benchmarks/batch_phases.py --device cuda        # Llama-3.1-8B shape, structured weights
     python benchmarks/batch_phases.py --device cpu --model tiny --new-tokens 16
-    python benchmarks/batch_phases.py --device cuda --read-bucket 1 --profile prof/   # no read buckets; op tables
+    python benchmarks/batch_phases.py --device cuda --profile prof/   # and torch.profiler op tables
 
 Per config: decodes B prompts the first time this process runs the config (``first_run_cycle_ms``:
 what a fresh ``generate`` pays, per-shape set-up included), again over the same lengths (``cycle_ms``),
@@ -10,10 +10,9 @@ then a third time with the batched target's and drafter's forward and keep, and 
 walk and extend steps, each timed between synchronizes. The synchronizes cost a little overlap, so the
 phases add up to slightly more than ``cycle_ms``. One JSON line per config: milliseconds per cycle.
 
-``--read-bucket`` sets how many slots the batched caches' reads round up to (1: every forward reads a
-new key length). ``--profile DIR`` then decodes prompts of another length twice more under
-``torch.profiler`` and writes each run's op table (by self CPU time) to ``DIR/<config>-{first,again}.txt``:
-what a first encounter of new lengths costs that a second does not.
+``--profile DIR`` then decodes prompts of another length twice more under ``torch.profiler`` and
+writes each run's op table (by self CPU time) to ``DIR/<config>-{first,again}.txt``: what a first
+encounter of new lengths costs (on CUDA, the graphs' capture) that a second does not.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from runtime_speed import SHAPES
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.devices import synchronize
 from draftlab.models.drafter_batch import BatchDrafter
-from draftlab.models.static_kv import BatchKV
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
@@ -96,10 +94,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--configs", default="0/0/0,2/1/3,3/1/4,6/1/7,5/4/8")
-    parser.add_argument("--read-bucket", type=int, default=BatchKV.read_bucket)
     parser.add_argument("--profile", type=Path, help="write torch.profiler op tables to this folder")
     args = parser.parse_args()
-    BatchKV.read_bucket = args.read_bucket
     dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
     cfg = SHAPES[args.model]
