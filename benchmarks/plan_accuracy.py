@@ -7,7 +7,7 @@ CPU smoke run:
     python benchmarks/plan_accuracy.py --device cpu --model tiny --prompts 2 --new-tokens 16 --batch-sizes 1,2
 
 For every batch size: profile the passes and the decoder's own per-cycle work (timed on the
-calibration chains 1/1/2 and 4/1/5, which the tested configs avoid) on this machine exactly as
+calibration configs 1/1/2, 4/1/5 and 4/4/8, which the tested configs avoid) on this machine exactly as
 ``draftlab profile`` does (``runtime_workload`` + ``profile_costs``; batch 1 on generate's fastest
 runtime, static caches and CUDA graphs on CUDA; larger batches on the batched runtime), probe each config's accept length on the
 continuations generate produced (``probe_sequences``), predict with ``make_plan``, then decode the same

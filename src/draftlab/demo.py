@@ -322,7 +322,8 @@ def plan_section(demo: Demo) -> None:
     own = demo.plan.profile.overhead[0]
     demo.console.print(
         f"The cycles include the reference decoder's own work beyond its passes, measured by timing its real "
-        f"cycles: {own.cycle_ms:.1f} ms per cycle and {own.draft_step_ms:.1f} ms per draft step (tree, walk, "
+        f"cycles: {own.cycle_ms:.1f} ms per cycle, {own.draft_step_ms:.1f} ms per draft step and "
+        f"{own.tree_ms:.1f} ms more per tree cycle (tree, walk, "
         f"cache bookkeeping in Python; an engine does it in a few GPU kernels). Check: plan predicts 3/1/4 at "
         f"{chain.tokens_per_second:.0f} tok/s; draftlab generate measures "
         f"{demo.plan_checked.tokens_per_second:.0f} tok/s.")

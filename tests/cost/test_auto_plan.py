@@ -44,9 +44,9 @@ def test_accept_lengths_are_the_probes(toy_pair, prompts):
         assert row.accept_length == alone.mean_accept_length
         assert [r.accept_lengths for r in probed.results] == [r.accept_lengths for r in alone.results]
         assert 1.2 < row.accept_length < config.steps + 1  # real, non-trivial acceptance
-    # the grid's sizes, plus those of the overhead's calibration chains 1/1/2 and 4/1/5
+    # the grid's sizes, plus those of the overhead's calibration configs 1/1/2, 4/1/5 and 4/4/8
     verify = {m.tokens for m in result.profile.verify}
-    assert verify == {1, 2, 4, 5} and {m.tokens for m in result.profile.draft_extend} == {1, 2, 3, 4, 5}
+    assert verify == {1, 2, 4, 5, 8} and {m.tokens for m in result.profile.draft_extend} == {1, 2, 3, 4, 5}
     assert [o.batch_size for o in result.profile.overhead] == [1]
 
 

@@ -3,6 +3,7 @@ and the planner adds it to every cycle and decode step."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import astuple
 
 import pytest
@@ -26,8 +27,9 @@ def _profile(overhead: list[Overhead]) -> Profile:
 
 
 def test_fit_recovers_a_known_overhead():
-    """A decoder whose cycles cost passes + 1.5 ms + 0.25 ms per draft step, and decode steps pass + 0.7 ms."""
-    truth = Overhead(1, decode_ms=0.7, cycle_ms=1.5, draft_step_ms=0.25)
+    """A decoder whose cycles cost passes + 1.5 ms + 0.25 ms per draft step (+ 0.8 ms for a tree), and
+    decode steps pass + 0.7 ms."""
+    truth = Overhead(1, decode_ms=0.7, cycle_ms=1.5, draft_step_ms=0.25, tree_ms=0.8)
     table = CostTable.of(_profile([]))
 
     def run(batch: int, config: SpecConfig | None) -> CycleSample:
@@ -41,15 +43,26 @@ def test_fit_recovers_a_known_overhead():
 
 
 def test_plan_adds_the_measured_overhead(tmp_path):
-    own = Overhead(1, decode_ms=0.5, cycle_ms=2.0, draft_step_ms=0.5)
-    bare = make_plan(_profile([]), [], grid=parse_grid("3/1/4:2.5"))
+    own = Overhead(1, decode_ms=0.5, cycle_ms=2.0, draft_step_ms=0.5, tree_ms=1.25)
+    grid = parse_grid("3/1/4:2.5,3/4/8:2.5")
+    bare = make_plan(_profile([]), [], grid=grid)
     path = save_profile(_profile([own]), tmp_path / "p.json")
     loaded = load_profile(path)
     assert loaded.overhead == [own]
-    plan = make_plan(loaded, [], grid=parse_grid("3/1/4:2.5"))
-    assert plan.configs[0].cycle_ms == pytest.approx(bare.configs[0].cycle_ms + 2.0 + 2 * 0.5)
+    plan = make_plan(loaded, [], grid=grid)
+    chain, tree = plan.configs
+    assert chain.cycle_ms == pytest.approx(bare.configs[0].cycle_ms + 2.0 + 2 * 0.5)  # no tree term
+    assert tree.cycle_ms == pytest.approx(bare.configs[1].cycle_ms + 2.0 + 2 * 0.5 + 1.25)
     assert plan.decode_ms[1] == pytest.approx(bare.decode_ms[1] + 0.5)
-    assert plan.configs[0].overhead_ms == pytest.approx(3.0)
+    assert chain.overhead_ms == pytest.approx(3.0)
+
+
+def test_a_profile_without_a_tree_overhead_still_loads(tmp_path):
+    path = save_profile(_profile([Overhead(1, 0.5, 2.0, 0.5, tree_ms=1.0)]), tmp_path / "p.json")
+    raw = json.loads(path.read_text())
+    del raw["overhead"][0]["tree_ms"]
+    path.write_text(json.dumps(raw))
+    assert load_profile(path).overhead == [Overhead(1, 0.5, 2.0, 0.5)]
 
 
 def test_negative_overhead_in_a_profile_is_refused(tmp_path):

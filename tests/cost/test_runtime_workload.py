@@ -60,7 +60,7 @@ def test_profile_batched_passes(pair):
 
 def test_overhead_of_real_cycles(pair):
     """With a drafter, the decoder's real cycles are timed at every batch size and the passes
-    subtracted; the calibration chains' sizes are measured for that."""
+    subtracted; the calibration configs' sizes are measured for that."""
     target, drafter = pair
     workload = runtime_workload(target, drafter, context_tokens=8)
     sample = workload.cycles(2, SpecConfig(4, 1, 5))
@@ -68,5 +68,6 @@ def test_overhead_of_real_cycles(pair):
     prof = profile_costs(workload, batch_sizes=[1, 2], verify_tokens=[1], draft_rows=[1], extend_tokens=[1],
                          warmup=0, repeats=1, progress=False)
     assert [o.batch_size for o in prof.overhead] == [1, 2]
-    assert {m.tokens for m in prof.verify} == {1, 2, 5} and {m.tokens for m in prof.draft_extend} == set(range(1, 6))
-    assert all(o.decode_ms >= 0 and o.cycle_ms >= 0 and o.draft_step_ms >= 0 for o in prof.overhead)
+    assert {m.tokens for m in prof.verify} == {1, 2, 5, 8} and {m.tokens for m in prof.draft_extend} == set(range(1, 6))
+    assert {m.tokens for m in prof.draft_step} == {1, 4}  # rows of the calibration chains and tree
+    assert all(min(o.decode_ms, o.cycle_ms, o.draft_step_ms, o.tree_ms) >= 0 for o in prof.overhead)

@@ -6,7 +6,9 @@ reference decoder's real cycles and subtracting the passes' measured costs:
 
 - plain decoding gives ``decode_ms``, the overhead of one plain decode step;
 - chain ``1/1/2`` (no draft step after the draft-extend) gives ``cycle_ms``, a cycle's fixed part;
-- chain ``4/1/5`` (three more draft steps) gives ``draft_step_ms``, the extra work per draft step.
+- chain ``4/1/5`` (three more draft steps) gives ``draft_step_ms``, the extra work per draft step;
+- tree ``4/4/8`` (the same steps, top-4 at each) gives ``tree_ms``, what a tree adds to a chain's cycle
+  (ranking more candidates, a larger tree to build and walk), a constant per cycle of any topk > 1.
 
 Every other config is then predicted, not measured. Negative differences (timing noise on a machine
 where the work is negligible) count as zero.
@@ -15,13 +17,14 @@ where the work is negligible) count as zero.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from draftlab.cost.model import SpecConfig
 
 SHORT = SpecConfig(1, 1, 2)
 LONG = SpecConfig(4, 1, 5)
-CALIBRATION = (SHORT, LONG)
+TREE = SpecConfig(4, 4, 8)
+CALIBRATION = (SHORT, LONG, TREE)
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,12 @@ class Overhead:
     decode_ms: float  # per plain decode step
     cycle_ms: float  # per speculative cycle
     draft_step_ms: float  # per draft step after the first
+    tree_ms: float = 0.0  # per cycle of a tree (topk > 1), beyond a chain's; 0 in profiles that predate it
 
     def of(self, config: SpecConfig) -> float:
         """The overhead of one cycle of ``config``."""
-        return self.cycle_ms + config.draft_passes * self.draft_step_ms
+        tree = self.tree_ms if config.topk > 1 else 0.0
+        return self.cycle_ms + config.draft_passes * self.draft_step_ms + tree
 
 
 CycleRunner = Callable[[int, SpecConfig | None], CycleSample]
@@ -51,11 +56,13 @@ Passes = Callable[[int, SpecConfig, float], float]
 
 
 def fit_overhead(batch_size: int, run_cycles: CycleRunner, passes_ms: Passes, decode_pass_ms: float) -> Overhead:
-    """Time plain decoding and the two calibration chains with ``run_cycles`` and subtract
+    """Time plain decoding and the calibration configs with ``run_cycles`` and subtract
     ``passes_ms(batch, config, accept_length)`` (or ``decode_pass_ms``) from each."""
     plain = run_cycles(batch_size, None).ms_per_cycle - decode_pass_ms
-    short, long = (run_cycles(batch_size, c) for c in CALIBRATION)
+    short, long, tree = (run_cycles(batch_size, c) for c in CALIBRATION)
     fixed = short.ms_per_cycle - passes_ms(batch_size, SHORT, short.accept_length)
-    extra = long.ms_per_cycle - passes_ms(batch_size, LONG, long.accept_length) - fixed
-    return Overhead(batch_size, decode_ms=max(0.0, plain), cycle_ms=max(0.0, fixed),
-                    draft_step_ms=max(0.0, extra / (LONG.draft_passes - SHORT.draft_passes)))
+    step = (long.ms_per_cycle - passes_ms(batch_size, LONG, long.accept_length) - fixed) \
+        / (LONG.draft_passes - SHORT.draft_passes)
+    chain = Overhead(batch_size, decode_ms=max(0.0, plain), cycle_ms=max(0.0, fixed), draft_step_ms=max(0.0, step))
+    extra = tree.ms_per_cycle - passes_ms(batch_size, TREE, tree.accept_length) - chain.of(TREE)
+    return replace(chain, tree_ms=max(0.0, extra))

@@ -19,7 +19,8 @@
                           "calls_per_forward": int,   # 2 per target layer (attention, MLP)
                           "points": [point...]},      # one all-reduce of batch x tokens x hidden
      "overhead_ms": float,           # a fixed per-cycle overhead to assume on top (user-given)
-     "overhead": [{"batch_size": int, "decode_ms": float, "cycle_ms": float, "draft_step_ms": float}]}
+     "overhead": [{"batch_size": int, "decode_ms": float, "cycle_ms": float, "draft_step_ms": float,
+                   "tree_ms": float}]}
                                      # the decoder's own work, measured (draftlab.cost.overhead)
 
 Costs between measured token counts are interpolated linearly; batch sizes must be measured.
@@ -287,7 +288,9 @@ def _overheads(raw: Any, source: str | Path) -> list[Overhead]:
         if not isinstance(o, dict):
             raise DraftlabError(f"{where} must be an object", path=source)
         times = {}
-        for key in ("decode_ms", "cycle_ms", "draft_step_ms"):
+        for key in ("decode_ms", "cycle_ms", "draft_step_ms", "tree_ms"):
+            if key == "tree_ms" and key not in o:  # profiles written before trees were calibrated
+                continue
             value = o.get(key)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise DraftlabError(f"{where}.{key} is {value!r}; it must be a number >= 0", path=source)
