@@ -9,6 +9,9 @@ sizes so that a handful of graphs serves every token count up to the largest buc
 
 from __future__ import annotations
 
+import gc
+import inspect
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -24,10 +27,14 @@ def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
 
 
 class GraphSteps:
-    """CUDA graphs of ``step`` keyed by the shapes of its tensor inputs, captured on first use."""
+    """CUDA graphs of ``step`` keyed by the shapes of its tensor inputs, captured on first use.
+
+    A bound ``step`` is held weakly: its object usually owns this, and a reference cycle would leave
+    the graphs (and the caches they write) to Python's cycle collector, which may run in the middle of
+    another capture, where freeing a graph invalidates it."""
 
     def __init__(self, step: Step) -> None:
-        self.step = step
+        self._step = weakref.WeakMethod(step) if inspect.ismethod(step) else lambda: step
         self.pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = {}
 
@@ -44,8 +51,13 @@ class GraphSteps:
         graph.replay()
         return static_out
 
+    @property
+    def step(self) -> Step:
+        return self._step()
+
     def _capture(self, inputs: tuple[torch.Tensor, ...]):
-        """Warm up on a side stream (the step's writes are the real call's own), then record."""
+        """Warm up on a side stream (the step's writes are the real call's own), then record with the
+        cycle collector paused (it could free another object's graph mid-capture)."""
         static_in = tuple(t.clone() for t in inputs)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -54,8 +66,14 @@ class GraphSteps:
                 self.step(*static_in)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            static_out = self.step(*static_in)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                static_out = self.step(*static_in)
+        finally:
+            if collecting:
+                gc.enable()
         return graph, static_in, static_out
 
     def __len__(self) -> int:

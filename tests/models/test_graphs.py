@@ -1,0 +1,76 @@
+"""GraphSteps' bookkeeping, on CPU with stand-ins for the CUDA graph API: one capture per input shape,
+the cycle collector paused while recording, and no reference back to the step's owner (whose dead
+graphs the collector could otherwise free in the middle of another capture, invalidating it)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from draftlab.models import graphs
+from draftlab.models.graphs import GraphSteps
+
+
+class _Stream:
+    def wait_stream(self, other: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recording(monkeypatch) -> list[bool]:
+    """Replace the CUDA graph API; return whether the collector was enabled at each capture."""
+    seen: list[bool] = []
+
+    @contextmanager
+    def capture(graph: object, pool: object = None):
+        seen.append(gc.isenabled())
+        yield
+
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+    monkeypatch.setattr(torch.cuda, "Stream", _Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", _Stream)
+    monkeypatch.setattr(torch.cuda, "stream", contextmanager(lambda stream: (yield)))
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: type("Graph", (), {"replay": lambda self: None})())
+    monkeypatch.setattr(graphs.torch.cuda, "graph", capture)
+    return seen
+
+
+class _Owner:
+    """Holds its GraphSteps, as BatchTarget and BatchDrafter do."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.run = GraphSteps(self.step)
+
+    def step(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        self.calls += 1
+        return (x * 2,)
+
+
+def test_one_capture_per_shape_with_the_collector_paused(recording: list[bool]) -> None:
+    owner = _Owner()
+    assert gc.isenabled()
+    owner.run(torch.ones(2))
+    owner.run(torch.ones(2))
+    owner.run(torch.ones(3))
+    assert len(owner.run) == 2 and recording == [False, False]
+    assert owner.calls == 2 * 3  # per capture: two warm-up runs and the recorded one; replays run none
+    assert gc.isenabled()  # restored
+
+
+def test_graph_steps_do_not_keep_their_owner_alive(recording: list[bool]) -> None:
+    owner = _Owner()
+    owner.run(torch.ones(2))
+    gone = weakref.ref(owner)
+    gc_was = gc.isenabled()
+    gc.disable()  # freed by reference counting alone, not by the collector
+    try:
+        del owner
+        assert gone() is None
+    finally:
+        if gc_was:
+            gc.enable()
