@@ -4,6 +4,8 @@ run on the device machine."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -36,3 +38,25 @@ def test_graphed_batch_equals_one_at_a_time(toy_pair, config):
     assert len(target._run_bucket) > 0 and (batch_drafter is None or len(batch_drafter._run_bucket) > 0)
     if flags:
         assert max(n for _, lengths in expected for n in lengths) > 1  # the pair accepts
+
+
+def test_captures_survive_the_cycle_collector(toy_pair):
+    """Decoders dropped inside garbage cycles, with the collector forced to run at nearly every
+    allocation: freeing their graphs while another decoder captures would invalidate that capture
+    (the profiler builds and drops batched caches this way, one per measured size)."""
+    pair = load_pair(toy_pair.target_dir, toy_pair.drafter_dir, device="cuda", cache="dynamic")
+    flags = exact_spec_flags(3, 1, 4)
+    expected = None
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        for batch in (2, 3, 2, 3):
+            decoder = BatchSpeculativeDecoder(pair.target, pair.drafter, flags)
+            rows = decoder.generate([list(PROMPTS[0])] * batch, max_new_tokens=12)
+            expected = expected or rows[0].output_ids
+            assert all(r.output_ids == expected for r in rows)
+            cycle: list[object] = [decoder]
+            cycle.append(cycle)
+            del decoder, cycle
+    finally:
+        gc.set_threshold(*threshold)
