@@ -81,6 +81,9 @@ def test_generate_batch_size_matches(pair, toy_pair, tmp_path):
     one = generate(toy_pair.target_dir, toy_pair.drafter_dir, path, **args)
     three = generate(toy_pair.target_dir, toy_pair.drafter_dir, path, batch_size=3, **args)  # groups of 3 and 2
     assert three.config["batch_size"] == 3
+    cycles = [r.num_cycles for r in one.results]  # the same per prompt at any batch size
+    busy = sum(cycles) / (3 * max(cycles[:3]) + 2 * max(cycles[3:]))
+    assert one.row_busy_fraction == 1.0 and three.row_busy_fraction == pytest.approx(busy) and busy < 1
     assert [(r.output_ids, r.accept_lengths) for r in three.results] == \
         [(r.output_ids, r.accept_lengths) for r in one.results]
     assert three.mean_accept_length == one.mean_accept_length > 1.5

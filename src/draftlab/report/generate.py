@@ -30,3 +30,7 @@ def render_generate(result: GenerateResult, console: Console) -> None:
     histogram = ", ".join(f"{length}: {count}" for length, count in overall.histogram.items())
     console.print(f"mean accept length [bold]{result.mean_accept_length:.3f}[/bold] over {overall.num_cycles} "
                   f"cycles (histogram {histogram or 'empty'}); {result.tokens_per_second:.1f} tokens/s")
+    if result.config["batch_size"] > 1:
+        console.print(f"rows busy {result.row_busy_fraction:.0%} of their groups' cycles: a group of "
+                      f"{result.config['batch_size']} runs until its slowest row is done (a server would refill "
+                      f"finished rows; draftlab plan assumes that)")

@@ -42,6 +42,9 @@ class GenerateResult:
     mean_accept_length: float  # over all cycles of all prompts; 0.0 with no cycle
     tokens_per_second: float  # generated tokens over decoding wall time (prefill included, loading excluded)
     results: list[PromptResult]
+    # with --batch-size B: of the rows' cycles in their groups, the share that decoded (a group runs
+    # until its slowest row is done, the others riding along); 1.0 one prompt at a time
+    row_busy_fraction: float = 1.0
 
 
 def generate(
@@ -99,7 +102,7 @@ def generate(
                          cache=cache, max_len=max_len)
         runner, draft_model, layers = pair.target, pair.drafter, pair.aux_layers
 
-    results, elapsed = [], 0.0
+    results, elapsed, group_cycles = [], 0.0, []
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         task = bar.add_task("generating", total=len(rows))
         if batch_size == 1:
@@ -126,6 +129,7 @@ def generate(
                 elapsed += time.perf_counter() - start
                 results += [PromptResult(first + i, d.output_ids, d.accept_lengths, len(d.accept_lengths))
                             for i, d in enumerate(done)]
+                group_cycles.append([len(d.accept_lengths) for d in done])
                 bar.advance(task, len(group))
 
     generated = sum(len(r.output_ids) for r in results)
@@ -143,7 +147,15 @@ def generate(
         mean_accept_length=accept_stats(n for r in results for n in r.accept_lengths).mean_accept_length,
         tokens_per_second=generated / elapsed if elapsed > 0 else 0.0,
         results=results,
+        row_busy_fraction=_busy_fraction(group_cycles),
     )
+
+
+def _busy_fraction(group_cycles: list[list[int]]) -> float:
+    """Of the cycles the groups' rows rode through (each group as many as its slowest row), the share
+    in which a row was still decoding."""
+    slots = sum(len(cycles) * max(cycles) for cycles in group_cycles)
+    return sum(map(sum, group_cycles)) / slots if slots else 1.0
 
 
 def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:
