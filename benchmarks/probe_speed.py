@@ -30,6 +30,7 @@ import torch
 from runtime_speed import build
 
 from draftlab.engines.sglang_flags import resolve_spec_flags
+from draftlab.models.devices import synchronize
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe_sequences
 from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
@@ -37,16 +38,11 @@ from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
 CONFIGS = [(3, 1, 4), (5, 4, 8)]
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def clock(fn, device: str) -> tuple[float, object]:
-    sync(device)
+    synchronize(torch.device(device))
     start = time.perf_counter()
     out = fn()
-    sync(device)
+    synchronize(torch.device(device))
     return time.perf_counter() - start, out
 
 

@@ -31,6 +31,7 @@ import transformers as tf
 
 from draftlab.checkpoint import DrafterConfig
 from draftlab.models import Eagle3Drafter, TargetRunner
+from draftlab.models.devices import synchronize
 
 SHAPES = {
     "llama-3.1-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -58,21 +59,16 @@ def build(shape: str, device: str, dtype: torch.dtype) -> tuple[tf.PreTrainedMod
     return model.eval(), drafter
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def timed(fn, device: str, repeats: int) -> float:
     """Median milliseconds of ``fn`` after two warm-up calls."""
     for _ in range(2):
         fn()
     times = []
     for _ in range(repeats):
-        sync(device)
+        synchronize(torch.device(device))
         start = time.perf_counter()
         fn()
-        sync(device)
+        synchronize(torch.device(device))
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
 
@@ -169,10 +165,10 @@ def spec_runs(target: TargetRunner, drafter: Eagle3Drafter, prompt: torch.Tensor
                                      SpecFlags(*flags, source="explicit") if flags else None)
         run = lambda n: list(decoder.stream(prompt.tolist(), max_new_tokens=n, ignore_eos=True))  # noqa: E731
         run(16)  # warm-up (captures the graphs this config needs)
-        sync(device)
+        synchronize(torch.device(device))
         start = time.perf_counter()
         commits = run(new)
-        sync(device)
+        synchronize(torch.device(device))
         seconds = time.perf_counter() - start
         cycles = [c.accept_length for c in commits if c.accept_length is not None]
         produced = sum(len(c.tokens) for c in commits)
@@ -250,7 +246,7 @@ def main() -> None:
         target = TargetRunner(model, cache="static", max_len=max_len, compile=args.compile)
         drafter.use_static_cache(max_len)
         fast_ref = reference_run(target, drafter, prompt, args.check_tokens)  # also captures the common buckets
-        sync(args.device)
+        synchronize(torch.device(args.device))
         result["fast_first_run_s"] = time.perf_counter() - start
         if reference is not None:
             result["fast_vs_eager"] = compare(fast_ref, reference, teacher_forced(target, prompt, reference["tokens"]))

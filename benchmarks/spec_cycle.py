@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from draftlab.checkpoint import DrafterConfig  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
-from draftlab.models.devices import parse_device, parse_dtype  # noqa: E402
+from draftlab.models.devices import parse_device, parse_dtype, synchronize  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
 from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
@@ -66,16 +66,12 @@ class PhaseTimer:
     def __init__(self, device: torch.device) -> None:
         self.device, self.totals, self.counts = device, defaultdict(float), defaultdict(int)
 
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
     def wrap(self, fn, name: str):
         def timed(*args, **kwargs):
-            self._sync()
+            synchronize(self.device)
             start = time.perf_counter()
             out = fn(*args, **kwargs)
-            self._sync()
+            synchronize(self.device)
             self.totals[name] += time.perf_counter() - start
             self.counts[name] += 1
             return out
@@ -96,12 +92,12 @@ def run(decoder: SpeculativeDecoder, prompt: list[int], new_tokens: int, device:
     cycles, tokens, start = 0, 0, None
     for commit in decoder.stream(prompt, max_new_tokens=new_tokens, ignore_eos=True):
         if commit.accept_length is None:
-            timer._sync()
+            synchronize(timer.device)
             start = time.perf_counter()  # decoding starts after the prefill's token
         else:
             cycles += 1
             tokens += len(commit.tokens)
-    timer._sync()
+    synchronize(timer.device)
     elapsed = time.perf_counter() - start
     del decoder.target.forward, decoder._draft, decoder._extend
     return {"cycles": cycles, "tokens": tokens, "cycle_ms": 1000 * elapsed / cycles,
