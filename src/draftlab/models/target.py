@@ -21,7 +21,6 @@ loaded model serves decoding and probing.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from draftlab.errors import DraftlabError
 from draftlab.models.devices import model_devices, offloaded, parse_device, parse_dtype
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import apply_window, attention_mask, new_token_mask, to_additive
-from draftlab.models.target_static import StaticTarget, supports
+from draftlab.models.target_static import StaticTarget, cache_keyword, supports
 
 CACHES = ("auto", "dynamic", "static")
 DEFAULT_MAX_LEN = 4096
@@ -77,8 +76,7 @@ class TargetRunner:
         self.device = model.get_input_embeddings().weight.device
         self.dtype = model.get_input_embeddings().weight.dtype
         self._windows = _layer_windows(model.config, n_layers)
-        # the KV-cache keyword of the HF forward: "cache" in transformers >= 5.2x, "past_key_values" before
-        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.cache_arg = cache_keyword(model.forward)
         on_cuda = self.device.type == "cuda"
         one_device = len(model_devices(model)) == 1  # not split by a device map
         if cache == "auto":

@@ -17,7 +17,7 @@ use the cache (the runner's batched, cache-free ``forward_batch``), so one loade
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -40,6 +40,11 @@ def supports(model: PreTrainedModel) -> bool:
     return getattr(model.config, "model_type", None) in FAMILIES
 
 
+def cache_keyword(forward: Callable[..., object]) -> str:
+    """The KV-cache keyword of an HF forward: "cache" in transformers >= 5.2x, "past_key_values" before."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
 class LayerWalk:
     """The HF model's own modules run by hand over a cache draftlab owns: embedding, rotary, every
     decoder layer (with the mask of its attention kind), final norm. The aux layers' outputs are
@@ -50,9 +55,7 @@ class LayerWalk:
         self.layers = list(self.decoder.layers)
         layer_types = getattr(model.config, "layer_types", None) or ["all"] * len(self.layers)
         self.layer_kinds = [kind if kind in windows else next(iter(windows)) for kind in layer_types]
-        # the layers' KV-cache keyword: "cache" in transformers >= 5.2x, "past_key_values" before
-        self.cache_arg = "cache" if "cache" in inspect.signature(self.layers[0].forward).parameters \
-            else "past_key_values"
+        self.cache_arg = cache_keyword(self.layers[0].forward)
 
     def kv_shape(self) -> tuple[int, int]:
         """(kv_heads, head_dim) of the layers' attention."""
