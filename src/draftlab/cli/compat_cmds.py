@@ -8,10 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json
+from draftlab.cli.common import JsonOption, console, emit_json
 
 EngineOpt = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
 @app.command()
@@ -19,7 +18,7 @@ def inspect(
     path: Annotated[Path, typer.Argument(help="Checkpoint folder, or a weights file beside its config.json.")],
     engine: EngineOpt = "sglang",
     target_layers: Annotated[Optional[int], typer.Option(help="Target layer count, to resolve default aux layers.")] = None,
-    json_out: JsonOpt = False,
+    json_out: JsonOption = False,
 ) -> int:
     """What a checkpoint is (target or drafter), from headers and config only."""
     from draftlab.checkpoint.summary import inspect_checkpoint
@@ -40,7 +39,7 @@ def check(
     target: Annotated[Path, typer.Option("--target", "-t", help="The target model folder.")],
     engine: EngineOpt = "sglang",
     fix: Annotated[Optional[Path], typer.Option("--fix", help="Write a fixed copy of the drafter here.")] = None,
-    json_out: JsonOpt = False,
+    json_out: JsonOption = False,
 ) -> int:
     """Every problem DRAFTER will have with TARGET in ENGINE. Exit 0 no error, 1 an error, 2 bad input."""
     from draftlab.report.compat import render_check, render_fix

@@ -10,7 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json
+from draftlab.cli.common import (
+    DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TopkOption, console, emit_json,
+)
 from draftlab.errors import DraftlabError
 from draftlab.probe.drift import DriftResult, drift
 
@@ -27,15 +29,14 @@ def drift_command(
     drafter: Annotated[Optional[Path], typer.Option(
         "--drafter", help="Also probe this drafter's accept length on both targets.")] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Probe continuation length.")] = 128,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="SGLang --speculative-num-steps (probe).")] = None,
-    topk: Annotated[Optional[int], typer.Option("--topk", help="SGLang --speculative-eagle-topk (probe).")] = None,
-    num_draft_tokens: Annotated[Optional[int], typer.Option(
-        "--num-draft-tokens", help="SGLang --speculative-num-draft-tokens (probe).")] = None,
+    steps: StepsOption = None,
+    topk: TopkOption = None,
+    num_draft_tokens: NumDraftTokensOption = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per pass.")] = 4,
-    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
+    dtype: DtypeOption = "float32",
     device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
     engine: Annotated[str, typer.Option("--engine", help="Aux-layer convention of the drafter config.")] = "sglang",
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    json_out: JsonOption = False,
 ) -> None:
     """Per-layer cosine, relative L2 and CKA of the hidden states; next-token agreement and KL."""
     result = drift(target_a, target_b, prompts, layers=_parse_layers(layers), drafter=drafter,

@@ -7,7 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 from draftlab.cli.app import app
-from draftlab.cli.common import DeviceMapOption, DeviceOption, EngineOption, console, emit_json
+from draftlab.cli.common import (
+    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, StepsOption,
+    TopkOption, console, emit_json,
+)
 from draftlab.report.generate import render_generate
 from draftlab.spec.generate import generate
 
@@ -17,22 +20,21 @@ def generate_command(
     target: Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")],
     prompts: Annotated[Path, typer.Option("--prompts", help="JSONL: one of input_ids, prompt or messages a line.")],
     drafter: Annotated[Optional[Path], typer.Option("--drafter", help="EAGLE-3 drafter folder.")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="SGLang --speculative-num-steps.")] = None,
-    topk: Annotated[Optional[int], typer.Option("--topk", help="SGLang --speculative-eagle-topk.")] = None,
-    num_draft_tokens: Annotated[Optional[int], typer.Option(
-        "--num-draft-tokens", help="SGLang --speculative-num-draft-tokens (root included).")] = None,
+    steps: StepsOption = None,
+    topk: TopkOption = None,
+    num_draft_tokens: NumDraftTokensOption = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate per prompt.")] = 128,
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy.")] = 0.0,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed (temperature > 0).")] = None,
     no_draft: Annotated[bool, typer.Option("--no-draft", help="Decode with the target alone (baseline).")] = False,
-    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
+    dtype: DtypeOption = "float32",
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     engine: EngineOption = "sglang",
     batch_size: Annotated[int, typer.Option(
         "--batch-size", help="Prompts decoded together (1: one at a time, the fastest path per prompt).")] = 1,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-new-tokens tokens.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    json_out: JsonOption = False,
 ) -> None:
     """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
     result = generate(

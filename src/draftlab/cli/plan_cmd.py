@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json, to_jsonable
+from draftlab.cli.common import JsonOption, console, emit_json, to_jsonable
 from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
 from draftlab.cost.probes import load_probes, save_probes
@@ -63,7 +63,7 @@ def plan(
     allreduce_share: Annotated[Optional[float], typer.Option(help="Engine: all-reduce share of a cycle, 0..1.")] = None,
     batch_size: Annotated[int, typer.Option(help="Engine: batch size the throughputs were measured at.")] = 1,
     what_if: Annotated[Optional[list[str]], typer.Option(help="Engine: a scenario, e.g. accept_length=3.2 or allreduce_scale=0.5; repeatable.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+    json_out: JsonOption = False,
 ) -> None:
     """Predict tokens per second per speculation config, the break-even accept length and the best config."""
     engine = {"baseline_tps": baseline_tps, "decode_ms": decode_ms, "spec_tps": spec_tps,

@@ -10,7 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
-from draftlab.cli.common import DeviceMapOption, DeviceOption, EngineOption, console, emit_json
+from draftlab.cli.common import (
+    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, StepsOption,
+    TopkOption, console, emit_json,
+)
 from draftlab.probe.probe import ProbeResult, probe
 
 
@@ -25,10 +28,9 @@ def probe_command(
         "--features", help="Hidden states captured by an engine (SpecForge data_*.ckpt, speculators data_*.pt or "
                            "hs_*.safetensors) instead of running the target; --target then gives only its config, "
                            "embedding and lm_head.")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="SGLang --speculative-num-steps.")] = None,
-    topk: Annotated[Optional[int], typer.Option("--topk", help="SGLang --speculative-eagle-topk.")] = None,
-    num_draft_tokens: Annotated[Optional[int], typer.Option(
-        "--num-draft-tokens", help="SGLang --speculative-num-draft-tokens (root included).")] = None,
+    steps: StepsOption = None,
+    topk: TopkOption = None,
+    num_draft_tokens: NumDraftTokensOption = None,
     max_new_tokens: Annotated[int, typer.Option(
         "--max-new-tokens", help="Continuation tokens per prompt (a given response is cut to this).")] = 128,
     responses: Annotated[str, typer.Option(
@@ -39,11 +41,11 @@ def probe_command(
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed of the continuations (temperature > 0).")
                     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per target/drafter pass.")] = 4,
-    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
+    dtype: DtypeOption = "float32",
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     engine: EngineOption = "sglang",
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    json_out: JsonOption = False,
 ) -> None:
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
     result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,

@@ -4,27 +4,31 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated, Optional
 
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, err_console
+from draftlab.cli.common import (
+    DtypeOption, EngineOption, NumDraftTokensOption, StepsOption, TopkOption, console, err_console,
+)
 from draftlab.serve.http import make_server
 from draftlab.serve.load import load_context
 
 
 @app.command()
 def serve(
-    target: str = typer.Option(..., "--target", help="Target model folder"),
-    drafter: str = typer.Option(None, "--drafter", help="EAGLE-3 drafter folder (omit: plain decoding)"),
-    steps: int = typer.Option(None, "--steps"),
-    topk: int = typer.Option(None, "--topk"),
-    num_draft_tokens: int = typer.Option(None, "--num-draft-tokens"),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(30000, "--port", help="0 picks a free port (printed)"),
-    dtype: str = typer.Option("float32", "--dtype"),
-    device: str = typer.Option("cpu", "--device"),
-    engine: str = typer.Option("sglang", "--engine", help="Whose aux-layer convention to read from the drafter"),
+    target: Annotated[str, typer.Option("--target", help="Target model folder.")],
+    drafter: Annotated[Optional[str], typer.Option(
+        "--drafter", help="EAGLE-3 drafter folder (omit: plain decoding).")] = None,
+    steps: StepsOption = None,
+    topk: TopkOption = None,
+    num_draft_tokens: NumDraftTokensOption = None,
+    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="0 picks a free port (printed).")] = 30000,
+    dtype: DtypeOption = "float32",
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
+    engine: EngineOption = "sglang",
 ) -> int:
     """Serve /v1/completions, /v1/chat/completions, /generate, /get_server_info, /metrics, /health."""
     with err_console.status("loading models"):
