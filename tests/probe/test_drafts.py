@@ -53,7 +53,7 @@ def test_every_kept_node_is_accepted_at_its_depth(pair, cfg):
         root = int(prefill.logits[-1].argmax())
         drafter.reset()
         state = decoder._extend(torch.cat([prompt[1:], prompt.new_tensor([root])]), prefill.aux)
-        paths = _paths(decoder._draft_tree(root, state))
+        paths = _paths(decoder._draft(root, state))
         assert len(paths) == flags.num_draft_tokens - 1
         assert max(len(p) for p in paths) > 1 or flags.steps == 1
 

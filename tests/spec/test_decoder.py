@@ -5,7 +5,7 @@ import torch
 from spec_fakes import make_pair, greedy_reference
 from stats import chi_square_p
 
-import draftlab.spec.decoder as decoder_mod
+import draftlab.spec.verify as verify_mod
 from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.spec.decoder import SpeculativeDecoder
@@ -150,7 +150,7 @@ def test_the_sampling_test_detects_a_biased_rule(monkeypatch):
         if not children:
             return Walk([0], [int(torch.multinomial(probs[0], 1, generator=gen))])
         return Walk([0, children[0]], [int(tree.tokens[children[0]]), int(torch.multinomial(probs[children[0]], 1, generator=gen))])
-    monkeypatch.setattr(decoder_mod, "tree_sampling_walk", biased)
+    monkeypatch.setattr(verify_mod, "tree_sampling_walk", biased)
     target, drafter = make_pair(VOCAB, sharpness=1.5, noise=1.0, draft_ids=[0, 1, 3, 4], seed=2)
     samples = _samples(SpeculativeDecoder(target, drafter, resolve_spec_flags(2, 2, 4)), 2500)
     assert chi_square_p(samples, _exact_three(target.table)) < 1e-6

@@ -1,8 +1,8 @@
 import torch
 from stats import chi_square_p
 
-from draftlab.spec.tree import build_tree, chain_tree
-from draftlab.spec.verify import chain_sampling_walk, greedy_walk, tree_sampling_walk
+from draftlab.spec.tree import build_tree
+from draftlab.spec.verify import greedy_walk, tree_sampling_walk
 
 # root(9) -> a(1), b(2); a -> c(3); b -> d(4)
 TREE = build_tree(9, torch.tensor([1, 2, 3, 4]), torch.tensor([0, 0, 1, 2]))
@@ -55,21 +55,3 @@ def test_tree_sampling_first_two_tokens_follow_the_target():
         else:
             exact[(x, None)] = px
     assert chi_square_p(samples, exact) > 1e-3
-
-
-def test_chain_sampling_first_token_follows_the_target_whatever_q():
-    vocab = 6
-    tree_tokens = []
-    p = _random_probs(2, vocab, 3)
-    q = _random_probs(1, vocab, 4)
-    g = torch.Generator().manual_seed(5)
-    firsts = []
-    for _ in range(6000):
-        x = int(torch.multinomial(q[0], 1, generator=g))
-        tree_tokens.append(x)
-        walk = chain_sampling_walk(chain_tree(0, torch.tensor([x])), q, p, g)
-        firsts.append(walk.tokens[0])
-        assert walk.accept_length == (2 if walk.nodes == [0, 1] else 1)
-    assert chi_square_p(firsts, {x: float(p[0, x]) for x in range(vocab)}) > 1e-3
-    # the test has power: the draft distribution itself is rejected
-    assert chi_square_p(tree_tokens, {x: float(p[0, x]) for x in range(vocab)}) < 1e-6

@@ -83,8 +83,9 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     """Exact greedy accept lengths of ``drafter`` on ``target`` over ``prompts``, or over the captured
     hidden states in ``features`` (then ``target`` supplies only its config, embedding and lm_head).
 
-    At ``temperature`` > 0 (chains only) the figures are the expected acceptance of sampled drafts
-    along the text (:mod:`.sampling`), an estimate, and the continuations are sampled.
+    At ``temperature`` > 0 (chains only) the figures are the expected acceptance of the engines' top-1
+    drafts verified by sampling, along the text (:mod:`.sampling`), an estimate, and the continuations
+    are sampled.
 
     A live target runs on ``device`` (default cpu) or split across the GPUs by ``device_map``
     ("auto"), not both; the drafter sits with the target's input embedding."""
@@ -300,7 +301,7 @@ def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int
 def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
                  samples: list[_Sample], flags: SpecFlags, *, batch_size: int, max_new_tokens: int, num_inputs: int,
                  config: dict[str, Any], bar: Progress, temperature: float) -> ProbeResult:
-    """Temperature > 0: expected acceptance of a sampled chain rooted at every continuation token."""
+    """Temperature > 0: expected acceptance of a chain rooted at every continuation token."""
     task = bar.add_task("probing (expected acceptance)", total=len(samples))
     draft_to_target = drafter.to_target_ids(torch.arange(drafter.d2t.numel(), device=drafter.d2t.device))
     per_prompt, rows = [], []

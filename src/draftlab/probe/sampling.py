@@ -1,11 +1,12 @@
-"""Temperature > 0: the expected acceptance of a sampled chain, along the text (an estimate).
+"""Temperature > 0: the expected acceptance of a chain, along the text (an estimate).
 
-A chain drafted by sampling from q and verified by speculative sampling accepts draft j, given
-drafts 1..j-1 were accepted, with probability alpha_j = sum_x min(p(x), q(x)) (Leviathan et al.,
-2023), p and q being the target's and the drafter's distributions at temperature T after the same
-prefix. Along a text (the target's sampled continuation), a cycle rooted at each position then has
-expected accept length 1 + sum_j prod_{i <= j} alpha_i. It is an estimate: the real prefixes of
-later drafts are the accepted samples, not the text's own tokens.
+SGLang and vLLM draft the drafter's top-1 token x at every temperature and verify it by sampling
+(SGLang's ``tree_speculative_sampling_target_only``, vLLM's rejection sampler without draft
+probabilities): draft j, given drafts 1..j-1 were accepted, is accepted with probability
+alpha_j = p(x_j), p being the target's distribution at temperature T after the same prefix. Along a
+text (the target's sampled continuation), a cycle rooted at each position then has expected accept
+length 1 + sum_j prod_{i <= j} alpha_i. It is an estimate: the real prefixes of later drafts are the
+accepted drafts, not the text's own tokens.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ import torch
 @torch.no_grad()
 def chain_alphas(draft_logits: list[torch.Tensor], target_logits_at, draft_to_target: torch.Tensor,
                  temperature: float, chunk: int = 256) -> torch.Tensor:
-    """alpha [B, n, steps]: ``draft_logits[j-1]`` [B, n, Vd] against the target's distribution at
-    position s + j, whose logits ``target_logits_at(positions)`` returns ([B, len(positions), V])."""
+    """alpha [B, n, steps]: the drafter's top-1 of ``draft_logits[j-1]`` [B, n, Vd] under the target's
+    distribution at position s + j, whose logits ``target_logits_at(positions)`` returns ([B, len(positions), V])."""
     b, n, _ = draft_logits[0].shape
     out = torch.zeros(b, n, len(draft_logits), device=draft_logits[0].device)
     for j, logits in enumerate(draft_logits, start=1):
+        drafts = draft_to_target.to(logits.device)[logits.argmax(-1)]  # [B, n] target ids
         for start in range(0, n, chunk):
             rows = torch.arange(start, min(start + chunk, n), device=logits.device)
             target = target_logits_at(rows + j)  # on the lm_head's device (the last GPU of a split target)
-            p = torch.softmax(target.float() / temperature, -1)[..., draft_to_target.to(target.device)]
-            q = torch.softmax(logits[:, rows].float() / temperature, -1)
-            out[:, rows, j - 1] = torch.minimum(p.to(q.device), q).sum(-1)
+            p = torch.softmax(target.float() / temperature, -1)
+            picked = p.gather(-1, drafts[:, rows, None].to(p.device))[..., 0]
+            out[:, rows, j - 1] = picked.to(out.device)
     return out
 
 

@@ -7,8 +7,8 @@ caches (:mod:`draftlab.models.batch_slots`) keep each row's own path and pad the
 and the walks run per row with the batch-1 functions, so at temperature 0 every row's tokens and accept
 lengths are exactly those of the batch-1 decoder (barring float ties under a different batch shape).
 
-At temperature > 0 every config, chains included, drafts the top-k tree and verifies it with the
-lossless tree sampling walk (SGLang's way); the batch-1 decoder instead samples chain drafts from q.
+At temperature > 0, as in the batch-1 decoder, every config, chains included, drafts the top-k tree
+and verifies it with the lossless tree sampling walk (SGLang's and vLLM's way).
 
 A finished row (EOS or ``max_new_tokens``) keeps riding along until the whole batch is done, as in a
 static batch; its extra tokens are discarded and not counted.
@@ -38,7 +38,7 @@ from draftlab.spec.tree import (
     organize_draft_results,
     select_top_k,
 )
-from draftlab.spec.verify import Walk, greedy_walk, tree_sampling_walk
+from draftlab.spec.verify import Walk, walk_tree
 
 
 def batch_cache_slots(width: int, max_new_tokens: int, flags: SpecFlags | None) -> int:
@@ -124,7 +124,7 @@ class BatchSpeculativeDecoder:
             if limit is not None:  # finished rows ride along; keep their positions in range
                 verify_positions = verify_positions.clamp(max=limit - 1)
             verify = target.forward(tokens, verify_positions, tree_mask=torch.stack([t.mask for t in trees]))
-            walks = [self._walk(t, verify.logits[i], temperature, gen) for i, t in enumerate(trees)]
+            walks = [walk_tree(t, verify.logits[i], temperature, gen) for i, t in enumerate(trees)]
             target.keep([w.nodes for w in walks])
             for row, walk in zip(rows, walks):
                 if not row.done:
@@ -144,12 +144,6 @@ class BatchSpeculativeDecoder:
         if accept_length is not None:
             row.accept_lengths.append(accept_length)
         row.done = stopped or len(row.output_ids) >= max_new_tokens
-
-    @staticmethod
-    def _walk(tree: DraftTree, logits: torch.Tensor, temperature: float, gen: torch.Generator) -> Walk:
-        if temperature == 0:
-            return greedy_walk(tree, logits)
-        return tree_sampling_walk(tree, torch.softmax(logits.float() / temperature, -1), gen)
 
     def _extend(self, drafter: BatchDrafter, walks: list[Walk], aux: torch.Tensor,
                 counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

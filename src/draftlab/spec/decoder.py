@@ -7,7 +7,9 @@
         walk: accept a path, add the bonus token; keep() only that path in the target's cache
         draft-extend: run the drafter over the newly committed tokens with the target's features
 
-Without a drafter the tree is the root alone, so the same loop is plain decoding.
+Without a drafter the tree is the root alone, so the same loop is plain decoding. At temperature > 0
+the drafts stay the drafter's top-k, as SGLang and vLLM draft them, and the walk samples
+(:func:`~draftlab.spec.verify.walk_tree`): the output follows the target's distribution exactly.
 
 The drafter's cache holds only committed positions between cycles. Its draft passes re-run the
 frontier's ancestors in one forward with a tree mask and then drop every entry they appended
@@ -26,8 +28,8 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
-from draftlab.spec.tree import DraftTree, build_tree, chain_tree, organize_draft_results, select_top_k
-from draftlab.spec.verify import Walk, chain_sampling_walk, greedy_walk, tree_sampling_walk
+from draftlab.spec.tree import DraftTree, build_tree, organize_draft_results, select_top_k
+from draftlab.spec.verify import walk_tree
 
 if TYPE_CHECKING:
     from draftlab.models.drafter import DraftStep, Eagle3Drafter
@@ -129,10 +131,10 @@ class SpeculativeDecoder:
         while produced < max_new_tokens:
             if context is not None and self.target.cache_len + depth + 1 > context:
                 return  # the next verify would run past the target's context
-            tree, draft_q = self._draft(root, state, temperature, gen)
+            tree = self._draft(root, state)
             positions = self.target.cache_len + tree.depth
             verify = self.target.forward(tree.tokens, tree_mask=tree.mask, positions=positions)
-            walk = self._walk(tree, draft_q, verify.logits, temperature, gen)
+            walk = walk_tree(tree, verify.logits, temperature, gen)
             path = torch.tensor(walk.nodes, dtype=torch.long, device=device)
             self.target.keep(path)
 
@@ -153,18 +155,12 @@ class SpeculativeDecoder:
         step = self.drafter.forward(tokens, features)
         return _DraftState(step.logits[-1], step.hidden[-1])
 
-    def _draft(
-        self, root: int, state: _DraftState | None, temperature: float, gen: torch.Generator
-    ) -> tuple[DraftTree, torch.Tensor | None]:
-        """The tree to verify, and for a sampled chain the q each draft was sampled from."""
+    def _draft(self, root: int, state: _DraftState | None) -> DraftTree:
+        """SGLang's draft tree (the root alone without a drafter). Drafts are the drafter's top-k at
+        every temperature, as in SGLang and vLLM: sampling only happens in the walk."""
         if self.drafter is None:
             none = torch.empty(0, dtype=torch.long, device=self.target.device)
-            return build_tree(root, none, none), None
-        if self.flags.is_chain and temperature > 0:
-            return self._draft_sampled_chain(root, state, temperature, gen)
-        return self._draft_tree(root, state), None
-
-    def _draft_tree(self, root: int, state: _DraftState) -> DraftTree:
+            return build_tree(root, none, none)
         k, steps = self.flags.topk, self.flags.steps
         top_p, top_d = torch.softmax(state.logits.float(), -1).topk(k)
         frontier, chunk = select_top_k(0, top_p, self.drafter.to_target_ids(top_d), None, k)
@@ -178,38 +174,6 @@ class SpeculativeDecoder:
             frontier, chunk = select_top_k(step, top_p, self.drafter.to_target_ids(top_d), frontier, k)
             chunks.append(chunk)
         return organize_draft_results(chunks, root, self.flags.num_draft_tokens)
-
-    def _draft_sampled_chain(
-        self, root: int, state: _DraftState, temperature: float, gen: torch.Generator
-    ) -> tuple[DraftTree, torch.Tensor]:
-        """A chain of drafts sampled from q = softmax(draft logits / T) mapped to target ids."""
-        vocab = self.target.config.vocab_size
-        draft_to_target = self.drafter.to_target_ids(
-            torch.arange(state.logits.numel(), device=state.logits.device)
-        )
-        nodes = _DraftNodes(state.hidden)
-        logits, parent, drafts, qs = state.logits, -1, [], []
-        for step in range(self.flags.steps):
-            q_draft = torch.softmax(logits.float() / temperature, -1)
-            token = int(draft_to_target[torch.multinomial(q_draft, 1, generator=gen)])
-            q = torch.zeros(vocab, device=q_draft.device).index_put_((draft_to_target,), q_draft, accumulate=True)
-            drafts.append(token)
-            qs.append(q)
-            if step < self.flags.steps - 1:
-                parent = nodes.add(token, parent)
-                logits = nodes.run(self.drafter).logits[parent]
-        return chain_tree(root, torch.tensor(drafts, dtype=torch.long, device=self.target.device)), torch.stack(qs)
-
-    def _walk(
-        self, tree: DraftTree, draft_q: torch.Tensor | None, logits: torch.Tensor,
-        temperature: float, gen: torch.Generator,
-    ) -> Walk:
-        if temperature == 0:
-            return greedy_walk(tree, logits)
-        probs = torch.softmax(logits.float() / temperature, -1)
-        if draft_q is not None:
-            return chain_sampling_walk(tree, draft_q, probs, gen)
-        return tree_sampling_walk(tree, probs, gen)
 
 
 class _DraftNodes:

@@ -82,28 +82,9 @@ def tree_sampling_walk(tree: DraftTree, target_probs: torch.Tensor, generator: t
         nodes.append(node)
 
 
-def chain_sampling_walk(
-    tree: DraftTree, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
-) -> Walk:
-    """Standard speculative sampling for a chain whose drafts were sampled from q.
-
-    ``draft_probs[i]`` is the q (over the target vocabulary) draft i was sampled from;
-    ``target_probs[i]`` the target's p at chain node i (node 0 = root). Accept draft x with
-    probability min(1, p(x)/q(x)); on rejection sample from norm(max(0, p - q)) and stop; after a
-    fully accepted chain sample the bonus from p at the last node. Lossless (Leviathan et al. 2023,
-    Chen et al. 2023): P(out = x) = min(p, q)(x) + (1 - sum min(p, q)) * norm(max(0, p - q))(x) = p(x).
-    """
-    tokens = tree.tokens.tolist()
-    nodes, out = [0], []
-    for i in range(tree.size - 1):
-        x = tokens[i + 1]
-        p, q = target_probs[i], draft_probs[i]
-        if _uniform(generator, p.device) * float(q[x]) < float(p[x]):
-            out.append(x)
-            nodes.append(i + 1)
-            continue
-        residual = torch.clamp(p - q, min=0.0)
-        out.append(_sample(residual if float(residual.sum()) > 0 else p, generator))
-        return Walk(nodes, out)
-    out.append(_sample(target_probs[tree.size - 1], generator))
-    return Walk(nodes, out)
+def walk_tree(tree: DraftTree, target_logits: torch.Tensor, temperature: float, generator: torch.Generator) -> Walk:
+    """The walk SGLang and vLLM run over top-k drafts: greedy at temperature 0, else tree sampling
+    from softmax(target logits / T)."""
+    if temperature == 0:
+        return greedy_walk(tree, target_logits)
+    return tree_sampling_walk(tree, torch.softmax(target_logits.float() / temperature, -1), generator)
