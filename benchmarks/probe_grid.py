@@ -68,6 +68,7 @@ def main() -> None:
     with torch.inference_mode(), tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "prompts.jsonl"
         path.write_text("".join(json.dumps({"input_ids": p}) + "\n" for p in prompts))
+        target_continuations(runner, prompts[:1], 8, batch_size=1)  # warm-up: CUDA context, kernels
         conts, t_cont = seconds(lambda: target_continuations(runner, prompts, args.new_tokens + steps,
                                                              batch_size=args.batch_size), args.device)
         shared, t_shared = seconds(lambda: probe_configs(pair, tmp, path, configs, max_new_tokens=args.new_tokens,
@@ -79,15 +80,17 @@ def main() -> None:
                                 args.device)
             separate.append(result)
             t_separate += t
-    same = all([r.accept_lengths for r in a.results] == [r.accept_lengths for r in b.results]
-               for a, b in zip(shared, separate))
+    differing = {c: sum(x.accept_lengths != y.accept_lengths for x, y in zip(a.results, b.results))
+                 for c, a, b in zip(DEFAULT_GRID.split(","), shared, separate)}
     print(json.dumps({
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "model": args.model, "dtype": str(dtype), "prompts": args.prompts, "prompt_tokens": args.prompt_tokens,
         "new_tokens": args.new_tokens, "grid": DEFAULT_GRID, "continuations_s": round(t_cont, 3),
         "probe_configs_s": round(t_shared, 3), "probe_configs_without_continuations_s": round(t_shared - t_cont, 3),
-        "probe_per_config_s": round(t_separate, 3), "same_accept_lengths": same,
+        "probe_per_config_s": round(t_separate, 3), "same_accept_lengths": not any(differing.values()),
+        "prompts_with_different_accept_lengths": differing,
         "mean_accept_length": {c: r.mean_accept_length for c, r in zip(DEFAULT_GRID.split(","), shared)},
+        "mean_accept_length_per_config": {c: r.mean_accept_length for c, r in zip(DEFAULT_GRID.split(","), separate)},
     }, indent=2))
 
 
