@@ -106,7 +106,7 @@ def test_cli_table_and_verdict(toy_pair, prompts, capsys):
     (["--spec-tps", "52"], "drop --spec-tps"),
     (["--grid", "3/1/5"], "pass --num-draft-tokens 4"),
     (["--grid", "3/1/4:2.5"], "drop ':2.5'"),
-    (["--batch-sizes", "0"], "batch sizes must be positive"),
+    (["--batch-sizes", "0"], "--batch-sizes '0': values must be positive"),
 ])
 def test_bad_input_exits_2_with_one_line(toy_pair, prompts, capsys, extra, words):
     args = pair_args(toy_pair, prompts)

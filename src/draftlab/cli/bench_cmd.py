@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -14,7 +15,10 @@ from draftlab.bench.result import BenchResult
 from draftlab.bench.run import run_bench
 from draftlab.bench.workload import load_prompts
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json, err_console, to_jsonable
+from draftlab.cli.common import (
+    IgnoreEosOption, JsonOption, MaxTokensOption, PromptsOption, TemperatureOption, TimeoutOption, console, emit_json,
+    err_console, to_jsonable,
+)
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
 
@@ -25,22 +29,27 @@ app.add_typer(bench_app, name="bench")
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
-    base_url: str = typer.Option(None, "--base-url", help="Server root, e.g. http://127.0.0.1:30000"),
-    api: str = typer.Option("openai-chat", "--api", help="openai-chat | openai | sglang (/generate)"),
-    prompts: Path = typer.Option(None, "--prompts", help="JSONL rows with prompt, messages or input_ids"),
-    num_prompts: int = typer.Option(None, "--num-prompts", help="Requests to measure (prompts are cycled)"),
-    concurrency: int = typer.Option(None, "--concurrency", help="Max requests in flight (default 1)"),
-    request_rate: float = typer.Option(None, "--request-rate", help="Poisson arrivals per second"),
-    max_tokens: int = typer.Option(128, "--max-tokens"),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Generate exactly --max-tokens"),
-    temperature: float = typer.Option(0.0, "--temperature"),
-    warmup: int = typer.Option(1, "--warmup", help="Unmeasured requests first"),
-    model: str = typer.Option(None, "--model", help="OpenAI model name (default: first of /v1/models)"),
-    timeout: float = typer.Option(600.0, "--timeout", help="Per-request seconds without data"),
-    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals"),
-    label: str = typer.Option(None, "--label", help="Arm name for bench compare"),
-    output: Path = typer.Option(None, "-o", "--output", help="Write the result JSON here"),
-    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON"),
+    base_url: Annotated[Optional[str], typer.Option(
+        "--base-url", help="Server root, e.g. http://127.0.0.1:30000.")] = None,
+    api: Annotated[str, typer.Option("--api", help="openai-chat | openai | sglang (/generate).")] = "openai-chat",
+    prompts: PromptsOption = None,
+    num_prompts: Annotated[Optional[int], typer.Option(
+        "--num-prompts", help="Requests to measure (prompts are cycled).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(
+        "--concurrency", help="Max requests in flight (default 1).")] = None,
+    request_rate: Annotated[Optional[float], typer.Option(
+        "--request-rate", help="Poisson arrivals per second.")] = None,
+    max_tokens: MaxTokensOption = 128,
+    ignore_eos: IgnoreEosOption = False,
+    temperature: TemperatureOption = 0.0,
+    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests first.")] = 1,
+    model: Annotated[Optional[str], typer.Option(
+        "--model", help="OpenAI model name (default: first of /v1/models).")] = None,
+    timeout: TimeoutOption = 600.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals.")] = 0,
+    label: Annotated[Optional[str], typer.Option("--label", help="Arm name for bench compare.")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the result JSON here.")] = None,
+    json_out: JsonOption = False,
 ) -> int:
     """Stream requests to a server and report TTFT, ITL, TPOT, E2E, throughput and accept length."""
     if ctx.invoked_subcommand is not None:
@@ -100,10 +109,12 @@ def _render(result: BenchResult, output: Path | None) -> None:
 
 @bench_app.command("compare")
 def compare(
-    files: list[Path] = typer.Argument(..., help="Result files from bench -o"),
-    baseline: str = typer.Option(None, "--baseline", help="Label of the baseline arm (default: the first file's)"),
-    plot: Path = typer.Option(None, "--plot", help="Write a PNG of throughput and TPOT vs concurrency"),
-    json_out: bool = typer.Option(False, "--json"),
+    files: Annotated[list[Path], typer.Argument(help="Result files from bench -o.")],
+    baseline: Annotated[Optional[str], typer.Option(
+        "--baseline", help="Label of the baseline arm (default: the first file's).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Write a PNG of throughput and TPOT vs concurrency.")] = None,
+    json_out: JsonOption = False,
 ) -> int:
     """Compare benchmark runs: throughput, latency and speedup over the baseline at equal load."""
     result = compare_results(files, baseline=baseline, plot=plot)

@@ -1,4 +1,4 @@
-"""Rendering helpers shared by the commands: JSON on stdout, rich output for people."""
+"""Helpers shared by the commands: option aliases, list parsing, JSON on stdout, rich output for people."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+
+from draftlab.errors import DraftlabError
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -26,6 +28,41 @@ TopkOption = Annotated[Optional[int], typer.Option("--topk", help="SGLang --spec
 NumDraftTokensOption = Annotated[Optional[int], typer.Option(
     "--num-draft-tokens", help="SGLang --speculative-num-draft-tokens (root included).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+TargetOption = Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")]
+SamplingSeedOption = Annotated[Optional[int], typer.Option("--seed", help="Sampling seed (temperature > 0).")]
+TemperatureOption = Annotated[float, typer.Option("--temperature", help="Sampling temperature; 0 is greedy.")]
+
+# options of the commands that start an engine server (launch, sweep)
+TargetIdOption = Annotated[str, typer.Option("--target", help="Target model folder or hub id.")]
+DrafterIdOption = Annotated[Optional[str], typer.Option(
+    "--drafter", help="EAGLE-3 drafter folder or hub id (omit: baseline).")]
+TpOption = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
+HostOption = Annotated[str, typer.Option("--host", help="Address the server listens on.")]
+PortOption = Annotated[Optional[int], typer.Option(
+    "--port", help="Default: SGLang 30000, vLLM 8000, draftlab 30000.")]
+HealthTimeoutOption = Annotated[float, typer.Option(
+    "--health-timeout", help="Seconds to wait for the engine's /health.")]
+SkipCheckOption = Annotated[bool, typer.Option("--skip-check", help="Launch without draftlab check.")]
+DryRunOption = Annotated[bool, typer.Option(
+    "--dry-run", help="Print each engine command and its environment only; start nothing.")]
+
+# options of the commands that benchmark a server (bench, sweep)
+PromptsOption = Annotated[Optional[Path], typer.Option(
+    "--prompts", help="JSONL rows with prompt, messages or input_ids.")]
+MaxTokensOption = Annotated[int, typer.Option("--max-tokens", help="Tokens to generate per request.")]
+IgnoreEosOption = Annotated[bool, typer.Option("--ignore-eos", help="Generate exactly --max-tokens.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Per-request seconds without data.")]
+
+
+def parse_ints(option: str, text: str) -> list[int]:
+    """Parse ``option``'s value like ``1,8,32`` into sorted, distinct positive integers."""
+    try:
+        values = sorted({int(v) for v in text.split(",")})
+    except ValueError:
+        raise DraftlabError(f"{option} {text!r}: expected integers like 1,8,32") from None
+    if min(values) < 1:
+        raise DraftlabError(f"{option} {text!r}: values must be positive")
+    return values
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, StepsOption,
-    TopkOption, console, emit_json,
+    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
+    StepsOption, TargetOption, TemperatureOption, TopkOption, console, emit_json,
 )
 from draftlab.report.generate import render_generate
 from draftlab.spec.generate import generate
@@ -17,15 +17,15 @@ from draftlab.spec.generate import generate
 
 @app.command("generate")
 def generate_command(
-    target: Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")],
+    target: TargetOption,
     prompts: Annotated[Path, typer.Option("--prompts", help="JSONL: one of input_ids, prompt or messages a line.")],
     drafter: Annotated[Optional[Path], typer.Option("--drafter", help="EAGLE-3 drafter folder.")] = None,
     steps: StepsOption = None,
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate per prompt.")] = 128,
-    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy.")] = 0.0,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed (temperature > 0).")] = None,
+    temperature: TemperatureOption = 0.0,
+    seed: SamplingSeedOption = None,
     no_draft: Annotated[bool, typer.Option("--no-draft", help="Decode with the target alone (baseline).")] = False,
     dtype: DtypeOption = "float32",
     device: DeviceOption = None,

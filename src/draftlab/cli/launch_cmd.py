@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json, err_console
+from draftlab.cli.common import (
+    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, NumDraftTokensOption, PortOption, SkipCheckOption,
+    StepsOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
+)
 from draftlab.engines.launch import (
     EngineCommand,
     EngineProcess,
@@ -23,22 +27,23 @@ from draftlab.errors import DraftlabError
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def launch(
     ctx: typer.Context,
-    engine: str = typer.Argument(..., help="sglang, vllm or draftlab (the reference server)"),
-    target: str = typer.Option(..., "--target", help="Target model folder or hub id"),
-    drafter: str = typer.Option(None, "--drafter", help="EAGLE-3 drafter folder or hub id (omit: baseline)"),
-    steps: int = typer.Option(None, "--steps"),
-    topk: int = typer.Option(None, "--topk"),
-    num_draft_tokens: int = typer.Option(None, "--num-draft-tokens"),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size"),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(None, "--port", help="Default: SGLang 30000, vLLM 8000"),
-    max_running_requests: int = typer.Option(48, "--max-running-requests", help="Both arms (SGLang's EAGLE cap)"),
-    chunked_prefill_size: int = typer.Option(None, "--chunked-prefill-size"),
-    health_timeout: float = typer.Option(1800.0, "--health-timeout", help="Seconds to wait for /health"),
-    log_file: Path = typer.Option(None, "--log-file", help="Default: draftlab-ENGINE-PORT.log"),
-    skip_check: bool = typer.Option(False, "--skip-check", help="Launch without draftlab check"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the command and environment only"),
-    json_out: bool = typer.Option(False, "--json", help="With --dry-run: the command as JSON"),
+    engine: Annotated[str, typer.Argument(help="sglang, vllm or draftlab (the reference server).")],
+    target: TargetIdOption,
+    drafter: DrafterIdOption = None,
+    steps: StepsOption = None,
+    topk: TopkOption = None,
+    num_draft_tokens: NumDraftTokensOption = None,
+    tp: TpOption = 1,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = None,
+    max_running_requests: Annotated[int, typer.Option(
+        "--max-running-requests", help="Both arms (SGLang's EAGLE cap).")] = 48,
+    chunked_prefill_size: Annotated[Optional[int], typer.Option("--chunked-prefill-size")] = None,
+    health_timeout: HealthTimeoutOption = 1800.0,
+    log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Default: draftlab-ENGINE-PORT.log.")] = None,
+    skip_check: SkipCheckOption = False,
+    dry_run: DryRunOption = False,
+    json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
     """Start an engine server with EAGLE-3 (or the baseline); extra engine args go after --."""
     request = LaunchRequest(

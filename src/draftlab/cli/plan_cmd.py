@@ -16,24 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from draftlab.cli.app import app
-from draftlab.cli.common import JsonOption, console, emit_json, to_jsonable
+from draftlab.cli.common import JsonOption, console, emit_json, parse_ints, to_jsonable
 from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
 from draftlab.cost.probes import load_probes, save_probes
 from draftlab.cost.profile import load_profile, save_profile
 from draftlab.errors import DraftlabError
-
-
-def _batch_list(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise DraftlabError(f"--batch-sizes {text!r}: expected integers like 1,8,32") from None
-    if min(values) < 1:
-        raise DraftlabError(f"--batch-sizes {text!r}: batch sizes must be positive")
-    return values
 
 
 @app.command()
@@ -79,7 +67,8 @@ def plan(
         if given_engine:
             raise DraftlabError(f"--target plans from the pair itself; drop --{given_engine[0].replace('_', '-')} "
                                 "(engine numbers are a separate mode)")
-        _plan_pair(target, drafter, prompts, grid, _batch_list(batch_sizes) or [1], plot, json_out,
+        batches = [1] if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes)
+        _plan_pair(target, drafter, prompts, grid, batches, plot, json_out,
                    {k: v for k, v in pair_options.items() if v is not None})
         return
     given_pair = [k for k, v in pair_options.items() if v is not None]
@@ -92,8 +81,8 @@ def plan(
                 "(engine numbers are a separate mode)"
             )
         result = make_plan(
-            load_profile(costs), load_probes(list(probe or [])),
-            grid=parse_grid(grid) if grid else None, batch_sizes=_batch_list(batch_sizes),
+            load_profile(costs), load_probes(list(probe or [])), grid=parse_grid(grid) if grid else None,
+            batch_sizes=None if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes),
         )
         _emit_plan(result, plot, json_out)
         return

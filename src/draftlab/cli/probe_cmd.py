@@ -11,15 +11,15 @@ from rich.table import Table
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, StepsOption,
-    TopkOption, console, emit_json,
+    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
+    StepsOption, TargetOption, TopkOption, console, emit_json,
 )
 from draftlab.probe.probe import ProbeResult, probe
 
 
 @app.command("probe")
 def probe_command(
-    target: Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")],
+    target: TargetOption,
     drafter: Annotated[Path, typer.Option("--drafter", help="EAGLE-3 drafter folder.")],
     prompts: Annotated[Optional[Path], typer.Option(
         "--prompts", help="JSONL: one of input_ids, prompt or messages a line (plus response_ids with "
@@ -38,8 +38,7 @@ def probe_command(
     ] = "generate",
     temperature: Annotated[float, typer.Option(
         "--temperature", help="0: exact greedy accept lengths. > 0 (chains): expected acceptance, an estimate.")] = 0.0,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed of the continuations (temperature > 0).")
-                    ] = None,
+    seed: SamplingSeedOption = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per target/drafter pass.")] = 4,
     dtype: DtypeOption = "float32",
     device: DeviceOption = None,
@@ -91,11 +90,11 @@ def render_probe(result: ProbeResult, out: Console | None = None) -> None:
 def _render_estimate(result: ProbeResult, out: Console) -> None:
     cfg = result.config
     by_step = "  ".join("-" if p is None else f"{p:.2f}" for p in result.acceptance_by_step)
-    out.print(f"probe estimate at temperature {cfg['temperature']}: chain of {cfg['steps']} sampled drafts, "
+    out.print(f"probe estimate at temperature {cfg['temperature']}: chain of {cfg['steps']} top-1 drafts, "
               f"{cfg['responses']} continuations")
     for r in result.results:
         value = "-" if r.expected_accept_length is None else f"{r.expected_accept_length:.3f}"
         out.print(f"  prompt {r.prompt_index}: expected accept length {value} over {r.continuation_tokens} tokens")
-    out.print(f"expected accept length [bold]{result.mean_accept_length:.3f}[/bold] (estimate: sum min(p, q) along "
-              f"the text); expected acceptance by draft step: {by_step}")
+    out.print(f"expected accept length [bold]{result.mean_accept_length:.3f}[/bold] (estimate: the target's p of "
+              f"each draft, along the text); expected acceptance by draft step: {by_step}")
     out.print(f"vocabulary bound: {result.vocab_bound:.1%} of continuation tokens are in the draft vocabulary")

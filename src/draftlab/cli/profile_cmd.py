@@ -9,19 +9,9 @@ import typer
 from rich.table import Table
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json
+from draftlab.cli.common import DtypeOption, JsonOption, console, emit_json, parse_ints
 from draftlab.cost.profile import ModelInfo, Profile, save_profile
 from draftlab.errors import DraftlabError
-
-
-def _ints(option: str, text: str) -> list[int]:
-    try:
-        values = sorted({int(v) for v in text.split(",")})
-    except ValueError:
-        raise DraftlabError(f"{option} {text!r}: expected integers like 1,8,32") from None
-    if min(values) < 1:
-        raise DraftlabError(f"{option} {text!r}: values must be positive")
-    return values
 
 
 @app.command()
@@ -34,7 +24,7 @@ def profile(
     draft_rows: Annotated[str, typer.Option(help="Rows per sequence of a draft step (the topk values to plan).")] = "1,2,4,8",
     extend_tokens: Annotated[str, typer.Option(help="Accepted tokens per sequence of a draft-extend.")] = "1,2,3,4,5,6,7,8",
     context: Annotated[int, typer.Option(help="KV-cache length every pass runs after.")] = 256,
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "bfloat16",
+    dtype: DtypeOption = "bfloat16",
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cuda",
     warmup: Annotated[int, typer.Option(help="Untimed calls before each measurement.")] = 3,
     repeats: Annotated[int, typer.Option(help="Timed calls per measurement (median and spread).")] = 10,
@@ -42,11 +32,11 @@ def profile(
     tp: Annotated[int, typer.Option(help="Also time the all-reduce over this many processes (>= 2; NCCL on GPUs, gloo on CPU).")] = 1,
     hidden_size: Annotated[Optional[int], typer.Option(help="With --tp and no --target: the model's hidden size.")] = None,
     num_layers: Annotated[Optional[int], typer.Option(help="With --tp and no --target: the model's layer count.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the profile as one JSON document on stdout.")] = False,
+    json_out: JsonOption = False,
 ) -> None:
     """Time decode, verify, draft steps and draft-extend (and the TP all-reduce) on this machine."""
-    batches = _ints("--batch-sizes", batch_sizes)
-    tokens = _ints("--verify-tokens", verify_tokens)
+    batches = parse_ints("--batch-sizes", batch_sizes)
+    tokens = parse_ints("--verify-tokens", verify_tokens)
     if target is None and tp < 2:
         raise DraftlabError("give --target T (and --drafter D), or --tp P to time the all-reduce")
     if drafter is not None and target is None:
@@ -65,8 +55,8 @@ def profile(
                                     target_name=str(target), drafter_name=drafter and str(drafter))
         result = profile_costs(
             workload, batch_sizes=batches, verify_tokens=tokens,
-            draft_rows=_ints("--draft-rows", draft_rows),
-            extend_tokens=_ints("--extend-tokens", extend_tokens),
+            draft_rows=parse_ints("--draft-rows", draft_rows),
+            extend_tokens=parse_ints("--extend-tokens", extend_tokens),
             warmup=warmup, repeats=repeats, overhead_ms=overhead_ms,
         )
         hidden_size, num_layers = result.model.hidden_size, result.model.num_layers

@@ -10,7 +10,7 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, EngineOption, NumDraftTokensOption, StepsOption, TopkOption, console, err_console,
+    DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, TopkOption, console, err_console,
 )
 from draftlab.serve.http import make_server
 from draftlab.serve.load import load_context
@@ -24,7 +24,7 @@ def serve(
     steps: StepsOption = None,
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
-    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    host: HostOption = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="0 picks a free port (printed).")] = 30000,
     dtype: DtypeOption = "float32",
     device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -13,7 +14,11 @@ from rich.table import Table
 from draftlab.bench.grid import GRID_HELP, GridEntry, parse_grid
 from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, SweepPlan, SweepResult, plan_sweep, run_sweep
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json, err_console
+from draftlab.cli.common import (
+    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, IgnoreEosOption, MaxTokensOption, PortOption,
+    PromptsOption, SkipCheckOption, TargetIdOption, TemperatureOption, TimeoutOption, TpOption, console, emit_json,
+    err_console,
+)
 from draftlab.errors import DraftlabError
 
 PHASES = {"launch": "starting the engine", "bench": "benchmarking", "done": "done", "failed": "failed"}
@@ -22,28 +27,32 @@ PHASES = {"launch": "starting the engine", "bench": "benchmarking", "done": "don
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sweep(
     ctx: typer.Context,
-    engine: str = typer.Option(..., "--engine", help="sglang, vllm or draftlab (the reference server)"),
-    target: str = typer.Option(..., "--target", help="Target model folder or hub id"),
-    drafter: str = typer.Option(None, "--drafter", help="EAGLE-3 drafter folder or hub id"),
-    grid: str = typer.Option(..., "--grid", help=GRID_HELP),
-    prompts: Path = typer.Option(None, "--prompts", help="JSONL rows with prompt, messages or input_ids"),
-    num_prompts: int = typer.Option(None, "--num-prompts", help="Measured requests per entry (prompts are cycled)"),
-    max_tokens: int = typer.Option(128, "--max-tokens"),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Generate exactly --max-tokens"),
-    temperature: float = typer.Option(0.0, "--temperature"),
-    warmup: int = typer.Option(1, "--warmup", help="Unmeasured requests per entry"),
-    api: str = typer.Option(None, "--api", help="openai-chat | openai | sglang (default: sglang; vLLM: openai)"),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size"),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(None, "--port", help="Default: SGLang 30000, vLLM 8000, draftlab 30000"),
-    max_running_requests: int = typer.Option(None, "--max-running-requests",
-                                             help="Engine cap on every entry (default: max(48, largest batch))"),
-    health_timeout: float = typer.Option(1800.0, "--health-timeout", help="Seconds to wait for each /health"),
-    timeout: float = typer.Option(600.0, "--timeout", help="Per-request seconds without data"),
-    out: Path = typer.Option(None, "--out", help="New folder for results (default: sweep-ENGINE-DATE-TIME)"),
-    skip_check: bool = typer.Option(False, "--skip-check", help="Launch without draftlab check"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print every entry's command and environment only"),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary (or, with --dry-run, the commands) as JSON"),
+    engine: Annotated[str, typer.Option("--engine", help="sglang, vllm or draftlab (the reference server).")],
+    target: TargetIdOption,
+    grid: Annotated[str, typer.Option("--grid", help=GRID_HELP)],
+    drafter: DrafterIdOption = None,
+    prompts: PromptsOption = None,
+    num_prompts: Annotated[Optional[int], typer.Option(
+        "--num-prompts", help="Measured requests per entry (prompts are cycled).")] = None,
+    max_tokens: MaxTokensOption = 128,
+    ignore_eos: IgnoreEosOption = False,
+    temperature: TemperatureOption = 0.0,
+    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests per entry.")] = 1,
+    api: Annotated[Optional[str], typer.Option(
+        "--api", help="openai-chat | openai | sglang (default: sglang; vLLM: openai).")] = None,
+    tp: TpOption = 1,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = None,
+    max_running_requests: Annotated[Optional[int], typer.Option(
+        "--max-running-requests", help="Engine cap on every entry (default: max(48, largest batch)).")] = None,
+    health_timeout: HealthTimeoutOption = 1800.0,
+    timeout: TimeoutOption = 600.0,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="New folder for results (default: sweep-ENGINE-DATE-TIME).")] = None,
+    skip_check: SkipCheckOption = False,
+    dry_run: DryRunOption = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print the summary (or, with --dry-run, the commands) as JSON.")] = False,
 ) -> int:
     """Bench every batch,steps,topk,draft-tokens entry on its own engine launch; extra engine args go after --."""
     options = SweepOptions(
