@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from draftlab.bench.grid import GridEntry, parse_grid
+from draftlab.bench.grid import SweepEntry, parse_grid
 from draftlab.bench.result import load_result
 from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep, run_sweep
 from draftlab.cli import main
@@ -79,7 +79,7 @@ def fake_vllm(tmp_path, monkeypatch):
 
 def test_grid_entries_and_baseline():
     grid = parse_grid(" 1,0,0,0   1,3,1,4\n4,5,4,8 ")
-    assert grid == [GridEntry(1, 0, 0, 0), GridEntry(1, 3, 1, 4), GridEntry(4, 5, 4, 8)]
+    assert grid == [SweepEntry(1, 0, 0, 0), SweepEntry(1, 3, 1, 4), SweepEntry(4, 5, 4, 8)]
     assert [e.is_baseline for e in grid] == [True, False, False]
     assert [e.label for e in grid] == ["baseline", "3/1/4", "5/4/8"]
     assert len({e.slug for e in grid}) == 3
@@ -214,7 +214,7 @@ def real_sweep(toy_pair, tmp_path_factory):
     blocker: list[socket.socket] = []
     before = set(_children(os.getpid()))
 
-    def on_event(index: int, entry: GridEntry, phase: str) -> None:
+    def on_event(index: int, entry: SweepEntry, phase: str) -> None:
         if phase == "launch" and index == 3:
             sock = socket.socket()
             sock.bind(("127.0.0.1", port))

@@ -16,7 +16,7 @@ GRID_HELP = 'space-separated batch,steps,topk,num_draft_tokens entries, e.g. "1,
 
 
 @dataclass(frozen=True)
-class GridEntry:
+class SweepEntry:
     """One configuration of a sweep; steps 0 (with topk 0, num_draft_tokens 0) is the baseline."""
 
     batch: int  # the bench client's concurrency: requests kept in flight
@@ -45,9 +45,9 @@ class GridEntry:
         return f"b{self.batch}-{shape}"
 
 
-def parse_grid(text: str) -> list[GridEntry]:
+def parse_grid(text: str) -> list[SweepEntry]:
     """Parse and check every entry; the first bad one raises DraftlabError naming it."""
-    entries: list[GridEntry] = []
+    entries: list[SweepEntry] = []
     for position, raw in enumerate(text.split(), start=1):
         entry = _parse_entry(raw, position)
         if entry in entries:
@@ -58,7 +58,7 @@ def parse_grid(text: str) -> list[GridEntry]:
     return entries
 
 
-def _parse_entry(raw: str, position: int) -> GridEntry:
+def _parse_entry(raw: str, position: int) -> SweepEntry:
     where = f"--grid entry {position} {raw!r}"
     parts = raw.split(",")
     if len(parts) != 4:
@@ -72,9 +72,9 @@ def _parse_entry(raw: str, position: int) -> GridEntry:
     if steps == 0:
         if (topk, ndt) != (0, 0):
             raise DraftlabError(f"{where}: steps 0 is the baseline; write {batch},0,0,0")
-        return GridEntry(batch, 0, 0, 0)
+        return SweepEntry(batch, 0, 0, 0)
     try:
         exact_spec_flags(steps, topk, ndt)
     except DraftlabError as exc:
         raise DraftlabError(f"{where}: {exc}") from None
-    return GridEntry(batch, steps, topk, ndt)
+    return SweepEntry(batch, steps, topk, ndt)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from draftlab.bench.client import BenchConfig, RequestRecord
-from draftlab.bench.grid import GridEntry
+from draftlab.bench.grid import SweepEntry
 from draftlab.bench.result import BenchResult
 from draftlab.bench.run import check_bench_config, run_bench
 from draftlab.bench.workload import Prompt, load_prompts
@@ -51,7 +51,7 @@ class SweepOptions:
     engine: str  # sglang, vllm or draftlab (the reference server)
     target: str
     drafter: str | None
-    grid: tuple[GridEntry, ...]
+    grid: tuple[SweepEntry, ...]
     prompts: Path | None = None  # needed to run, not to plan
     num_prompts: int | None = None
     max_tokens: int = 128
@@ -71,7 +71,7 @@ class SweepOptions:
 
 @dataclass(frozen=True)
 class PlannedEntry:
-    entry: GridEntry
+    entry: SweepEntry
     command: EngineCommand
 
 
@@ -161,7 +161,7 @@ def plan_sweep(options: SweepOptions) -> SweepPlan:
     return SweepPlan(options, options.api or BENCH_API[options.engine], cap, entries, notes)
 
 
-def _request(options: SweepOptions, entry: GridEntry, cap: int, architecture: str | None) -> LaunchRequest:
+def _request(options: SweepOptions, entry: SweepEntry, cap: int, architecture: str | None) -> LaunchRequest:
     spec = not entry.is_baseline
     return LaunchRequest(
         engine=options.engine, target=options.target, drafter=options.drafter if spec else None,
@@ -183,7 +183,7 @@ def bench_config(plan: SweepPlan, planned: PlannedEntry) -> BenchConfig:
 
 
 # (entry index, entry, phase: "launch" | "bench" | "done" | "failed")
-SweepEvent = Callable[[int, GridEntry, str], None]
+SweepEvent = Callable[[int, SweepEntry, str], None]
 
 
 def run_sweep(

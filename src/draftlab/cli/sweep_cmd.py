@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from draftlab.bench.grid import GRID_HELP, GridEntry, parse_grid
+from draftlab.bench.grid import GRID_HELP, SweepEntry, parse_grid
 from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, SweepPlan, SweepResult, plan_sweep, run_sweep
 from draftlab.cli.app import app
 from draftlab.cli.common import (
@@ -87,7 +87,7 @@ def _run(plan: SweepPlan, folder: Path, *, quiet: bool) -> SweepResult:
         entries = progress.add_task("entries", total=total)
         requests = progress.add_task("requests", total=None, visible=False)
 
-        def on_event(index: int, entry: GridEntry, phase: str) -> None:
+        def on_event(index: int, entry: SweepEntry, phase: str) -> None:
             progress.update(entries, description=f"{entry.label} at batch {entry.batch}: {PHASES[phase]}")
             if phase == "bench":
                 progress.reset(requests, total=plan.options.num_prompts, visible=True)
@@ -117,7 +117,7 @@ def _show_plan(plan: SweepPlan, json_out: bool) -> None:
         err_console.print(f"  note: {note}", markup=False, soft_wrap=True)
 
 
-def _entry_json(e: GridEntry) -> dict[str, int | str]:
+def _entry_json(e: SweepEntry) -> dict[str, int | str]:
     return {"config": e.label, "batch": e.batch, "steps": e.steps, "topk": e.topk, "num_draft_tokens": e.num_draft_tokens}
 
 
