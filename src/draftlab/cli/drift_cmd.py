@@ -60,14 +60,15 @@ def _parse_layers(text: str | None) -> list[int] | None:
 def render_drift(result: DriftResult, out: Console | None = None) -> None:
     out = out or console
     a, b = Path(result.config["target_a"]).name, Path(result.config["target_b"]).name
-    table = Table(title=f"drift: {b} against {a} ({result.num_positions} positions)")
+    out.print(f"drift of {b} against {a}, over {result.num_positions} positions")
+    table = Table()
     for column in ("layer", "cosine", "relative L2", "CKA"):
         table.add_column(column, justify="right")
     for layer in result.layers:
         table.add_row(str(layer.layer), f"{layer.cosine:.4f}", f"{layer.relative_l2:.4f}", f"{layer.cka:.4f}")
     out.print(table)
     out.print(f"next-token agreement [bold]{result.next_token_agreement:.1%}[/bold], "
-                  f"mean KL(A || B) {result.kl:.4f} nats")
+              f"mean KL(A || B) {result.kl:.4f} nats")
     if result.accept_length_a is not None:
         out.print(f"drafter accept length: [bold]{result.accept_length_a:.3f}[/bold] on A, "
-                      f"[bold]{result.accept_length_b:.3f}[/bold] on B")
+                  f"[bold]{result.accept_length_b:.3f}[/bold] on B")
