@@ -196,8 +196,8 @@ def _prompts_file(workdir: Path) -> Path:
 
 def probe_section(demo: Demo) -> None:
     """The exact greedy accept length from one target pass, chain and tree."""
-    from draftlab.cli.probe_cmd import render_probe
     from draftlab.probe.probe import probe
+    from draftlab.report.probe import render_probe
     from draftlab.toy import cached_toy_pair
 
     demo.toy = demo.toy or cached_toy_pair()
@@ -230,8 +230,8 @@ def perturbed_copy(target_dir: Path, dest: Path, scale: float, seed: int = 0) ->
 
 def drift_section(demo: Demo) -> None:
     """A changed target version: how far it moved, and what that costs the drafter."""
-    from draftlab.cli.drift_cmd import render_drift
     from draftlab.probe.drift import drift
+    from draftlab.report.drift import render_drift
     from draftlab.toy import cached_toy_pair
 
     demo.toy = demo.toy or cached_toy_pair()
@@ -297,9 +297,9 @@ def plan_section(demo: Demo) -> None:
     own per-cycle work), predict; then hold the prediction against what generate measures."""
     import torch
 
-    from draftlab.cli.plan_cmd import render_plan
     from draftlab.cost.auto_plan import auto_plan
     from draftlab.cost.model import SpecConfig
+    from draftlab.report.plan import render_plan
     from draftlab.toy import cached_toy_pair
 
     demo.toy = demo.toy or cached_toy_pair()
@@ -317,7 +317,7 @@ def plan_section(demo: Demo) -> None:
                                      num_draft_tokens=4, max_new_tokens=64, engine=ENGINE)
     finally:
         torch.set_num_threads(threads)
-    render_plan(demo.plan.plan, out=demo.console)
+    render_plan(demo.plan.plan, demo.console)
     chain = next(r for r in demo.plan.plan.configs if r.label == "3/1/4")
     own = demo.plan.profile.overhead[0]
     demo.console.print(

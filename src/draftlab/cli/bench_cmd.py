@@ -7,11 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from draftlab.bench.client import BenchConfig
-from draftlab.bench.compare import CompareResult, compare_results
-from draftlab.bench.result import BenchResult
+from draftlab.bench.compare import compare_results
 from draftlab.bench.run import run_bench
 from draftlab.bench.workload import load_prompts
 from draftlab.cli.app import app
@@ -21,6 +19,7 @@ from draftlab.cli.common import (
 )
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
+from draftlab.report.bench import render_bench, render_bench_compare
 
 bench_app = typer.Typer(help="Benchmark a serving endpoint (SGLang, vLLM, draftlab serve).", no_args_is_help=False)
 app.add_typer(bench_app, name="bench")
@@ -72,39 +71,11 @@ def bench(
     if json_out:
         emit_json(result)
     else:
-        _render(result, output)
+        render_bench(result, console, output)
     if result.config["interrupted"]:
         err_console.print("draftlab: interrupted; partial result" + (f" written to {output}" if output else ""))
         return 130
     return 0
-
-
-def _fmt(value: float | None, spec: str = ".1f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _render(result: BenchResult, output: Path | None) -> None:
-    c = result.config
-    load = f"rate {c['request_rate']}/s" if c["request_rate"] else f"concurrency {c['concurrency'] or 1}"
-    console.print(f"[bold]{c['api']}[/bold] {c['base_url']}  {load}  "
-                  f"{result.completed} ok, {result.failed} failed in {result.duration_s:.2f} s")
-    table = Table(show_edge=False)
-    for col in ("metric", "mean", "p50", "p90", "p99"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
-    for name, stats in (("TTFT ms", result.ttft_ms), ("TPOT ms", result.tpot_ms),
-                        ("ITL ms (per chunk)", result.itl_ms), ("E2E ms", result.e2e_ms)):
-        table.add_row(name, *(_fmt(stats[k]) for k in ("mean", "p50", "p90", "p99")))
-    console.print(table)
-    console.print(f"output {result.output_throughput:.1f} tok/s, {result.request_throughput:.2f} req/s")
-    if result.accept_length is not None:
-        pos = ", ".join(f"{x:.2f}" for x in result.acceptance_by_position or [])
-        console.print(f"accept length {result.accept_length:.3f}" + (f"  per position: {pos}" if pos else ""))
-    else:
-        console.print(f"accept length: - ({c['spec_metrics']})")
-    for err in result.errors:
-        console.print(f"[red]{err['kind']}[/red] x{err['count']}: {err['example']}")
-    if output is not None:
-        console.print(f"wrote {output}")
 
 
 @bench_app.command("compare")
@@ -121,20 +92,5 @@ def compare(
     if json_out:
         emit_json(result)
         return 0
-    _render_compare(result)
+    render_bench_compare(result, console)
     return 0
-
-
-def _render_compare(result: CompareResult) -> None:
-    table = Table(title=f"baseline: {result.baseline}", show_edge=False)
-    cols = ("arm", "load", "ok/failed", "out tok/s", "speedup", "TTFT p50", "TPOT mean", "ITL p50", "E2E p50", "accept len")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "arm" else "right")
-    for r in result.rows:
-        load = f"{r.request_rate}/s" if r.request_rate else f"c={r.concurrency}"
-        table.add_row(r.label, load, f"{r.completed}/{r.failed}", _fmt(r.output_throughput),
-                      "-" if r.speedup is None else f"{r.speedup:.2f}x", _fmt(r.ttft_p50_ms), _fmt(r.tpot_mean_ms),
-                      _fmt(r.itl_p50_ms), _fmt(r.e2e_p50_ms), _fmt(r.accept_length, ".3f"))
-    console.print(table)
-    if result.plot is not None:
-        console.print(f"wrote {result.plot}")

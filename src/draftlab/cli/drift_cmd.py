@@ -6,15 +6,14 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TopkOption, console, emit_json,
 )
 from draftlab.errors import DraftlabError
-from draftlab.probe.drift import DriftResult, drift
+from draftlab.probe.drift import drift
+from draftlab.report.drift import render_drift
 
 
 @app.command("drift")
@@ -45,7 +44,7 @@ def drift_command(
     if json_out:
         emit_json(result)
     else:
-        render_drift(result)
+        render_drift(result, console)
 
 
 def _parse_layers(text: str | None) -> list[int] | None:
@@ -55,20 +54,3 @@ def _parse_layers(text: str | None) -> list[int] | None:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise DraftlabError(f"--layers must be comma-separated integers like 1,15,28; got {text!r}") from None
-
-
-def render_drift(result: DriftResult, out: Console | None = None) -> None:
-    out = out or console
-    a, b = Path(result.config["target_a"]).name, Path(result.config["target_b"]).name
-    out.print(f"drift of {b} against {a}, over {result.num_positions} positions")
-    table = Table()
-    for column in ("layer", "cosine", "relative L2", "CKA"):
-        table.add_column(column, justify="right")
-    for layer in result.layers:
-        table.add_row(str(layer.layer), f"{layer.cosine:.4f}", f"{layer.relative_l2:.4f}", f"{layer.cka:.4f}")
-    out.print(table)
-    out.print(f"next-token agreement [bold]{result.next_token_agreement:.1%}[/bold], "
-              f"mean KL(A || B) {result.kl:.4f} nats")
-    if result.accept_length_a is not None:
-        out.print(f"drafter accept length: [bold]{result.accept_length_a:.3f}[/bold] on A, "
-                  f"[bold]{result.accept_length_b:.3f}[/bold] on B")

@@ -14,7 +14,6 @@ from draftlab.cli.common import (
     StepsOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
 )
 from draftlab.engines.launch import (
-    EngineCommand,
     EngineProcess,
     LaunchRequest,
     check_before_launch,
@@ -22,6 +21,7 @@ from draftlab.engines.launch import (
     local_architecture,
 )
 from draftlab.errors import DraftlabError
+from draftlab.report.launch import render_launch
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -59,11 +59,11 @@ def launch(
         if json_out:
             emit_json({**dataclasses.asdict(command), "shell": command.shell})
         else:
-            _render(command)
+            render_launch(command, console, err_console)
         return 0
     if json_out:
         raise DraftlabError("--json only goes with --dry-run (a running server prints its log, not JSON)")
-    _render(command)
+    render_launch(command, console, err_console)
     log = log_file or Path(f"draftlab-{command.engine}-{command.port}.log")
     with EngineProcess(command, log) as proc:
         proc.start()
@@ -72,11 +72,3 @@ def launch(
         console.print(f"[green]ready[/green] at {command.base_url} (log: {log}); Ctrl-C stops it")
         code = proc.process.wait()
         raise DraftlabError(f"{command.engine} exited with code {code}: {proc.last_log_line()} (log: {log})")
-
-
-def _render(command: EngineCommand) -> None:
-    for key, value in command.env.items():
-        console.print(f"[bold]env[/bold] {key}={value}")
-    console.print(command.shell, soft_wrap=True, markup=False)
-    for note in command.notes:
-        err_console.print(f"  note: {note}", markup=False, soft_wrap=True)

@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from draftlab.cli.app import app
 from draftlab.cli.common import JsonOption, console, emit_json, parse_ints, to_jsonable
-from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine, parse_what_if
+from draftlab.cost.engine_numbers import estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
 from draftlab.cost.probes import load_probes, save_probes
 from draftlab.cost.profile import load_profile, save_profile
 from draftlab.errors import DraftlabError
+from draftlab.report.plan import render_engine_estimate, render_measurements, render_plan
 
 
 @app.command()
@@ -99,7 +98,7 @@ def plan(
     if json_out:
         emit_json(est)
     else:
-        _render_estimate(est)
+        render_engine_estimate(est, console)
 
 
 def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, grid: str | None,
@@ -126,12 +125,7 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
     if save_probe is not None:
         save_probes(result.probes, save_probe)
     if not json_out:
-        first = result.probes[0].config
-        env = result.profile.environment
-        n = len(result.probes)
-        console.print(f"{n} config{'s' if n > 1 else ''} probed on {first['num_prompts']} prompts "
-                      f"({first['max_new_tokens']} new tokens each); costs timed on {env.get('device')} "
-                      f"({result.profile.model.dtype}) after {result.profile.context_tokens} cached tokens")
+        render_measurements(result, console)
     _emit_plan(result.plan, plot, json_out)
 
 
@@ -144,48 +138,4 @@ def _emit_plan(result: Plan, plot: Path | None, json_out: bool) -> None:
     if json_out:
         emit_json({**to_jsonable(result), "plot": plot_path})
     else:
-        render_plan(result, plot_path)
-
-
-def render_plan(result: Plan, plot_path: Path | None = None, out: Console | None = None) -> None:
-    """The plan as a table (best config per batch starred), its verdict and the plot's path."""
-    out = out or console
-    table = Table(title="Predicted throughput per speculation config")
-    for col in ("batch", "config", "accept len", "cycle ms", "tok/s", "speedup", "break-even"):
-        table.add_column(col, justify="left" if col == "config" else "right")
-    for b, base in result.baseline_tokens_per_second.items():
-        table.add_row(str(b), "baseline", "1.00", f"{result.decode_ms[b]:.2f}",
-                      f"{base:.1f}", "1.00x", "", style="dim")
-        for r in (r for r in result.configs if r.batch_size == b):
-            star = " *" if r is result.best[b] else ""
-            style = "bold green" if star and r.speedup > 1 else ("bold red" if star else None)
-            table.add_row("", r.label + star, f"{r.accept_length:.2f}", f"{r.cycle_ms:.2f}",
-                          f"{r.tokens_per_second:.1f}", f"{r.speedup:.2f}x",
-                          f"{r.break_even_accept_length:.2f}", style=style)
-    out.print(table)
-    out.print("* best config at that batch size")
-    out.print(result.verdict)
-    if plot_path is not None:
-        out.print(f"plot: {plot_path}")
-
-
-def _render_estimate(est: EngineEstimate) -> None:
-    table = Table(title=f"Speculation from engine numbers (batch {est.batch_size})")
-    table.add_column("scenario", overflow="fold", min_width=16)
-    for col in ("accept len", "cycle ms", "decode ms", "tok/s", "speedup", "break-even"):
-        table.add_column(col, justify="right", no_wrap=True)
-
-    def cell(v: float | None, fmt: str) -> str:
-        return "?" if v is None else format(v, fmt)
-
-    table.add_row("measured", cell(est.accept_length, ".2f"), f"{est.cycle_ms:.1f}",
-                  f"{est.decode_ms:.1f}", cell(est.tokens_per_second, ".1f"),
-                  cell(est.speedup, ".2f") + ("x" if est.speedup is not None else ""),
-                  f"{est.break_even_accept_length:.2f}")
-    for s in est.what_ifs:
-        table.add_row(", ".join(f"{k}={v:g}" for k, v in s.assumptions.items()),
-                      f"{s.accept_length:.2f}", f"{s.cycle_ms:.1f}", f"{s.decode_ms:.1f}",
-                      f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
-                      f"{s.break_even_accept_length:.2f}")
-    console.print(table)
-    console.print(est.verdict)
+        render_plan(result, console, plot_path)

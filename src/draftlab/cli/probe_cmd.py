@@ -6,15 +6,14 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
     StepsOption, TargetOption, TopkOption, console, emit_json,
 )
-from draftlab.probe.probe import ProbeResult, probe
+from draftlab.probe.probe import probe
+from draftlab.report.probe import render_probe
 
 
 @app.command("probe")
@@ -54,47 +53,4 @@ def probe_command(
     if json_out:
         emit_json(result)
     else:
-        render_probe(result)
-
-
-def render_probe(result: ProbeResult, out: Console | None = None) -> None:
-    out = out or console
-    if result.estimate:
-        _render_estimate(result, out)
-        return
-    cfg = result.config
-    table = Table(title=f"probe: steps {cfg['steps']}, topk {cfg['topk']}, draft tokens {cfg['num_draft_tokens']} "
-                        f"({cfg['flags_source']}), {cfg['responses']} continuations")
-    for column in ("prompt", "tokens", "cycles", "mean accept", "off-greedy", "accept lengths"):
-        table.add_column(column, justify="left" if column == "accept lengths" else "right")
-    for r in result.results:
-        mean = sum(r.accept_lengths) / r.num_cycles if r.num_cycles else 0.0
-        lengths = " ".join(map(str, r.accept_lengths[:24])) + (" ..." if r.num_cycles > 24 else "")
-        off = "-" if r.target_disagreement is None else f"{r.target_disagreement:.1%}"
-        table.add_row(str(r.prompt_index), str(r.continuation_tokens), str(r.num_cycles), f"{mean:.2f}", off, lengths)
-    out.print(table)
-    by_step = "  ".join("-" if p is None else f"{p:.2f}" for p in result.acceptance_by_step)
-    out.print(f"mean accept length [bold]{result.mean_accept_length:.3f}[/bold] "
-                  f"(teacher-forced, a cycle at every position: {result.per_position_accept_length:.3f})")
-    out.print(f"acceptance by draft step: {by_step}")
-    out.print(f"accept-length histogram (1..{len(result.accept_length_histogram) - 1}): "
-                  f"{' '.join(map(str, result.accept_length_histogram[1:]))}")
-    out.print(f"vocabulary bound: {result.vocab_bound:.1%} of continuation tokens are in the draft vocabulary")
-    if result.target_disagreement:
-        out.print(f"[yellow]the target disagrees with {result.target_disagreement:.1%} of the given tokens: "
-                      "accept lengths describe this text, not what the target would generate[/yellow]")
-    if result.skipped_prompts:
-        out.print(f"[yellow]skipped {result.skipped_prompts} prompt(s) as long as the target's context[/yellow]")
-
-
-def _render_estimate(result: ProbeResult, out: Console) -> None:
-    cfg = result.config
-    by_step = "  ".join("-" if p is None else f"{p:.2f}" for p in result.acceptance_by_step)
-    out.print(f"probe estimate at temperature {cfg['temperature']}: chain of {cfg['steps']} top-1 drafts, "
-              f"{cfg['responses']} continuations")
-    for r in result.results:
-        value = "-" if r.expected_accept_length is None else f"{r.expected_accept_length:.3f}"
-        out.print(f"  prompt {r.prompt_index}: expected accept length {value} over {r.continuation_tokens} tokens")
-    out.print(f"expected accept length [bold]{result.mean_accept_length:.3f}[/bold] (estimate: the target's p of "
-              f"each draft, along the text); expected acceptance by draft step: {by_step}")
-    out.print(f"vocabulary bound: {result.vocab_bound:.1%} of continuation tokens are in the draft vocabulary")
+        render_probe(result, console)

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from draftlab.cli.app import app
 from draftlab.cli.common import DtypeOption, JsonOption, console, emit_json, parse_ints
 from draftlab.cost.profile import ModelInfo, Profile, save_profile
 from draftlab.errors import DraftlabError
+from draftlab.report.profile import render_profile
 
 
 @app.command()
@@ -79,21 +79,4 @@ def profile(
     if json_out:
         emit_json(result)
     else:
-        _render(result, out)
-
-
-def _render(result: Profile, out: Path) -> None:
-    table = Table(title=f"Measured costs ({result.timer or 'all-reduce only'}, ms)")
-    for col in ("pass", "batch", "tokens", "median", "p10", "p90"):
-        table.add_column(col, justify="left" if col == "pass" else "right")
-    sections = [("verify", result.verify), ("draft step", result.draft_step),
-                ("draft-extend", result.draft_extend)]
-    if result.allreduce is not None:
-        sections.append((f"all-reduce x{result.allreduce.calls_per_forward}", result.allreduce.points))
-    for name, points in sections:
-        for m in points:
-            table.add_row(name, str(m.batch_size), str(m.tokens), f"{m.median_ms:.3f}",
-                          f"{m.p10_ms:.3f}", f"{m.p90_ms:.3f}")
-    console.print(table)
-    env = result.environment
-    console.print(f"torch {env.get('torch')}, {env.get('gpus') or env.get('cpu')}; written to {out}")
+        render_profile(result, console, out)

@@ -7,9 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from draftlab.bench.grid import GRID_HELP, SweepEntry, parse_grid
 from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, SweepPlan, SweepResult, plan_sweep, run_sweep
@@ -20,6 +18,7 @@ from draftlab.cli.common import (
     err_console,
 )
 from draftlab.errors import DraftlabError
+from draftlab.report.sweep import render_sweep, render_sweep_plan
 
 PHASES = {"launch": "starting the engine", "bench": "benchmarking", "done": "done", "failed": "failed"}
 
@@ -70,7 +69,7 @@ def sweep(
     if json_out:
         emit_json(result)
     else:
-        _render(result)
+        render_sweep(result, console)
     summary = Path(result.out_dir) / SUMMARY_NAME
     if result.interrupted:
         err_console.print(f"draftlab: interrupted; the entries that ran are in {summary}")
@@ -106,36 +105,8 @@ def _show_plan(plan: SweepPlan, json_out: bool) -> None:
                    "entries": [{**_entry_json(p.entry), "argv": p.command.argv, "env": p.command.env,
                                 "shell": p.command.shell, "base_url": p.command.base_url} for p in plan.entries]})
         return
-    for index, planned in enumerate(plan.entries, start=1):
-        e = planned.entry
-        console.print(f"[bold]{index}. {e.label} at batch {e.batch}[/bold]")
-        for key, value in planned.command.env.items():
-            console.print(f"  env {key}={value}", markup=False)
-        console.print(f"  {planned.command.shell}", soft_wrap=True, markup=False)
-    console.print(f"bench: --api {plan.api}, engine cap {plan.max_running_requests} running requests on every entry")
-    for note in plan.notes:
-        err_console.print(f"  note: {note}", markup=False, soft_wrap=True)
+    render_sweep_plan(plan, console, err_console)
 
 
 def _entry_json(e: SweepEntry) -> dict[str, int | str]:
     return {"config": e.label, "batch": e.batch, "steps": e.steps, "topk": e.topk, "num_draft_tokens": e.num_draft_tokens}
-
-
-def _fmt(value: float | None, spec: str = ".1f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _render(result: SweepResult) -> None:
-    table = Table(title=f"{result.engine} sweep, bench --api {result.api}", show_edge=False)
-    for col in ("config", "batch", "accept len", "tok/s", "speedup", "TTFT p50 ms", "TPOT p50 ms", "ok/failed"):
-        table.add_column(col, justify="left" if col == "config" else "right")
-    for r in result.rows:
-        table.add_row(r.config, str(r.batch), _fmt(r.accept_length, ".3f"), _fmt(r.output_throughput),
-                      "-" if r.speedup is None else f"{r.speedup:.2f}x", _fmt(r.ttft_p50_ms), _fmt(r.tpot_p50_ms, ".2f"),
-                      "[red]failed[/red]" if r.error else f"{r.completed}/{r.failed}")
-    console.print(table)
-    for r in result.rows:
-        if r.error:
-            console.print(f"[red]{r.config} at batch {r.batch}[/red]: {escape(r.error)}", soft_wrap=True)
-    folder = Path(result.out_dir)
-    console.print(f"wrote {folder / SUMMARY_NAME}" + (f" and {folder / result.plot}" if result.plot else ""))

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from draftlab.cli.app import app
 from draftlab.cli.common import console, emit_json, err_console, to_jsonable
+from draftlab.report.vocab import (
+    render_vocab_build, render_vocab_compare, render_vocab_count, render_vocab_coverage, render_vocab_remap,
+)
 from draftlab.vocab import (
     INIT_METHODS,
     build_mapping_file,
@@ -29,15 +31,6 @@ vocab_app = typer.Typer(name="vocab", no_args_is_help=True,
 app.add_typer(vocab_app, name="vocab")
 
 JsonFlag = typer.Option(False, "--json", help="Print one JSON document on stdout instead of a table.")
-
-
-def _table(title: str, rows: list[tuple[str, Any]]) -> Table:
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in rows:
-        table.add_row(key, f"{value:.2%}" if isinstance(value, float) else str(value))
-    return table
 
 
 @contextmanager
@@ -65,13 +58,7 @@ def count_cmd(
     if json_out:
         emit_json(result)
         return
-    console.print(_table("vocab count", [
-        ("output", result.output), ("mode", result.mode), ("vocab size", result.vocab_size),
-        ("tokens counted", f"{result.num_tokens:,}"), ("distinct tokens", f"{result.distinct_tokens:,}"),
-        ("rows", ", ".join(f"{k} {v}" for k, v in result.rows.items() if v)),
-        ("skipped lines", result.skipped_lines),
-        ("throughput", f"{result.tokens_per_second:,.0f} tokens/s ({result.seconds:.1f} s, tokenizer loading included)"),
-    ]))
+    render_vocab_count(result, console)
 
 
 @vocab_app.command("coverage")
@@ -90,19 +77,7 @@ def coverage_cmd(
     if json_out:
         emit_json(result)
         return
-    console.print(_table(f"coverage of {source}", [
-        ("coverage", result.coverage), ("tokens counted", f"{result.num_tokens:,}"),
-        ("draft / target vocab", f"{result.draft_size:,} / {result.vocab_size:,}"),
-        ("distinct tokens missing", f"{result.distinct_missing:,}"),
-    ]))
-    if result.missing:
-        table = Table(title="most frequent missing tokens", title_justify="left")
-        for column in ("token id", "count", "share", "text"):
-            table.add_column(column, justify="right" if column != "text" else "left")
-        for m in result.missing:
-            table.add_row(str(m.token_id), f"{m.count:,}", f"{m.count / result.num_tokens:.3%}",
-                          repr(m.text) if m.text is not None else "")
-        console.print(table)
+    render_vocab_coverage(result, console, source)
 
 
 def _decoder(tokenizer_dir: Path, vocab_size: int) -> Callable[[int], str | None]:
@@ -128,15 +103,7 @@ def compare_cmd(
     if json_out:
         emit_json(doc)
         return
-    rows: list[tuple[str, Any]] = [
-        ("draft size A / B", f"{result.a_size:,} / {result.b_size:,}"),
-        ("shared tokens", f"{result.shared_tokens:,}"), ("jaccard", f"{result.jaccard:.4f}"),
-        ("differing d2t entries", f"{result.differing_d2t_entries:,}"),
-        ("only in A", f"{len(result.only_in_a):,}"), ("only in B", f"{len(result.only_in_b):,}"),
-    ]
-    if result.coverage_a is not None:
-        rows += [("coverage A", result.coverage_a), ("coverage B", result.coverage_b)]
-    console.print(_table(f"{a} vs {b}", rows))
+    render_vocab_compare(result, console, a, b)
 
 
 @vocab_app.command("build")
@@ -155,12 +122,7 @@ def build_cmd(
     if json_out:
         emit_json(result)
         return
-    console.print(_table("vocab build", [
-        ("output", f"{result.output} ({result.format})"),
-        ("draft / target vocab", f"{result.draft_size:,} / {result.vocab_size:,}"),
-        ("distinct tokens seen", f"{result.seen_tokens:,}"), ("padded with unseen ids", result.padded),
-        ("coverage of the counts", result.coverage),
-    ]))
+    render_vocab_build(result, console)
 
 
 @vocab_app.command("remap")
@@ -178,9 +140,4 @@ def remap_cmd(
     if json_out:
         emit_json(result)
         return
-    console.print(_table("vocab remap", [
-        ("output", result.output), ("layout", result.layout),
-        ("draft size old -> new", f"{result.old_size:,} -> {result.new_size:,}"),
-        ("rows kept (bit-exact)", f"{result.kept:,}"), (f"rows new ({result.init})", f"{result.new:,}"),
-        ("rows dropped", f"{result.dropped:,}"),
-    ]))
+    render_vocab_remap(result, console)

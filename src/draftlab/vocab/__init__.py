@@ -1,6 +1,6 @@
 """Draft vocabularies (d2t/t2d): count tokens, measure coverage, compare, build and remap.
 
-Library entry points (each returns a dataclass; the CLI in :mod:`draftlab.cli.vocab_cmd` renders):
+Library entry points (each returns a dataclass; :mod:`draftlab.report.vocab` renders it):
 :func:`count_tokens` / :func:`count_to_file`, :func:`coverage`, :func:`compare_mappings`,
 :func:`build_mapping` / :func:`build_mapping_file`, :func:`remap_drafter`; the mapping type is
 :class:`VocabMapping` (:func:`load_mapping` reads a drafter or a mapping file).

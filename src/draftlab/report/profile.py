@@ -1,0 +1,28 @@
+"""Terminal rendering of ``profile`` results (rich): the measured pass costs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from draftlab.cost.profile import Profile
+
+
+def render_profile(result: Profile, console: Console, out: Path) -> None:
+    """Median and spread of every timed pass, then the environment and the file ``out`` it went to."""
+    table = Table(title=f"Measured costs ({result.timer or 'all-reduce only'}, ms)")
+    for col in ("pass", "batch", "tokens", "median", "p10", "p90"):
+        table.add_column(col, justify="left" if col == "pass" else "right")
+    sections = [("verify", result.verify), ("draft step", result.draft_step),
+                ("draft-extend", result.draft_extend)]
+    if result.allreduce is not None:
+        sections.append((f"all-reduce x{result.allreduce.calls_per_forward}", result.allreduce.points))
+    for name, points in sections:
+        for m in points:
+            table.add_row(name, str(m.batch_size), str(m.tokens), f"{m.median_ms:.3f}",
+                          f"{m.p10_ms:.3f}", f"{m.p90_ms:.3f}")
+    console.print(table)
+    env = result.environment
+    console.print(f"torch {env.get('torch')}, {env.get('gpus') or env.get('cpu')}; written to {out}")
