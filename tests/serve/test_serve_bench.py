@@ -85,17 +85,32 @@ def test_outputs_identical_with_and_without_drafter(spec_server, base_server):
         assert "spec_verify_ct" not in base["meta_info"]
 
 
+def _decoder_mean(ctx, prompts: list[list[int]], max_new: int = 40) -> float:
+    lengths = [c.accept_length for ids in prompts for c in ctx.engine.decoder.stream(ids, max_new_tokens=max_new)
+               if c.accept_length is not None]
+    return accept_stats(lengths).mean_accept_length
+
+
 def test_server_info_is_cumulative_and_bench_is_not(spec_server):
+    """/get_server_info averages every request the server ever decoded; bench reports only its own run."""
     ctx, url = spec_server
+    earlier, measured = PROMPTS[:2], PROMPTS[2:]
+    for ids in earlier:  # traffic before the bench, which the server keeps counting
+        _generate(url, ids)
+    config = BenchConfig(base_url=url, api="sglang", max_tokens=40, warmup=0, concurrency=1, temperature=0.0)
+    result = run_bench(config, [Prompt(input_ids=p) for p in measured])
     info = httpx.get(url + "/get_server_info", trust_env=False).json()
     counters = ctx.engine.snapshot()
-    assert info["internal_states"][0]["avg_spec_accept_length"] == pytest.approx(
-        (counters.num_accepted_tokens + counters.num_drafts) / counters.num_drafts)
+    cumulative = info["internal_states"][0]["avg_spec_accept_length"]
+
+    assert result.accept_length == pytest.approx(_decoder_mean(ctx, measured), rel=1e-12)
+    assert cumulative == pytest.approx((counters.num_accepted_tokens + counters.num_drafts) / counters.num_drafts)
+    assert abs(cumulative - result.accept_length) > 0.01  # the earlier traffic accepts differently
     metrics = httpx.get(url + "/metrics", trust_env=False).text
     assert f"vllm:spec_decode_num_drafts_total{{model_name=\"toy-table\"}} {counters.num_drafts}" in metrics
 
 
-def test_concurrency_queues_and_completes(spec_server):
+def test_concurrent_requests_all_complete_with_exact_token_counts(spec_server):
     _, url = spec_server
     config = BenchConfig(base_url=url, api="sglang", num_prompts=12, concurrency=6, max_tokens=20, warmup=0,
                          ignore_eos=True)

@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.pair import load_pair
@@ -55,6 +56,20 @@ def windowed(toy_pair, tmp_path_factory):
     config.update(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=8)
     (folder / "config.json").write_text(json.dumps(config))
     return load_pair(folder, toy_pair.drafter_dir, cache="dynamic")
+
+
+def test_the_window_is_in_effect(windowed, toy_pair):
+    """Past 8 tokens the windowed target computes something else than the plain one: the equality
+    below then covers the window's masks (the greedy texts can still agree)."""
+    plain = load_pair(toy_pair.target_dir, toy_pair.drafter_dir, cache="dynamic").target
+    prompt = torch.tensor(list(PROMPTS[1]))  # 21 tokens
+    outputs = []
+    for target in (windowed.target, plain):
+        target.reset()
+        outputs.append(target.forward(prompt))
+    assert torch.equal(outputs[0].logits[:8], outputs[1].logits[:8])
+    assert (outputs[0].logits[8:] - outputs[1].logits[8:]).abs().max() > 0.1
+    assert (outputs[0].aux[8:] - outputs[1].aux[8:]).abs().max() > 0.1
 
 
 @pytest.mark.parametrize("config", [(3, 2, 4), (4, 1, 5), None], ids=str)

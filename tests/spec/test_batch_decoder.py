@@ -64,14 +64,21 @@ def test_a_decoder_reuses_its_caches_and_nothing_leaks_between_calls(pair):
     assert decoder.caches(3, 1)[0].batch_size == 3
 
 
-def test_rows_finish_at_their_own_limit(pair):
-    """One row ends early (max_new_tokens 1 is reached at the prefill); the others are unaffected."""
+def test_rows_finish_at_their_own_end(pair, monkeypatch):
+    """A row that meets EOS stops there and rides along; the other row decodes on to max_new_tokens,
+    and both equal the batch-1 decoder's."""
     flags = exact_spec_flags(3, 1, 4)
-    decoder = BatchSpeculativeDecoder(pair.target, pair.drafter, flags)
-    rows = decoder.generate([list(PROMPTS[0]), list(PROMPTS[1])], max_new_tokens=5)
-    expected = _one_at_a_time(pair, flags, max_new_tokens=5)[:2]
-    assert [(r.output_ids, r.accept_lengths) for r in rows] == expected
-    assert all(len(r.output_ids) == 5 for r in rows)
+    prompts = [list(PROMPTS[3]), list(PROMPTS[2])]  # two rows whose texts differ (others turn to "____")
+    free = _one_at_a_time(pair, flags, max_new_tokens=24)
+    row0, row1 = free[3][0], free[2][0]
+    end = next(i for i, t in enumerate(row0) if i >= 4 and t not in row0[:i] and t not in row1)
+    eos = row0[end]  # a token only row 0 produces, first at position `end`
+    monkeypatch.setattr(pair.target, "eos_token_ids", [eos])
+    rows = BatchSpeculativeDecoder(pair.target, pair.drafter, flags).generate(prompts, max_new_tokens=24)
+    expected = _one_at_a_time(pair, flags, max_new_tokens=24)
+    assert [(r.output_ids, r.accept_lengths) for r in rows] == [expected[3], expected[2]]
+    assert rows[0].output_ids == row0[:end + 1] and len(rows[1].output_ids) == 24
+    assert len(rows[0].accept_lengths) < len(rows[1].accept_lengths)
 
 
 def test_generate_batch_size_matches(pair, toy_pair, tmp_path):
@@ -113,6 +120,9 @@ def test_batch_on_a_static_pair(pair, toy_pair):
     prompts = [list(p) for p in PROMPTS[:3]]
     rows = BatchSpeculativeDecoder(static.target, static.drafter, flags).generate(prompts, max_new_tokens=20)
     expected = BatchSpeculativeDecoder(pair.target, pair.drafter, flags).generate(prompts, max_new_tokens=20)
-    assert [r.output_ids for r in rows] == [r.output_ids for r in expected]
+    assert [(r.output_ids, r.accept_lengths) for r in rows] == [(r.output_ids, r.accept_lengths) for r in expected]
+    lengths = [n for r in rows for n in r.accept_lengths]
+    assert sum(lengths) / len(lengths) > 1.5 and len(set(lengths)) > 1  # the drafter's static cache is exercised
     single = list(SpeculativeDecoder(static.target, static.drafter, flags).stream(prompts[0], max_new_tokens=20))
     assert [t for c in single for t in c.tokens] == rows[0].output_ids
+    assert [c.accept_length for c in single[1:]] == rows[0].accept_lengths

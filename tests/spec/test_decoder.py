@@ -139,6 +139,9 @@ def _samples(dec, n):
 def test_sampling_preserves_the_target_distribution(cfg):
     target, drafter = make_pair(VOCAB, sharpness=1.5, noise=1.0, draft_ids=[0, 1, 3, 4], seed=2)
     dec = SpeculativeDecoder(target, drafter, resolve_spec_flags(*cfg))
+    lengths = [c.accept_length for s in range(50) for c in _run(dec, PROMPT, max_new_tokens=20, temperature=T, seed=s)[1]
+               if c.accept_length is not None]
+    assert sum(lengths) / len(lengths) > 1.4  # drafts are accepted, so the test covers the acceptance rule
     samples = _samples(dec, 2500)
     assert chi_square_p(samples, _exact_three(target.table)) > 1e-3
 
