@@ -47,16 +47,19 @@ def test_captures_survive_the_cycle_collector(toy_pair):
     (the profiler builds and drops batched caches this way, one per measured size)."""
     pair = load_pair(toy_pair.target_dir, toy_pair.drafter_dir, device="cuda", cache="dynamic")
     flags = exact_spec_flags(3, 1, 4)
-    commits = list(SpeculativeDecoder(pair.target, pair.drafter, flags).stream(list(PROMPTS[2]), max_new_tokens=12))
-    expected = ([t for c in commits for t in c.tokens], [c.accept_length for c in commits[1:]])
-    assert len(set(expected[1])) > 1  # this prompt accepts varying lengths
+    single = SpeculativeDecoder(pair.target, pair.drafter, flags)
+    expected = []
+    for prompt in PROMPTS[:3]:
+        commits = list(single.stream(list(prompt), max_new_tokens=24))
+        expected.append(([t for c in commits for t in c.tokens], [c.accept_length for c in commits[1:]]))
+    assert len({n for _, lengths in expected for n in lengths}) > 1  # rows accept different lengths
     threshold = gc.get_threshold()
     gc.set_threshold(1)
     try:
         for batch in (2, 3, 2, 3):
             decoder = BatchSpeculativeDecoder(pair.target, pair.drafter, flags)
-            rows = decoder.generate([list(PROMPTS[2])] * batch, max_new_tokens=12)
-            assert all((r.output_ids, r.accept_lengths) == expected for r in rows)
+            rows = decoder.generate([list(p) for p in PROMPTS[:batch]], max_new_tokens=24)
+            assert [(r.output_ids, r.accept_lengths) for r in rows] == expected[:batch]
             cycle: list[object] = [decoder]
             cycle.append(cycle)
             del decoder, cycle
