@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -31,8 +33,18 @@ def test_timing_stats_are_ordered_quantiles():
 
 def test_time_callable_warms_up_then_times_each_call():
     calls = []
-    timing = time_callable(lambda: calls.append(1), device=CPU, warmup=2, repeats=7)
-    assert len(calls) == 9 and timing.repeats == 7 and timing.median_ms >= 0
+
+    def fn():
+        calls.append(1)
+        if len(calls) > 2:  # the two warm-up calls return at once, the timed ones sleep 2 ms
+            time.sleep(0.002)
+
+    timing = time_callable(fn, device=CPU, warmup=2, repeats=7)
+    assert len(calls) == 9 and timing.repeats == 7
+    # Only the calls after the warm-up are timed, in milliseconds: a sleep lasts at least as long as
+    # asked, so every sample is >= 2 ms (a timed warm-up call, or seconds, would fall far below).
+    assert timing.min_ms >= 1.9
+    assert timing.min_ms <= timing.p10_ms <= timing.median_ms <= timing.p90_ms <= timing.max_ms
     with pytest.raises(DraftlabError, match="repeats >= 1"):
         time_callable(lambda: None, device=CPU, repeats=0)
 

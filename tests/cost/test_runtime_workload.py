@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import transformers as tf
 
 from draftlab.checkpoint import DrafterConfig
 from draftlab.cost.model import SpecConfig
+from draftlab.cost.overhead import CALIBRATION, LONG, SHORT, TREE, CycleSample
 from draftlab.cost.plan import make_plan, parse_grid
+from draftlab.cost.profile import CostTable
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.models.drafter import Eagle3Drafter
@@ -65,9 +69,37 @@ def test_overhead_of_real_cycles(pair):
     workload = runtime_workload(target, drafter, context_tokens=8)
     sample = workload.cycles(2, SpecConfig(4, 1, 5))
     assert sample.ms_per_cycle > 0 and 1 <= sample.accept_length <= 5
-    prof = profile_costs(workload, batch_sizes=[1, 2], verify_tokens=[1], draft_rows=[1], extend_tokens=[1],
-                         warmup=0, repeats=1, progress=False)
+    timed: dict[tuple[int, SpecConfig | None], CycleSample] = {}
+
+    def recorded(batch_size: int, config: SpecConfig | None) -> CycleSample:
+        timed[batch_size, config] = workload.cycles(batch_size, config)
+        return timed[batch_size, config]
+
+    prof = profile_costs(replace(workload, cycles=recorded), batch_sizes=[1, 2], verify_tokens=[1], draft_rows=[1],
+                         extend_tokens=[1], warmup=0, repeats=1, progress=False)
     assert [o.batch_size for o in prof.overhead] == [1, 2]
     assert {m.tokens for m in prof.verify} == {1, 2, 5, 8} and {m.tokens for m in prof.draft_extend} == set(range(1, 6))
     assert {m.tokens for m in prof.draft_step} == {1, 4}  # rows of the calibration chains and tree
-    assert all(min(o.decode_ms, o.cycle_ms, o.draft_step_ms, o.tree_ms) >= 0 for o in prof.overhead)
+    assert set(timed) == {(b, c) for b in (1, 2) for c in (None, *CALIBRATION)}
+
+    # What the overhead is for: the profile's predicted cycle (measured passes plus fitted overhead)
+    # reproduces each real cycle it was calibrated on. Where timing noise made a part negative it
+    # counts as zero, which can only raise the prediction, so then it is an upper bound.
+    table = CostTable.of(prof)
+    for o in prof.overhead:
+        b = o.batch_size
+        real = timed[b, None].ms_per_cycle
+        predicted = table.decode_ms(b)
+        if o.decode_ms > 0:
+            assert predicted == pytest.approx(real, rel=1e-6, abs=1e-9), (b, "decode")
+        else:
+            assert predicted >= real * (1 - 1e-9), (b, "decode")
+        parts = {SHORT: (o.cycle_ms,), LONG: (o.cycle_ms, o.draft_step_ms),
+                 TREE: (o.cycle_ms, o.draft_step_ms, o.tree_ms)}
+        for config in CALIBRATION:
+            real = timed[b, config]
+            predicted = table.cycle(b, config, real.accept_length).total_ms
+            if min(parts[config]) > 0:
+                assert predicted == pytest.approx(real.ms_per_cycle, rel=1e-6, abs=1e-9), (b, config)
+            else:
+                assert predicted >= real.ms_per_cycle * (1 - 1e-9), (b, config)

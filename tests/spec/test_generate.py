@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftlab.cli import main
 from draftlab.spec.generate import generate
@@ -80,12 +80,24 @@ def test_json_contract(toy_pair, prompts_file, capsys):
 
 
 def test_text_and_chat_rows_use_the_target_tokenizer(toy_pair, tmp_path):
-    path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps({"prompt": "def f(x):"}) + "\n"
-                    + json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
-    result = generate(toy_pair.target_dir, toy_pair.drafter_dir, path, steps=2, topk=1, num_draft_tokens=3,
-                      max_new_tokens=4)
-    assert [len(r.output_ids) for r in result.results] == [4, 4]
+    """A ``prompt`` row is the target tokenizer's encoding of the text and a ``messages`` row its chat
+    template with a generation prompt, so both decode exactly like the same ids given as ``input_ids``."""
+    text = "def f(x):"
+    chat = [{"role": "user", "content": "hi"}]
+    tokenizer = AutoTokenizer.from_pretrained(toy_pair.target_dir)
+    text_ids = tokenizer.encode(text)
+    chat_ids = list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=False))
+    assert text_ids and chat_ids and all(isinstance(i, int) for i in text_ids + chat_ids)
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"prompt": text}) + "\n" + json.dumps({"messages": chat}) + "\n")
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text(json.dumps({"input_ids": text_ids}) + "\n" + json.dumps({"input_ids": chat_ids}) + "\n")
+    got, want = (generate(toy_pair.target_dir, toy_pair.drafter_dir, path, steps=2, topk=1, num_draft_tokens=3,
+                          max_new_tokens=8) for path in (rows, ids))
+    assert [len(r.output_ids) for r in got.results] == [8, 8]
+    assert [r.output_ids for r in got.results] == [r.output_ids for r in want.results]
+    assert [r.accept_lengths for r in got.results] == [r.accept_lengths for r in want.results]
 
 
 def test_vllm_convention_reads_the_same_layers_on_the_toy_drafter(toy_pair, prompts_file):
@@ -94,6 +106,11 @@ def test_vllm_convention_reads_the_same_layers_on_the_toy_drafter(toy_pair, prom
                      max_new_tokens=8, engine=engine) for engine in ("sglang", "vllm")]
     assert runs[0].config["aux_layers"] == runs[1].config["aux_layers"] == [0, 1, 2]
     assert [r.output_ids for r in runs[0].results] == [r.output_ids for r in runs[1].results]
+    # Greedy verification makes output_ids the target's alone, whatever the drafter proposes; only the
+    # acceptance shows whether the drafter saw the same features in both runs.
+    assert [r.accept_lengths for r in runs[0].results] == [r.accept_lengths for r in runs[1].results]
+    assert all(r.accept_lengths for r in runs[0].results)
+    assert runs[0].mean_accept_length > 1.5  # the drafter really drafts: most cycles accept a draft token
 
 
 @pytest.mark.parametrize("cfg", [(3, 1, 4), (2, 2, 4)], ids=["chain", "tree"])
