@@ -36,7 +36,7 @@ def probe_command(
         "--responses", help="generate: the target's greedy continuation; given: response_ids from the file.")
     ] = "generate",
     temperature: Annotated[float, typer.Option(
-        "--temperature", help="0: exact greedy accept lengths. > 0 (chains): expected acceptance, an estimate.")] = 0.0,
+        "--temperature", help="0: exact greedy accept lengths. > 0: expected acceptance, an estimate.")] = 0.0,
     seed: SamplingSeedOption = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per target/drafter pass.")] = 4,
     dtype: DtypeOption = "float32",

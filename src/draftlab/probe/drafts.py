@@ -13,17 +13,20 @@ token) sits at position r = s + 1 starts from entry s; its cache is entries 0..s
   :func:`~draftlab.spec.tree.kept_pool_indices`, the decoder's own functions, over all cycles at once.
 
 Under greedy verification a cycle accepts the longest path of kept nodes that spells the tokens
-after its root, so only that path is tracked through the pool; every other node matters only
-through the scores that decide what is kept.
+after its root, so :func:`accepted_drafts` tracks only that path through the pool; every other node
+matters only through the scores that decide what is kept. Sampled verification can accept any kept
+node, so :func:`drafted_trees` returns the whole pool.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.models.drafter import KV, Eagle3Drafter
-from draftlab.spec.tree import kept_pool_indices, select_top_k
+from draftlab.spec.tree import Frontier, PoolChunk, kept_pool_indices, select_top_k
 
 
 @torch.no_grad()
@@ -36,24 +39,66 @@ def accepted_drafts(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torc
     unknown, so nothing is accepted past the known text). Returns [B, L - 1] long: element s is the
     count for the cycle whose root is at position s + 1.
     """
+    k, n = flags.topk, tokens.shape[1] - 1
+    truth = truth.to(drafter.lm_head.weight.device)
+
+    def want(depth: int) -> torch.Tensor:  # [B, n, 1]: the token a depth-`depth` draft must match
+        return truth[:, 1 + depth:1 + depth + n, None]
+
+    chunks, true_pool, true_slot = [], [], None  # true_*: the on-path node at each depth, -1 if absent
+    for step, (frontier, chunk, ids, previous) in enumerate(_draft_steps(drafter, tokens, features, flags)):
+        chunks.append(chunk)
+        if step == 0:
+            true_slot = _slot_of(frontier.tokens == want(1))
+            true_pool.append(true_slot.clone())
+            continue
+        b = ids.shape[0]
+        on_path = true_slot >= 0
+        row = ids.gather(2, true_slot.clamp(min=0)[..., None, None].expand(b, n, 1, k))[:, :, 0]
+        child = _slot_of(row == want(step + 1))
+        flat = true_slot.clamp(min=0) * k + child.clamp(min=0)
+        found = on_path & (child >= 0)
+        true_pool.append(torch.where(found, previous.pool_index.new_tensor(k + (step - 1) * k * k) + flat, -1))
+        true_slot = torch.where(found, _slot_of(frontier.pool_index - (k + (step - 1) * k * k) == flat[..., None]),
+                                -1)
+
+    scores = torch.cat([c.scores for c in chunks], dim=-1)  # [B, n, pool]
+    kept = torch.zeros_like(scores, dtype=torch.bool).scatter_(
+        -1, kept_pool_indices(scores, flags.num_draft_tokens), True)
+    accepted = torch.zeros_like(true_pool[0])
+    alive = torch.ones_like(true_pool[0], dtype=torch.bool)
+    for pool_index in true_pool:
+        alive &= (pool_index >= 0) & kept.gather(-1, pool_index.clamp(min=0)[..., None])[..., 0]
+        accepted += alive
+    return accepted
+
+
+@torch.no_grad()
+def drafted_trees(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.Tensor,
+                  flags: SpecFlags) -> list[PoolChunk]:
+    """The whole draft pool of the cycle rooted at each position 1..L-1, one chunk per step (depth =
+    step + 1): entries [B, L - 1, m] with their target ids, scores and parents' pool indices. The
+    tree a cycle verifies is the pool's :func:`~draftlab.spec.tree.kept_pool_indices`."""
+    return [chunk for _, chunk, _, _ in _draft_steps(drafter, tokens, features, flags)]
+
+
+def _draft_steps(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.Tensor, flags: SpecFlags
+                 ) -> Iterator[tuple[Frontier, PoolChunk, torch.Tensor | None, Frontier | None]]:
+    """Draft every cycle at once, step by step: yield the new frontier, the step's pool chunk and, after
+    step 0, the children's target ids [B, n, k, k] and the frontier they were drafted from."""
     b, length = tokens.shape
     n = length - 1
     k, steps = flags.topk, flags.steps
     device = drafter.lm_head.weight.device
-    tokens, truth = tokens.to(device), truth.to(device)
+    tokens = tokens.to(device)
     positions = torch.arange(n, device=device)
     causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
     logits, hidden, prefix = drafter.forward_masked(
         tokens[:, 1:], features[:, :n], positions.expand(b, n), causal[None])
 
-    def want(depth: int) -> torch.Tensor:  # [B, n, 1]: the token a depth-`depth` draft must match
-        return truth[:, 1 + depth:1 + depth + n, None]
-
     top_p, top_d = torch.softmax(logits, -1).topk(k, dim=-1)
     frontier, chunk = select_top_k(0, top_p, drafter.to_target_ids(top_d), None, k)
-    chunks = [chunk]
-    true_slot = _slot_of(frontier.tokens == want(1))  # frontier slot of the on-path node, -1 if absent
-    true_pool = [true_slot.clone()]  # pool index of the on-path node at each depth, -1 if absent
+    yield frontier, chunk, None, None
     ancestors: list[list[KV]] = []  # per depth, per layer: keys/values aligned to the frontier slots
     parent_hidden = hidden[:, :, None].expand(b, n, k, hidden.shape[-1])
     blocks = [causal]
@@ -69,31 +114,11 @@ def accepted_drafts(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torc
         ids = drafter.to_target_ids(top_d)  # [B, n, k, k]: children of each frontier slot
         previous = frontier
         frontier, chunk = select_top_k(step, top_p, ids, previous, k)
-        chunks.append(chunk)
-
-        on_path = true_slot >= 0
-        row = ids.gather(2, true_slot.clamp(min=0)[..., None, None].expand(b, n, 1, k))[:, :, 0]
-        child = _slot_of(row == want(step + 1))
-        flat = true_slot.clamp(min=0) * k + child.clamp(min=0)
-        found = on_path & (child >= 0)
-        true_pool.append(torch.where(found, previous.pool_index.new_tensor(k + (step - 1) * k * k) + flat, -1))
-        true_slot = torch.where(found, _slot_of(frontier.pool_index - (k + (step - 1) * k * k) == flat[..., None]),
-                                -1)
-
+        yield frontier, chunk, ids, previous
         ancestors = [[_reorder(kv, frontier.rows) for kv in depth] for depth in ancestors]
         ancestors.append([_reorder(kv, frontier.rows) for kv in new_kv])
         parent_hidden = _position_major(out_hidden, b, k).gather(
             2, frontier.rows[..., None].expand(b, n, k, out_hidden.shape[-1]))
-
-    scores = torch.cat([c.scores for c in chunks], dim=-1)  # [B, n, pool]
-    kept = torch.zeros_like(scores, dtype=torch.bool).scatter_(
-        -1, kept_pool_indices(scores, flags.num_draft_tokens), True)
-    accepted = torch.zeros(b, n, dtype=torch.long, device=device)
-    alive = torch.ones(b, n, dtype=torch.bool, device=device)
-    for pool_index in true_pool:
-        alive &= (pool_index >= 0) & kept.gather(-1, pool_index.clamp(min=0)[..., None])[..., 0]
-        accepted += alive
-    return accepted
 
 
 def _slot_of(match: torch.Tensor) -> torch.Tensor:
@@ -122,30 +147,3 @@ def _reorder(kv: KV, rows: torch.Tensor) -> KV:
         return t.gather(1, index.expand(b, k, t.shape[2], n, t.shape[4])).reshape(b * k, *t.shape[2:])
 
     return one(kv[0]), one(kv[1])
-
-
-@torch.no_grad()
-def teacher_forced_logits(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.Tensor,
-                          steps: int) -> list[torch.Tensor]:
-    """Draft logits of each step of a chain that follows ``tokens`` (EAGLE-3's training-time test).
-
-    Element j-1 is [B, L - 1, draft_vocab]: at row s, the drafter's distribution for the token at
-    s + 1 + j of a cycle rooted at s + 1 whose earlier drafts were the text's own tokens.
-    """
-    b, length = tokens.shape
-    n = length - 1
-    device = drafter.lm_head.weight.device
-    tokens = torch.cat([tokens.to(device), tokens.new_zeros(b, steps).to(device)], dim=1)
-    positions = torch.arange(n, device=device)
-    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-    logits, hidden, past = drafter.forward_masked(tokens[:, 1:length], features[:, :n], positions.expand(b, n),
-                                                  causal[None])
-    out, blocks = [logits], [causal]
-    for step in range(1, steps):
-        blocks.append(torch.eye(n, dtype=torch.bool, device=device))
-        logits, hidden, new = drafter.forward_masked(tokens[:, 1 + step:1 + step + n], hidden,
-                                                     (positions + step).expand(b, n), torch.cat(blocks, dim=1)[None],
-                                                     past)
-        past = [(torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)) for (pk, pv), (k, v) in zip(past, new)]
-        out.append(logits)
-    return out

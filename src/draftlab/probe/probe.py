@@ -30,10 +30,10 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.pair import LoadedPair
 from draftlab.models.target import TargetRunner
 from draftlab.probe.continuations import read_responses, target_continuations
-from draftlab.probe.drafts import accepted_drafts, teacher_forced_logits
+from draftlab.probe.drafts import accepted_drafts, drafted_trees
 from draftlab.probe.features import feature_files, read_sample, response_spans
 from draftlab.probe.heads import TargetHeads
-from draftlab.probe.sampling import chain_alphas, expected_accept_length, expected_by_step, expected_histogram
+from draftlab.probe.sampling import expected_accept_length, expected_by_step, expected_histogram, reach_by_depth
 from draftlab.probe.walk import acceptance_by_step, decoder_walk, histogram_list, per_position_lengths
 from draftlab.spec.metrics import accept_stats
 from draftlab.spec.prompts import read_prompts
@@ -83,9 +83,9 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     """Exact greedy accept lengths of ``drafter`` on ``target`` over ``prompts``, or over the captured
     hidden states in ``features`` (then ``target`` supplies only its config, embedding and lm_head).
 
-    At ``temperature`` > 0 (chains only) the figures are the expected acceptance of the engines' top-1
-    drafts verified by sampling, along the text (:mod:`.sampling`), an estimate, and the continuations
-    are sampled.
+    At ``temperature`` > 0 the figures are the expected acceptance of the engines' top-k drafts
+    verified by sampling, along the text (:mod:`.sampling`), an estimate, and the continuations are
+    sampled.
 
     A live target runs on ``device`` (default cpu) or split across the GPUs by ``device_map``
     ("auto"), not both; the drafter sits with the target's input embedding."""
@@ -102,9 +102,6 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
         raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
-    if temperature > 0 and not flags.is_chain:
-        raise DraftlabError(f"the temperature > 0 estimate covers chains only (--topk 1), not topk {flags.topk}; "
-                            "probe trees at temperature 0")
     drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
     layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
     context = target_cfg.max_position_embeddings
@@ -301,9 +298,8 @@ def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int
 def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
                  samples: list[_Sample], flags: SpecFlags, *, batch_size: int, max_new_tokens: int, num_inputs: int,
                  config: dict[str, Any], bar: Progress, temperature: float) -> ProbeResult:
-    """Temperature > 0: expected acceptance of a chain rooted at every continuation token."""
+    """Temperature > 0: expected acceptance of the draft tree rooted at every continuation token."""
     task = bar.add_task("probing (expected acceptance)", total=len(samples))
-    draft_to_target = drafter.to_target_ids(torch.arange(drafter.d2t.numel(), device=drafter.d2t.device))
     per_prompt, rows = [], []
     for start in range(0, len(samples), batch_size):
         batch = samples[start:start + batch_size]
@@ -313,25 +309,24 @@ def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter:
                                 "final hidden state cannot give them")
         hidden = hidden.to(lm_head.weight.device, lm_head.weight.dtype)
         last = hidden.shape[1] - 1
-        alpha = chain_alphas(teacher_forced_logits(drafter, tokens, aux, flags.steps),
-                             lambda pos: lm_head(hidden[:, pos.clamp(max=last).to(hidden.device)]), draft_to_target,
-                             temperature)
+        reach = reach_by_depth(drafted_trees(drafter, tokens, aux, flags), flags.num_draft_tokens,
+                               lambda pos: lm_head(hidden[:, pos.clamp(max=last).to(hidden.device)]), temperature)
         for row, sample in enumerate(batch):
-            a = alpha[row, sample.prompt_len - 1:sample.prompt_len + sample.max_new_tokens - 2].cpu()
+            a = reach[row, sample.prompt_len - 1:sample.prompt_len + sample.max_new_tokens - 2].cpu()
             known = len(sample.tokens) - 1 - torch.arange(sample.prompt_len - 1, sample.prompt_len - 1 + a.shape[0])
             a = a * (torch.arange(1, flags.steps + 1)[None] <= known[:, None])  # no target beyond the text
             rows.append(a)
             per_prompt.append(ProbePromptResult(sample.index, [], 0, sample.max_new_tokens, None,
                                                 float(expected_accept_length(a).mean()) if a.numel() else None))
         bar.advance(task, len(batch))
-    alpha = torch.cat(rows) if rows else torch.zeros(0, flags.steps)
+    reach = torch.cat(rows) if rows else torch.zeros(0, flags.steps)
     config = {**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
               "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": temperature,
               "batch_size": batch_size, "num_prompts": num_inputs}
-    mean = float(expected_accept_length(alpha).mean()) if alpha.numel() else 0.0
+    mean = float(expected_accept_length(reach).mean()) if reach.numel() else 0.0
     return ProbeResult(
-        config=config, mean_accept_length=mean, acceptance_by_step=expected_by_step(alpha),
-        accept_length_histogram=expected_histogram(alpha), per_position_accept_length=mean,
+        config=config, mean_accept_length=mean, acceptance_by_step=expected_by_step(reach),
+        accept_length_histogram=expected_histogram(reach), per_position_accept_length=mean,
         vocab_bound=_vocab_bound(drafter, samples), target_disagreement=None,
         skipped_prompts=num_inputs - len(per_prompt), results=per_prompt, estimate=True,
     )

@@ -1,52 +1,71 @@
-"""Temperature > 0: the expected acceptance of a chain, along the text (an estimate).
+"""Temperature > 0: the expected acceptance of the engines' draft trees, along the text (an estimate).
 
-SGLang and vLLM draft the drafter's top-1 token x at every temperature and verify it by sampling
+SGLang and vLLM draft the drafter's top-k at every temperature and verify by sampling: at each node
+the token the target samples from its distribution p is accepted if a kept child carries it
 (SGLang's ``tree_speculative_sampling_target_only``, vLLM's rejection sampler without draft
-probabilities): draft j, given drafts 1..j-1 were accepted, is accepted with probability
-alpha_j = p(x_j), p being the target's distribution at temperature T after the same prefix. Along a
-text (the target's sampled continuation), a cycle rooted at each position then has expected accept
-length 1 + sum_j prod_{i <= j} alpha_i. It is an estimate: the real prefixes of later drafts are the
-accepted drafts, not the text's own tokens.
+probabilities; per-sibling rejection gives every child x exactly probability p(x)). A kept node v is
+therefore reached with probability prod_{u on the path to v} p_u(token of u), p_u being the target's
+distribution after u's parent, and a cycle's expected accept length is 1 + the sum of those
+probabilities over the kept nodes. Along a text (the target's sampled continuation), the cycle
+rooted at each position takes p at depth d from the text's own position d - 1 after the root. It is
+an estimate: exact at depth 1, while deeper nodes' real prefixes are their ancestors, not the text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+
+from draftlab.spec.tree import PoolChunk, kept_pool_indices
 
 
 @torch.no_grad()
-def chain_alphas(draft_logits: list[torch.Tensor], target_logits_at, draft_to_target: torch.Tensor,
-                 temperature: float, chunk: int = 256) -> torch.Tensor:
-    """alpha [B, n, steps]: the drafter's top-1 of ``draft_logits[j-1]`` [B, n, Vd] under the target's
-    distribution at position s + j, whose logits ``target_logits_at(positions)`` returns ([B, len(positions), V])."""
-    b, n, _ = draft_logits[0].shape
-    out = torch.zeros(b, n, len(draft_logits), device=draft_logits[0].device)
-    for j, logits in enumerate(draft_logits, start=1):
-        drafts = draft_to_target.to(logits.device)[logits.argmax(-1)]  # [B, n] target ids
+def reach_by_depth(pool: list[PoolChunk], num_draft_tokens: int,
+                   target_logits_at: Callable[[torch.Tensor], torch.Tensor], temperature: float,
+                   chunk: int = 256) -> torch.Tensor:
+    """reach [B, n, steps]: the probability that the cycle rooted at each position accepts a draft at
+    depth d (d = 1..steps). ``pool`` is :func:`~draftlab.probe.drafts.drafted_trees`' output (entries
+    [B, n, m] per depth); ``target_logits_at(positions)`` returns the target's logits [B, len(positions), V]
+    at text positions ``positions``: s + d for depth d of the cycle from row s, whose root is at s + 1."""
+    scores = torch.cat([c.scores for c in pool], dim=-1)
+    kept = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, kept_pool_indices(scores, num_draft_tokens), True)
+    b, n, _ = scores.shape
+    reach_pool = torch.zeros_like(scores)
+    out = torch.zeros(b, n, len(pool), device=scores.device)
+    offset = 0
+    for depth, entries in enumerate(pool, start=1):
+        width = entries.tokens.shape[-1]
+        p = torch.zeros(b, n, width, device=scores.device)
         for start in range(0, n, chunk):
-            rows = torch.arange(start, min(start + chunk, n), device=logits.device)
-            target = target_logits_at(rows + j)  # on the lm_head's device (the last GPU of a split target)
-            p = torch.softmax(target.float() / temperature, -1)
-            picked = p.gather(-1, drafts[:, rows, None].to(p.device))[..., 0]
-            out[:, rows, j - 1] = picked.to(out.device)
+            rows = torch.arange(start, min(start + chunk, n), device=scores.device)
+            target = target_logits_at(rows + depth)  # on the lm_head's device (the last GPU of a split target)
+            probs = torch.softmax(target.float() / temperature, -1)
+            p[:, rows] = probs.gather(-1, entries.tokens[:, rows].to(probs.device)).to(p.device)
+        parents = entries.parents
+        parent_reach = torch.where(parents >= 0, reach_pool.gather(-1, parents.clamp(min=0)), 1.0)
+        reach = p * parent_reach * kept[..., offset:offset + width]
+        reach_pool[..., offset:offset + width] = reach
+        out[..., depth - 1] = reach.sum(-1)
+        offset += width
     return out
 
 
-def expected_accept_length(alpha: torch.Tensor) -> torch.Tensor:
-    """1 + sum_j prod_{i <= j} alpha_i over the last dim."""
-    return 1 + alpha.cumprod(-1).sum(-1)
+def expected_accept_length(reach: torch.Tensor) -> torch.Tensor:
+    """1 + the expected number of accepted drafts: 1 + sum over depths of P(a draft at that depth)."""
+    return 1 + reach.sum(-1)
 
 
-def expected_by_step(alpha: torch.Tensor) -> list[float | None]:
-    """E[prod_{i <= j} alpha_i] / E[prod_{i < j} alpha_i] over all rows: P(draft j | drafts < j)."""
-    reach = alpha.reshape(-1, alpha.shape[-1]).double().cumprod(-1).mean(0)
-    before = torch.cat([reach.new_ones(1), reach[:-1]])
-    return [float(r / b) if b > 0 else None for r, b in zip(reach, before)]
+def expected_by_step(reach: torch.Tensor) -> list[float | None]:
+    """E[reach_j] / E[reach_{j-1}] over all rows: P(a draft at depth j | one at depth j - 1)."""
+    mean = reach.reshape(-1, reach.shape[-1]).double().mean(0)
+    before = torch.cat([mean.new_ones(1), mean[:-1]])
+    return [float(r / b) if b > 0 else None for r, b in zip(mean, before)]
 
 
-def expected_histogram(alpha: torch.Tensor) -> list[float]:
+def expected_histogram(reach: torch.Tensor) -> list[float]:
     """Expected share of cycles per accept length (index = accept length, 0 .. steps + 1)."""
-    flat = alpha.reshape(-1, alpha.shape[-1]).double()
-    reach = torch.cat([flat.new_ones(flat.shape[0], 1), flat.cumprod(-1)], dim=1)  # P(length > m), m = 0..S
-    exact = reach - torch.cat([reach[:, 1:], reach.new_zeros(reach.shape[0], 1)], dim=1)
+    flat = reach.reshape(-1, reach.shape[-1]).double()
+    at_least = torch.cat([flat.new_ones(flat.shape[0], 1), flat], dim=1)  # P(length > m), m = 0..S
+    exact = at_least - torch.cat([flat, flat.new_zeros(flat.shape[0], 1)], dim=1)
     return [0.0] + exact.mean(0).tolist()

@@ -41,11 +41,12 @@ def render_probe(result: ProbeResult, console: Console) -> None:
 def _render_estimate(result: ProbeResult, console: Console) -> None:
     cfg = result.config
     by_step = "  ".join("-" if p is None else f"{p:.2f}" for p in result.acceptance_by_step)
-    console.print(f"probe estimate at temperature {cfg['temperature']}: chain of {cfg['steps']} top-1 drafts, "
+    console.print(f"probe estimate at temperature {cfg['temperature']}: steps {cfg['steps']}, topk {cfg['topk']}, "
+                  f"draft tokens {cfg['num_draft_tokens']} (top-k drafts, sampled verification), "
                   f"{cfg['responses']} continuations")
     for r in result.results:
         value = "-" if r.expected_accept_length is None else f"{r.expected_accept_length:.3f}"
         console.print(f"  prompt {r.prompt_index}: expected accept length {value} over {r.continuation_tokens} tokens")
     console.print(f"expected accept length [bold]{result.mean_accept_length:.3f}[/bold] (estimate: the target's p of "
-                  f"each draft, along the text); expected acceptance by draft step: {by_step}")
+                  f"each kept path, along the text); expected acceptance by draft step: {by_step}")
     console.print(f"vocabulary bound: {result.vocab_bound:.1%} of continuation tokens are in the draft vocabulary")
