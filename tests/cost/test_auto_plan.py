@@ -50,6 +50,26 @@ def test_accept_lengths_are_the_probes(toy_pair, prompts):
     assert [o.batch_size for o in result.profile.overhead] == [1]
 
 
+def test_temperature_plans_with_the_probes_estimates(toy_pair, prompts, capsys):
+    configs = [SpecConfig.parse(c) for c in GRID[1:]]
+    result = auto_plan(toy_pair.target_dir, toy_pair.drafter_dir, prompts, grid=configs, max_new_tokens=24,
+                       context_tokens=32, device="cpu", warmup=0, repeats=1, temperature=0.7, seed=3,
+                       progress=False)
+    greedy = [probe(toy_pair.target_dir, toy_pair.drafter_dir, prompts, steps=c.steps, topk=c.topk,
+                    num_draft_tokens=c.num_draft_tokens, max_new_tokens=24).mean_accept_length for c in configs]
+    for config, row, probed, exact in zip(configs, result.plan.configs, result.probes, greedy):
+        alone = probe(toy_pair.target_dir, toy_pair.drafter_dir, prompts, steps=config.steps, topk=config.topk,
+                      num_draft_tokens=config.num_draft_tokens, max_new_tokens=24, temperature=0.7, seed=3)
+        assert probed.estimate and probed.config["temperature"] == 0.7
+        assert row.accept_length == pytest.approx(alone.mean_accept_length, rel=1e-5)
+        assert 1.2 < row.accept_length < exact  # sampling accepts less than greedy decoding on this pair
+    code = main(["plan", *pair_args(toy_pair, prompts), *FAST, "--grid", "3/1/4", "--temperature", "0.7",
+                 "--seed", "3", "--json"])
+    assert code == 0
+    planned = json.loads(capsys.readouterr().out)["configs"][0]["accept_length"]
+    assert planned == pytest.approx(result.plan.configs[0].accept_length, rel=1e-5)
+
+
 def test_profile_sizes_cover_every_default_config():
     """A profile measured at exactly profile_sizes() lets make_plan price every config of the
     default grid at its lowest and highest possible accept length."""

@@ -32,6 +32,8 @@ def plan(
     context: Annotated[Optional[int], typer.Option(help="With --target: KV-cache length the timed passes run after (default 256).")] = None,
     dtype: Annotated[Optional[str], typer.Option(help="With --target: float32, bfloat16 or float16 (default bfloat16 on CUDA, float32 on CPU).")] = None,
     device: Annotated[Optional[str], typer.Option(help="With --target: cpu, cuda or cuda:N (default cuda when available).")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="With --target: plan for sampling at this temperature (the probe's estimate; default 0, exact greedy).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="With --target and --temperature: seed of the sampled continuations.")] = None,
     repeats: Annotated[Optional[int], typer.Option(help="With --target: timed calls per measured pass (default 10).")] = None,
     overhead_ms: Annotated[Optional[float], typer.Option(help="With --target: fixed per-cycle overhead to assume, ms (default 0).")] = None,
     save_costs: Annotated[Optional[Path], typer.Option(help="With --target: also write the measured PROFILE.json here.")] = None,
@@ -58,7 +60,8 @@ def plan(
               "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
     given_engine = [k for k, v in engine.items() if v is not None] + (["what_if"] if what_if else [])
     pair_options = {"max_new_tokens": max_new_tokens, "context": context, "dtype": dtype, "device": device,
-                    "repeats": repeats, "overhead_ms": overhead_ms, "save_costs": save_costs, "save_probe": save_probe}
+                    "temperature": temperature, "seed": seed, "repeats": repeats, "overhead_ms": overhead_ms,
+                    "save_costs": save_costs, "save_probe": save_probe}
     if target is not None or drafter is not None or prompts is not None:
         if costs is not None or probe:
             raise DraftlabError("--target/--drafter/--prompts probe and profile the pair here; drop --costs and "

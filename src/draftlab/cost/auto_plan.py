@@ -66,6 +66,8 @@ def auto_plan(
     device: str | None = None,
     engine: str = "sglang",
     probe_batch_size: int = 4,
+    temperature: float = 0.0,
+    seed: int | None = None,
     warmup: int = 3,
     repeats: int = 10,
     overhead_ms: float = 0.0,
@@ -74,7 +76,8 @@ def auto_plan(
     """Probe every config of ``grid`` (default :data:`~draftlab.cost.plan.DEFAULT_GRID`) on
     ``prompts``, profile the pair at ``batch_sizes`` and predict. ``overhead_ms`` is a fixed
     per-cycle cost to add (an engine's own work between passes, which the timed passes leave out).
-    ``device`` defaults to CUDA when there is one, else the CPU; ``dtype`` to bfloat16 on CUDA,
+    At ``temperature`` > 0 the accept lengths are the probe's estimates for sampled decoding (``seed``
+    samples the continuations). ``device`` defaults to CUDA when there is one, else the CPU; ``dtype`` to bfloat16 on CUDA,
     float32 on the CPU."""
     configs = list(dict.fromkeys(grid if grid is not None else default_grid()))
     if not configs:
@@ -93,7 +96,8 @@ def auto_plan(
 
     probed = probe_configs(
         pair, target, prompts, [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in configs],
-        max_new_tokens=max_new_tokens, batch_size=probe_batch_size, progress=progress,
+        max_new_tokens=max_new_tokens, batch_size=probe_batch_size, temperature=temperature, seed=seed,
+        progress=progress,
     )
     accept = [_accept_length(c, r, prompts) for c, r in zip(configs, probed)]
 
@@ -108,8 +112,9 @@ def auto_plan(
 
 
 def _accept_length(config: SpecConfig, result: ProbeResult, prompts: str | Path) -> AcceptLength:
-    cycles = sum(r.num_cycles for r in result.results)
-    if cycles == 0:
+    measured = any(r.expected_accept_length is not None for r in result.results) if result.estimate \
+        else sum(r.num_cycles for r in result.results) > 0
+    if not measured:
         raise DraftlabError(
             f"config {config.label} ran no verify cycle on these prompts (each continuation ends at once "
             "or the prompts fill the context); give a larger --max-new-tokens or other prompts",

@@ -145,13 +145,16 @@ def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[
 
 def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path, configs: Sequence[SpecFlags], *,
                   max_new_tokens: int = 128, responses: str = "generate", batch_size: int = 4,
-                  progress: bool = False) -> list[ProbeResult]:
-    """:func:`probe` for several configs at once on a pair already in memory (greedy, live target).
+                  temperature: float = 0.0, seed: int | None = None, progress: bool = False) -> list[ProbeResult]:
+    """:func:`probe` for several configs at once on a pair already in memory (live target).
 
-    The continuations are decoded once (long enough for the config with the most steps) and the target
-    runs once per batch of prompts; only the drafter and the walk run per config. Each result is the
-    one :func:`probe` gives for that config alone. ``target_dir`` supplies the tokenizer for text prompts.
+    The continuations are decoded once (long enough for the config with the most steps). Greedy, the
+    target runs once per batch of prompts and only the drafter and the walk run per config; at
+    ``temperature`` > 0 each config's estimate runs on its own. Each result is the one :func:`probe`
+    gives for that config alone. ``target_dir`` supplies the tokenizer for text prompts.
     """
+    if temperature < 0:
+        raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
     if not configs:
         raise DraftlabError("no speculation configs to probe; give at least one steps/topk/num_draft_tokens")
     _check_run(responses, max_new_tokens, batch_size)
@@ -161,10 +164,14 @@ def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path,
     longest = max(configs, key=lambda flags: flags.steps)
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         samples, num_inputs = _live_samples(runner, target_dir, prompts, runner.config, longest, responses,
-                                            max_new_tokens, batch_size, bar)
+                                            max_new_tokens, batch_size, bar, temperature, seed)
         config = {"target": str(target_dir), "aux_layers": pair.aux_layers, "responses": responses,
                   "features": None, "dtype": str(runner.dtype).removeprefix("torch."), "device": str(runner.device),
-                  "seed": None}
+                  "seed": seed}
+        if temperature > 0:
+            return [_run_sampled(runner, runner.lm_head, drafter, samples, flags, batch_size=batch_size,
+                                 max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
+                                 temperature=temperature) for flags in configs]
         return _run_greedy(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, list(configs),
                            batch_size=batch_size, context=runner.config.max_position_embeddings,
                            max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)
