@@ -148,10 +148,10 @@ def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path,
                   temperature: float = 0.0, seed: int | None = None, progress: bool = False) -> list[ProbeResult]:
     """:func:`probe` for several configs at once on a pair already in memory (live target).
 
-    The continuations are decoded once (long enough for the config with the most steps). Greedy, the
-    target runs once per batch of prompts and only the drafter and the walk run per config; at
-    ``temperature`` > 0 each config's estimate runs on its own. Each result is the one :func:`probe`
-    gives for that config alone. ``target_dir`` supplies the tokenizer for text prompts.
+    The continuations are decoded once (long enough for the config with the most steps; sampled at
+    ``temperature`` > 0) and the target runs once per batch of prompts; only the drafter and the walk
+    (or the T > 0 estimate) run per config. Each result is the one :func:`probe` gives for that config
+    alone. ``target_dir`` supplies the tokenizer for text prompts.
     """
     if temperature < 0:
         raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
@@ -169,9 +169,9 @@ def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path,
                   "features": None, "dtype": str(runner.dtype).removeprefix("torch."), "device": str(runner.device),
                   "seed": seed}
         if temperature > 0:
-            return [_run_sampled(runner, runner.lm_head, drafter, samples, flags, batch_size=batch_size,
-                                 max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                                 temperature=temperature) for flags in configs]
+            return _run_sampled(runner, runner.lm_head, drafter, samples, list(configs), batch_size=batch_size,
+                                max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
+                                temperature=temperature)
         return _run_greedy(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, list(configs),
                            batch_size=batch_size, context=runner.config.max_position_embeddings,
                            max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)
@@ -199,9 +199,9 @@ def _run(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], d
     """Probe every sample, walk each continuation, and gather the figures."""
     _check_topk(drafter, flags)
     if temperature > 0:
-        return _run_sampled(runner, lm_head, drafter, samples, flags, batch_size=batch_size,
+        return _run_sampled(runner, lm_head, drafter, samples, [flags], batch_size=batch_size,
                             max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                            temperature=temperature)
+                            temperature=temperature)[0]
     return _run_greedy(runner, lm_head, eos, drafter, samples, [flags], batch_size=batch_size, context=context,
                        max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)[0]
 
@@ -303,11 +303,13 @@ def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int
 
 
 def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
-                 samples: list[_Sample], flags: SpecFlags, *, batch_size: int, max_new_tokens: int, num_inputs: int,
-                 config: dict[str, Any], bar: Progress, temperature: float) -> ProbeResult:
-    """Temperature > 0: expected acceptance of the draft tree rooted at every continuation token."""
+                 samples: list[_Sample], configs: list[SpecFlags], *, batch_size: int, max_new_tokens: int,
+                 num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float) -> list[ProbeResult]:
+    """Temperature > 0: every config's expected acceptance of the draft tree rooted at every continuation
+    token; the target runs once per batch of samples."""
     task = bar.add_task("probing (expected acceptance)", total=len(samples))
-    per_prompt, rows = [], []
+    per_prompt: list[list[ProbePromptResult]] = [[] for _ in configs]
+    rows: list[list[torch.Tensor]] = [[] for _ in configs]
     for start in range(0, len(samples), batch_size):
         batch = samples[start:start + batch_size]
         tokens, aux, hidden = _batch_inputs(runner, batch)
@@ -316,27 +318,33 @@ def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter:
                                 "final hidden state cannot give them")
         hidden = hidden.to(lm_head.weight.device, lm_head.weight.dtype)
         last = hidden.shape[1] - 1
-        reach = reach_by_depth(drafted_trees(drafter, tokens, aux, flags), flags.num_draft_tokens,
-                               lambda pos: lm_head(hidden[:, pos.clamp(max=last).to(hidden.device)]), temperature)
-        for row, sample in enumerate(batch):
-            a = reach[row, sample.prompt_len - 1:sample.prompt_len + sample.max_new_tokens - 2].cpu()
-            known = len(sample.tokens) - 1 - torch.arange(sample.prompt_len - 1, sample.prompt_len - 1 + a.shape[0])
-            a = a * (torch.arange(1, flags.steps + 1)[None] <= known[:, None])  # no target beyond the text
-            rows.append(a)
-            per_prompt.append(ProbePromptResult(sample.index, [], 0, sample.max_new_tokens, None,
-                                                float(expected_accept_length(a).mean()) if a.numel() else None))
+        for c, flags in enumerate(configs):
+            reach = reach_by_depth(drafted_trees(drafter, tokens, aux, flags), flags.num_draft_tokens,
+                                   lambda pos: lm_head(hidden[:, pos.clamp(max=last).to(hidden.device)]), temperature)
+            for row, sample in enumerate(batch):
+                a = reach[row, sample.prompt_len - 1:sample.prompt_len + sample.max_new_tokens - 2].cpu()
+                known = len(sample.tokens) - 1 - torch.arange(sample.prompt_len - 1,
+                                                              sample.prompt_len - 1 + a.shape[0])
+                a = a * (torch.arange(1, flags.steps + 1)[None] <= known[:, None])  # no target beyond the text
+                rows[c].append(a)
+                per_prompt[c].append(ProbePromptResult(sample.index, [], 0, sample.max_new_tokens, None,
+                                                       float(expected_accept_length(a).mean()) if a.numel() else None))
         bar.advance(task, len(batch))
-    reach = torch.cat(rows) if rows else torch.zeros(0, flags.steps)
-    config = {**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
-              "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": temperature,
-              "batch_size": batch_size, "num_prompts": num_inputs}
-    mean = float(expected_accept_length(reach).mean()) if reach.numel() else 0.0
-    return ProbeResult(
-        config=config, mean_accept_length=mean, acceptance_by_step=expected_by_step(reach),
-        accept_length_histogram=expected_histogram(reach), per_position_accept_length=mean,
-        vocab_bound=_vocab_bound(drafter, samples), target_disagreement=None,
-        skipped_prompts=num_inputs - len(per_prompt), results=per_prompt, estimate=True,
-    )
+    bound = _vocab_bound(drafter, samples)
+    results = []
+    for flags, config_rows, prompts in zip(configs, rows, per_prompt):
+        reach = torch.cat(config_rows) if config_rows else torch.zeros(0, flags.steps)
+        mean = float(expected_accept_length(reach).mean()) if reach.numel() else 0.0
+        results.append(ProbeResult(
+            config={**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
+                    "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": temperature,
+                    "batch_size": batch_size, "num_prompts": num_inputs},
+            mean_accept_length=mean, acceptance_by_step=expected_by_step(reach),
+            accept_length_histogram=expected_histogram(reach), per_position_accept_length=mean,
+            vocab_bound=bound, target_disagreement=None, skipped_prompts=num_inputs - len(prompts), results=prompts,
+            estimate=True,
+        ))
+    return results
 
 
 def _vocab_bound(drafter: Eagle3Drafter, samples: list[_Sample]) -> float:
