@@ -7,7 +7,8 @@
 At temperature 0, with the target's own greedy continuation, the per-prompt accept lengths are the
 ones ``draftlab generate`` reports. With given continuations that the target would not have
 produced, the share of positions where the target disagrees is reported: the figures then describe
-that text, not what the target would generate.
+that text, not what the target would generate. At temperature > 0 the continuations are sampled and
+each cycle start's draft tree gives an expected accept length instead (:mod:`.sampling`, an estimate).
 """
 
 from __future__ import annotations
