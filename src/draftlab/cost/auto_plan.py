@@ -77,8 +77,8 @@ def auto_plan(
     ``prompts``, profile the pair at ``batch_sizes`` and predict. ``overhead_ms`` is a fixed
     per-cycle cost to add (an engine's own work between passes, which the timed passes leave out).
     At ``temperature`` > 0 the accept lengths are the probe's estimates for sampled decoding (``seed``
-    samples the continuations). ``device`` defaults to CUDA when there is one, else the CPU; ``dtype`` to bfloat16 on CUDA,
-    float32 on the CPU."""
+    samples the continuations). ``device`` defaults to CUDA when there is one, else the CPU; ``dtype``
+    to bfloat16 on CUDA, float32 on the CPU."""
     configs = list(dict.fromkeys(grid if grid is not None else default_grid()))
     if not configs:
         raise DraftlabError("--grid is empty; give configs like 3/1/4,5/4/8")
