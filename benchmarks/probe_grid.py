@@ -28,6 +28,7 @@ from runtime_speed import build
 from draftlab.cost.plan import DEFAULT_GRID
 from draftlab.engines import default_aux_layers
 from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.models.devices import synchronize
 from draftlab.models.pair import LoadedPair
 from draftlab.models.target import TargetRunner
 from draftlab.probe.continuations import target_continuations
@@ -35,12 +36,10 @@ from draftlab.probe.probe import probe_configs, probe_sequences
 
 
 def seconds(fn, device: str):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    synchronize(torch.device(device))
     start = time.perf_counter()
     out = fn()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    synchronize(torch.device(device))
     return out, time.perf_counter() - start
 
 

@@ -10,7 +10,7 @@ token) sits at position r = s + 1 starts from entry s; its cache is entries 0..s
   its own ancestors (EAGLE-3's training-time-test pattern: causal block, then one diagonal block per
   earlier depth, its ancestors' keys gathered into the node's row);
 - scores, frontier and kept nodes come from :func:`draftlab.spec.tree.select_top_k` and
-  :func:`~draftlab.spec.tree.kept_pool_indices`, the decoder's own functions, over all cycles at once.
+  :func:`~draftlab.spec.tree.kept_pool_mask`, the decoder's own rules, over all cycles at once.
 
 Under greedy verification a cycle accepts the longest path of kept nodes that spells the tokens
 after its root, so :func:`accepted_drafts` tracks only that path through the pool; every other node
@@ -26,7 +26,7 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.models.drafter import KV, Eagle3Drafter
-from draftlab.spec.tree import Frontier, PoolChunk, kept_pool_indices, select_top_k
+from draftlab.spec.tree import Frontier, PoolChunk, kept_pool_mask, select_top_k
 
 
 @torch.no_grad()
@@ -62,9 +62,7 @@ def accepted_drafts(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torc
         true_slot = torch.where(found, _slot_of(frontier.pool_index - (k + (step - 1) * k * k) == flat[..., None]),
                                 -1)
 
-    scores = torch.cat([c.scores for c in chunks], dim=-1)  # [B, n, pool]
-    kept = torch.zeros_like(scores, dtype=torch.bool).scatter_(
-        -1, kept_pool_indices(scores, flags.num_draft_tokens), True)
+    kept = kept_pool_mask(chunks, flags.num_draft_tokens)  # [B, n, pool]
     accepted = torch.zeros_like(true_pool[0])
     alive = torch.ones_like(true_pool[0], dtype=torch.bool)
     for pool_index in true_pool:
@@ -78,7 +76,7 @@ def drafted_trees(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.
                   flags: SpecFlags) -> list[PoolChunk]:
     """The whole draft pool of the cycle rooted at each position 1..L-1, one chunk per step (depth =
     step + 1): entries [B, L - 1, m] with their target ids, scores and parents' pool indices. The
-    tree a cycle verifies is the pool's :func:`~draftlab.spec.tree.kept_pool_indices`."""
+    tree a cycle verifies is the pool's :func:`~draftlab.spec.tree.kept_pool_mask`."""
     return [chunk for _, chunk, _, _ in _draft_steps(drafter, tokens, features, flags)]
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from draftlab.spec.tree import PoolChunk, kept_pool_indices
+from draftlab.spec.tree import PoolChunk, kept_pool_mask
 
 
 @torch.no_grad()
@@ -28,17 +28,16 @@ def reach_by_depth(pool: list[PoolChunk], num_draft_tokens: int,
     depth d (d = 1..steps). ``pool`` is :func:`~draftlab.probe.drafts.drafted_trees`' output (entries
     [B, n, m] per depth); ``target_logits_at(positions)`` returns the target's logits [B, len(positions), V]
     at text positions ``positions``: s + d for depth d of the cycle from row s, whose root is at s + 1."""
-    scores = torch.cat([c.scores for c in pool], dim=-1)
-    kept = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, kept_pool_indices(scores, num_draft_tokens), True)
-    b, n, _ = scores.shape
-    reach_pool = torch.zeros_like(scores)
-    out = torch.zeros(b, n, len(pool), device=scores.device)
+    kept = kept_pool_mask(pool, num_draft_tokens)
+    b, n, _ = kept.shape
+    reach_pool = torch.zeros(kept.shape, device=kept.device)
+    out = torch.zeros(b, n, len(pool), device=kept.device)
     offset = 0
     for depth, entries in enumerate(pool, start=1):
         width = entries.tokens.shape[-1]
-        p = torch.zeros(b, n, width, device=scores.device)
+        p = torch.zeros(b, n, width, device=kept.device)
         for start in range(0, n, chunk):
-            rows = torch.arange(start, min(start + chunk, n), device=scores.device)
+            rows = torch.arange(start, min(start + chunk, n), device=kept.device)
             target = target_logits_at(rows + depth)  # on the lm_head's device (the last GPU of a split target)
             probs = torch.softmax(target.float() / temperature, -1)
             p[:, rows] = probs.gather(-1, entries.tokens[:, rows].to(probs.device)).to(p.device)

@@ -139,6 +139,12 @@ def kept_pool_indices(scores: torch.Tensor, num_draft_tokens: int) -> torch.Tens
     return torch.sort(torch.topk(scores, num_draft_tokens - 1, dim=-1).indices, dim=-1).values
 
 
+def kept_pool_mask(chunks: list[PoolChunk], num_draft_tokens: int) -> torch.Tensor:
+    """[..., pool] bool: which entries of the pool the cycle verifies (leading dims: independent cycles)."""
+    scores = torch.cat([c.scores for c in chunks], dim=-1)
+    return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, kept_pool_indices(scores, num_draft_tokens), True)
+
+
 def chain_tree(root: int, drafts: torch.Tensor) -> DraftTree:
     """A chain: root -> drafts[0] -> drafts[1] -> ..."""
     return build_tree(root, drafts, torch.arange(drafts.numel(), device=drafts.device))
