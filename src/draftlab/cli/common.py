@@ -22,7 +22,8 @@ DeviceMapOption = Annotated[Optional[str], typer.Option(
     "--device-map", help="auto: split the target across the GPUs (accelerate); not with --device.")]
 EngineOption = Annotated[str, typer.Option(
     "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")]
-DtypeOption = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
+DtypeOption = Annotated[Optional[str], typer.Option(
+    "--dtype", help="float32, bfloat16 or float16 (default bfloat16 on CUDA, float32 on the CPU).")]
 StepsOption = Annotated[Optional[int], typer.Option("--steps", help="SGLang --speculative-num-steps.")]
 TopkOption = Annotated[Optional[int], typer.Option("--topk", help="SGLang --speculative-eagle-topk.")]
 NumDraftTokensOption = Annotated[Optional[int], typer.Option(

@@ -32,7 +32,7 @@ def drift_command(
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per pass.")] = 4,
-    dtype: DtypeOption = "float32",
+    dtype: DtypeOption = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
     engine: Annotated[str, typer.Option("--engine", help="Aux-layer convention of the drafter config.")] = "sglang",
     json_out: JsonOption = False,

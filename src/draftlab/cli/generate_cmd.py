@@ -27,7 +27,7 @@ def generate_command(
     temperature: TemperatureOption = 0.0,
     seed: SamplingSeedOption = None,
     no_draft: Annotated[bool, typer.Option("--no-draft", help="Decode with the target alone (baseline).")] = False,
-    dtype: DtypeOption = "float32",
+    dtype: DtypeOption = None,
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     engine: EngineOption = "sglang",

@@ -129,16 +129,16 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
         save_probes(result.probes, save_probe)
     if not json_out:
         render_measurements(result, console)
-    _emit_plan(result.plan, plot, json_out)
+    _emit_plan(result.plan, plot, json_out, timings=result.timings)
 
 
-def _emit_plan(result: Plan, plot: Path | None, json_out: bool) -> None:
+def _emit_plan(result: Plan, plot: Path | None, json_out: bool, timings: dict[str, float] | None = None) -> None:
     plot_path = None
     if plot is not None:
         from draftlab.cost.plot import plot_plan
 
         plot_path = plot_plan(result, plot)
     if json_out:
-        emit_json({**to_jsonable(result), "plot": plot_path})
+        emit_json({**to_jsonable(result), "plot": plot_path, **({"timings": timings} if timings else {})})
     else:
         render_plan(result, console, plot_path)

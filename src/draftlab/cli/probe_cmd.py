@@ -38,8 +38,10 @@ def probe_command(
     temperature: Annotated[float, typer.Option(
         "--temperature", help="0: exact greedy accept lengths. > 0: expected acceptance, an estimate.")] = 0.0,
     seed: SamplingSeedOption = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per target/drafter pass.")] = 4,
-    dtype: DtypeOption = "float32",
+    batch_size: Annotated[Optional[int], typer.Option(
+        "--batch-size", help="Sequences decoded and probed together (default: as many as free GPU memory holds, "
+                             "up to 64; 4 on the CPU).")] = None,
+    dtype: DtypeOption = None,
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     engine: EngineOption = "sglang",

@@ -24,7 +24,7 @@ def profile(
     draft_rows: Annotated[str, typer.Option(help="Rows per sequence of a draft step (the topk values to plan).")] = "1,2,4,8",
     extend_tokens: Annotated[str, typer.Option(help="Accepted tokens per sequence of a draft-extend.")] = "1,2,3,4,5,6,7,8",
     context: Annotated[int, typer.Option(help="KV-cache length every pass runs after.")] = 256,
-    dtype: DtypeOption = "bfloat16",
+    dtype: DtypeOption = None,
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cuda",
     warmup: Annotated[int, typer.Option(help="Untimed calls before each measurement.")] = 3,
     repeats: Annotated[int, typer.Option(help="Timed calls per measurement (median and spread).")] = 10,
@@ -46,8 +46,10 @@ def profile(
         from draftlab.cost.profiler import profile_costs
         from draftlab.cost.runtime_workload import runtime_workload
         from draftlab.models.drafter import Eagle3Drafter
+        from draftlab.models.devices import default_dtype
         from draftlab.models.target import TargetRunner
 
+        dtype = dtype or default_dtype(device)
         runner = TargetRunner.load(target, dtype=dtype, device=device)
         draft = None if drafter is None else Eagle3Drafter.load(
             drafter, target=runner, dtype=dtype, device=device)
@@ -70,7 +72,7 @@ def profile(
             raise DraftlabError("--tp without --target needs --hidden-size and --num-layers")
         ar = measure_allreduce(tp=tp, hidden_size=hidden_size, num_layers=num_layers,
                                batch_sizes=batches, tokens=tokens, warmup=warmup,
-                               repeats=repeats, dtype=dtype)
+                               repeats=repeats, dtype=dtype or "bfloat16")
         result = replace(result, allreduce=ar, environment=result.environment or environment())
         if target is None:
             result = replace(result, model=ModelInfo(hidden_size=hidden_size, num_layers=num_layers),

@@ -28,7 +28,7 @@ from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.pair import load_pair
-from draftlab.probe.probe import ProbeResult, probe_configs
+from draftlab.probe.probe import Clock, ProbeResult, probe_configs
 
 @dataclass(frozen=True)
 class AutoPlan:
@@ -38,6 +38,7 @@ class AutoPlan:
     profile: Profile
     probes: list[ProbeResult]  # one per grid config, in grid order
     accept_lengths: list[AcceptLength]  # the probes' means, as make_plan reads them (to re-plan)
+    timings: dict[str, float]  # seconds: load_s, continuations_s, probe_s, profile_s, total_s
 
 
 def default_grid() -> list[SpecConfig]:
@@ -65,7 +66,7 @@ def auto_plan(
     dtype: str | None = None,
     device: str | None = None,
     engine: str = "sglang",
-    probe_batch_size: int = 4,
+    probe_batch_size: int | None = None,
     temperature: float = 0.0,
     seed: int | None = None,
     warmup: int = 3,
@@ -91,13 +92,15 @@ def auto_plan(
         raise DraftlabError("prompts file not found", path=prompts)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
+    clock = Clock()
     pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device)
+    clock.lap("load_s")
     _check_context(pair.target.config.max_position_embeddings, context_tokens, configs)
 
     probed = probe_configs(
         pair, target, prompts, [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in configs],
         max_new_tokens=max_new_tokens, batch_size=probe_batch_size, temperature=temperature, seed=seed,
-        progress=progress,
+        progress=progress, clock=clock,
     )
     accept = [_accept_length(c, r, prompts) for c, r in zip(configs, probed)]
 
@@ -107,8 +110,9 @@ def auto_plan(
     profile = profile_costs(workload, batch_sizes=sorted(set(batch_sizes)), verify_tokens=verify,
                             draft_rows=rows, extend_tokens=extend, warmup=warmup, repeats=repeats,
                             overhead_ms=overhead_ms, progress=progress)
+    clock.lap("profile_s")
     plan = make_plan(profile, accept, grid=[GridEntry(c) for c in configs], batch_sizes=list(batch_sizes))
-    return AutoPlan(plan=plan, profile=profile, probes=probed, accept_lengths=accept)
+    return AutoPlan(plan=plan, profile=profile, probes=probed, accept_lengths=accept, timings=clock.timings())
 
 
 def _accept_length(config: SpecConfig, result: ProbeResult, prompts: str | Path) -> AcceptLength:

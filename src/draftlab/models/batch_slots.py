@@ -114,3 +114,13 @@ def pad_block(width: int, positions: torch.Tensor, new_valid: torch.Tensor, tree
         tree_mask = F.pad(tree_mask, (0, pad, 0, pad), value=False)
     widened = [F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad)) for x in inputs]
     return positions, new_valid, tree_mask, *widened
+
+
+def left_pad(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded ids [B, width], each row's positions (0 at its first token) and which slots are real:
+    a batched prefill's inputs, after which every row's next token is the last column's."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
+    pads = torch.tensor([width - len(p) for p in prompts], device=device)[:, None]
+    columns = torch.arange(width, device=device)[None]
+    return ids, (columns - pads).clamp(min=0), columns >= pads

@@ -23,6 +23,13 @@ def parse_dtype(name: str) -> torch.dtype:
         raise DraftlabError(f"unknown dtype {name!r}; choose float32, bfloat16 or float16") from None
 
 
+def default_dtype(device: str | None, device_map: str | None = None) -> str:
+    """The dtype a model runs in when none is asked for: bfloat16 on GPUs (what engines serve in),
+    float32 on the CPU (bf16 matmuls there are slow and the reference is float32)."""
+    on_gpu = device_map is not None or (device is not None and device.startswith("cuda"))
+    return "bfloat16" if on_gpu else "float32"
+
+
 def parse_device(name: str) -> torch.device:
     try:
         device = torch.device(name)

@@ -40,6 +40,7 @@ from draftlab.models.target_static import StaticTarget, cache_keyword, supports
 
 CACHES = ("auto", "dynamic", "static")
 DEFAULT_MAX_LEN = 4096
+STATIC_BY_DEFAULT = ("cuda",)  # device types on which cache "auto" means static (tests add "cpu")
 
 
 @dataclass
@@ -80,7 +81,8 @@ class TargetRunner:
         on_cuda = self.device.type == "cuda"
         one_device = len(model_devices(model)) == 1  # not split by a device map
         if cache == "auto":
-            cache = "static" if on_cuda and one_device and supports(model) else "dynamic"
+            static = self.device.type in STATIC_BY_DEFAULT and one_device and supports(model)
+            cache = "static" if static else "dynamic"
         if cache == "static" and not one_device:
             raise DraftlabError("the static cache needs the whole target on one device; a target split by a "
                                 "device map runs with the dynamic cache (cache auto or dynamic)")

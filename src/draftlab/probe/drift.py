@@ -20,8 +20,10 @@ from rich.progress import Progress
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import aux_layers
 from draftlab.errors import DraftlabError
+from draftlab.models.devices import default_dtype
 from draftlab.models.target import TargetRunner
 from draftlab.probe.drift_metrics import HiddenDrift, LayerDrift, NextTokenDrift
+from draftlab.probe.probe import Clock, probe
 from draftlab.spec.prompts import read_prompts
 
 
@@ -34,13 +36,15 @@ class DriftResult:
     num_positions: int
     accept_length_a: float | None = None  # the drafter's probe accept length on A (with a drafter)
     accept_length_b: float | None = None
+    timings: dict[str, float] | None = None  # seconds: load_s, compare_s, probe_s (with a drafter), total_s
 
 
 def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, layers: list[int] | None = None,
           drafter: str | Path | None = None, max_new_tokens: int = 128, steps: int | None = None,
           topk: int | None = None, num_draft_tokens: int | None = None, batch_size: int = 4,
-          dtype: str = "float32", device: str = "cpu", engine: str = "sglang", progress: bool = False) -> DriftResult:
+          dtype: str | None = None, device: str = "cpu", engine: str = "sglang", progress: bool = False) -> DriftResult:
     """Per-layer hidden-state drift and next-token drift of ``target_b`` against ``target_a``."""
+    dtype = dtype or default_dtype(device)
     cfg_a = TargetConfig.from_dict(open_checkpoint(target_a).config)
     cfg_b = TargetConfig.from_dict(open_checkpoint(target_b).config)
     for field in ("hidden_size", "num_layers", "vocab_size"):
@@ -57,8 +61,10 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
     layers = sorted(set(layers))
     sequences = _sequences(prompts, target_a, cfg_a)
 
+    clock = Clock()
     runner_a = TargetRunner.load(target_a, aux_layers=layers, dtype=dtype, device=device)
     runner_b = TargetRunner.load(target_b, aux_layers=layers, dtype=dtype, device=device)
+    clock.lap("load_s")
     hidden = [HiddenDrift(k) for k in layers]
     tokens = NextTokenDrift()
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
@@ -82,6 +88,7 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
                 tokens.update(runner_a.lm_head(ha[i:i + 512]).float(), logits_b)
             bar.advance(task, len(batch))
     del runner_a, runner_b
+    clock.lap("compare_s")
 
     result = DriftResult(
         config={"target_a": str(target_a), "target_b": str(target_b),
@@ -91,13 +98,13 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
         num_positions=tokens.n,
     )
     if drafter is not None:
-        from draftlab.probe.probe import probe
-
         options = dict(steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, max_new_tokens=max_new_tokens,
                        batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=progress)
         result.accept_length_a = probe(target_a, drafter, prompts, **options).mean_accept_length
         result.accept_length_b = probe(target_b, drafter, prompts, **options).mean_accept_length
         result.config.update(max_new_tokens=max_new_tokens)
+        clock.lap("probe_s")
+    result.timings = clock.timings()
     return result
 
 

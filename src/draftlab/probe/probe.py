@@ -13,8 +13,9 @@ each cycle start's draft tree gives an expected accept length instead (:mod:`.sa
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,11 @@ from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import ENGINES, aux_layers
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
-from draftlab.models.devices import model_devices, resolve_placement
+from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.pair import LoadedPair
 from draftlab.models.target import TargetRunner
+from draftlab.probe.batching import CPU_BATCH, auto_batch_size
 from draftlab.probe.continuations import read_responses, target_continuations
 from draftlab.probe.drafts import accepted_drafts, drafted_trees
 from draftlab.probe.features import feature_files, read_sample, response_spans
@@ -64,6 +66,7 @@ class ProbeResult:
     skipped_prompts: int  # prompts with no room left in the target's context
     results: list[ProbePromptResult]
     estimate: bool = False  # temperature > 0: expected figures along the text, not an exact count
+    timings: dict[str, float] | None = None  # seconds: load_s, continuations_s, probe_s, total_s
 
 
 @dataclass
@@ -79,7 +82,8 @@ class _Sample:
 def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = None, *, steps: int | None = None,
           topk: int | None = None, num_draft_tokens: int | None = None, max_new_tokens: int = 128,
           responses: str = "generate", features: str | Path | None = None, temperature: float = 0.0,
-          seed: int | None = None, batch_size: int = 4, dtype: str = "float32", device: str | None = None,
+          seed: int | None = None, batch_size: int | None = None, dtype: str | None = None,
+          device: str | None = None,
           device_map: str | None = None, engine: str = "sglang", progress: bool = False) -> ProbeResult:
     """Exact greedy accept lengths of ``drafter`` on ``target`` over ``prompts``, or over the captured
     hidden states in ``features`` (then ``target`` supplies only its config, embedding and lm_head).
@@ -91,6 +95,7 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     A live target runs on ``device`` (default cpu) or split across the GPUs by ``device_map``
     ("auto"), not both; the drafter sits with the target's input embedding."""
     device, device_map = resolve_placement(device, device_map)
+    dtype = dtype or default_dtype(device, device_map)
     if device_map is not None and features is not None:
         raise DraftlabError("--device-map splits a live target; with --features only its embedding and lm_head "
                             "load, so use --device")
@@ -107,18 +112,24 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
     context = target_cfg.max_position_embeddings
 
+    clock = Clock()
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         if features is None:
             runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device, device_map=device_map)
             draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device))
-            samples, num_inputs = _live_samples(runner, target, prompts, target_cfg, flags, responses, max_new_tokens,
-                                                batch_size, bar, temperature, seed)
+            clock.lap("load_s")
+            samples, num_inputs, batch_size = _live_samples(runner, draft_model, target, prompts, target_cfg, [flags],
+                                                            responses, max_new_tokens, batch_size, bar, temperature,
+                                                            seed)
             lm_head, eos = runner.lm_head, runner.eos_token_ids
         else:
             runner, heads = None, TargetHeads(target, dtype=dtype, device=device)
             draft_model = Eagle3Drafter.load(drafter, target=heads, dtype=dtype, device=device)
+            clock.lap("load_s")
             samples, num_inputs = _feature_samples(features, target_cfg, draft_model, max_new_tokens)
             lm_head, eos = heads.lm_head, heads.eos_token_ids
+            batch_size = batch_size or CPU_BATCH
+        clock.lap("continuations_s")
         config = {
             "target": str(target), "drafter": str(drafter), "engine": engine, "aux_layers": layers,
             "responses": "features" if features is not None else responses,
@@ -126,9 +137,11 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
             "device_map": device_map, "target_devices": None if runner is None else model_devices(runner.model),
             "seed": seed,
         }
-        return _run(runner, lm_head, eos, draft_model, samples, flags, batch_size=batch_size, context=context,
-                    max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                    temperature=temperature)
+        result = _run(runner, lm_head, eos, draft_model, samples, flags, batch_size=batch_size, context=context,
+                      max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
+                      temperature=temperature)
+    clock.lap("probe_s")
+    return replace(result, timings=clock.timings())
 
 
 def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[list[int]],
@@ -145,14 +158,16 @@ def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[
 
 
 def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path, configs: Sequence[SpecFlags], *,
-                  max_new_tokens: int = 128, responses: str = "generate", batch_size: int = 4,
-                  temperature: float = 0.0, seed: int | None = None, progress: bool = False) -> list[ProbeResult]:
+                  max_new_tokens: int = 128, responses: str = "generate", batch_size: int | None = None,
+                  temperature: float = 0.0, seed: int | None = None, progress: bool = False,
+                  clock: Clock | None = None) -> list[ProbeResult]:
     """:func:`probe` for several configs at once on a pair already in memory (live target).
 
     The continuations are decoded once (long enough for the config with the most steps; sampled at
     ``temperature`` > 0) and the target runs once per batch of prompts; only the drafter and the walk
     (or the T > 0 estimate) run per config. Each result is the one :func:`probe` gives for that config
-    alone. ``target_dir`` supplies the tokenizer for text prompts.
+    alone. ``target_dir`` supplies the tokenizer for text prompts. The results' ``timings`` are laps of
+    ``clock`` (a caller's that timed the load, say).
     """
     if temperature < 0:
         raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
@@ -162,29 +177,53 @@ def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path,
     runner, drafter = pair.target, pair.drafter
     for flags in configs:
         _check_topk(drafter, flags)
-    longest = max(configs, key=lambda flags: flags.steps)
+    clock = clock or Clock()
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        samples, num_inputs = _live_samples(runner, target_dir, prompts, runner.config, longest, responses,
-                                            max_new_tokens, batch_size, bar, temperature, seed)
+        samples, num_inputs, batch_size = _live_samples(runner, drafter, target_dir, prompts, runner.config,
+                                                        list(configs), responses, max_new_tokens, batch_size, bar,
+                                                        temperature, seed)
+        clock.lap("continuations_s")
         config = {"target": str(target_dir), "aux_layers": pair.aux_layers, "responses": responses,
                   "features": None, "dtype": str(runner.dtype).removeprefix("torch."), "device": str(runner.device),
                   "seed": seed}
         if temperature > 0:
-            return _run_sampled(runner, runner.lm_head, drafter, samples, list(configs), batch_size=batch_size,
-                                max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                                temperature=temperature)
-        return _run_greedy(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, list(configs),
-                           batch_size=batch_size, context=runner.config.max_position_embeddings,
-                           max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)
+            results = _run_sampled(runner, runner.lm_head, drafter, samples, list(configs), batch_size=batch_size,
+                                   max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
+                                   temperature=temperature)
+        else:
+            results = _run_greedy(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, list(configs),
+                                  batch_size=batch_size, context=runner.config.max_position_embeddings,
+                                  max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)
+    clock.lap("probe_s")
+    timings = clock.timings()  # the configs share one set of continuations and target passes
+    return [replace(r, timings=timings) for r in results]
 
 
-def _check_run(responses: str, max_new_tokens: int, batch_size: int) -> None:
+class Clock:
+    """Wall-clock seconds of a run's phases, each lap after the GPU's queued work is done."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.laps[name] = round(now - self.last, 4)
+        self.last = now
+
+    def timings(self) -> dict[str, float]:
+        return {**self.laps, "total_s": round(self.last - self.start, 4)}
+
+
+def _check_run(responses: str, max_new_tokens: int, batch_size: int | None) -> None:
     if responses not in RESPONSES:
         raise DraftlabError(f"--responses must be one of {', '.join(RESPONSES)}, got {responses!r}")
     if max_new_tokens < 2:
         raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), "
                             f"got {max_new_tokens}")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
 
 
@@ -249,10 +288,12 @@ def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[
     return out
 
 
-def _live_samples(runner: TargetRunner, target: str | Path, prompts: str | Path, target_cfg: TargetConfig,
-                  flags: SpecFlags, responses: str, max_new_tokens: int, batch_size: int, bar: Progress,
-                  temperature: float = 0.0, seed: int | None = None) -> tuple[list[_Sample], int]:
-    """Prompts and their continuations (the target's greedy ones, or the file's), cut to the context."""
+def _live_samples(runner: TargetRunner, drafter: Eagle3Drafter, target: str | Path, prompts: str | Path,
+                  target_cfg: TargetConfig, configs: list[SpecFlags], responses: str, max_new_tokens: int,
+                  batch_size: int | None, bar: Progress, temperature: float = 0.0, seed: int | None = None
+                  ) -> tuple[list[_Sample], int, int]:
+    """Prompts and their continuations (the target's greedy ones, or the file's), cut to the context; the
+    number of prompts; the batch size (``batch_size``, or chosen from free memory when None)."""
     rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
     context = target_cfg.max_position_embeddings
     kept = [(i, row.input_ids) for i, row in enumerate(rows) if context is None or len(row.input_ids) < context]
@@ -262,13 +303,18 @@ def _live_samples(runner: TargetRunner, target: str | Path, prompts: str | Path,
         for i, p in kept:
             response = given[i][:context - len(p)] if context is not None else given[i]
             samples.append(_Sample(i, p + response, len(p), min(max_new_tokens, len(response))))
-        return samples, len(rows)
-    task = bar.add_task("target continuations", total=len(kept))
-    room = [max_new_tokens + flags.steps if context is None else min(max_new_tokens + flags.steps, context - len(p))
+        longest = max((len(s.tokens) for s in samples), default=1)
+        return samples, len(rows), batch_size or auto_batch_size(runner, drafter, configs, longest, len(samples))
+    steps = max(flags.steps for flags in configs)
+    room = [max_new_tokens + steps if context is None else min(max_new_tokens + steps, context - len(p))
             for _, p in kept]
+    longest = max((len(p) + r for (_, p), r in zip(kept, room)), default=1)
+    batch_size = batch_size or auto_batch_size(runner, drafter, configs, longest, len(kept))
+    task = bar.add_task("target continuations", total=len(kept))
     conts = target_continuations(runner, [p for _, p in kept], max(room, default=0), batch_size=batch_size,
                                  temperature=temperature, seed=seed, advance=lambda n: bar.advance(task, n))
-    return [_Sample(i, p + c[:r], len(p), min(max_new_tokens, r)) for (i, p), c, r in zip(kept, conts, room)], len(rows)
+    samples = [_Sample(i, p + c[:r], len(p), min(max_new_tokens, r)) for (i, p), c, r in zip(kept, conts, room)]
+    return samples, len(rows), batch_size
 
 
 def _feature_samples(folder: str | Path, target_cfg: TargetConfig, drafter: Eagle3Drafter,

@@ -16,9 +16,10 @@ from draftlab.serve.http import ServeContext
 
 def load_context(
     target: str | Path, drafter: str | Path | None, *, steps: int | None = None, topk: int | None = None,
-    num_draft_tokens: int | None = None, dtype: str = "float32", device: str = "cpu", engine: str = "sglang",
+    num_draft_tokens: int | None = None, dtype: str | None = None, device: str = "cpu", engine: str = "sglang",
 ) -> ServeContext:
     """Load the pair and start the decoder worker. ``engine`` picks whose aux-id convention to read."""
+    from draftlab.models.devices import default_dtype
     from draftlab.models.pair import load_pair
     from draftlab.models.target import TargetRunner
     from draftlab.spec.decoder import SpeculativeDecoder
@@ -28,6 +29,7 @@ def load_context(
     if drafter is None and any(v is not None for v in (steps, topk, num_draft_tokens)):
         raise DraftlabError("--steps/--topk/--num-draft-tokens need --drafter")
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
+    dtype = dtype or default_dtype(device)
     flags = draft_model = None
     if drafter is None:
         runner = TargetRunner.load(target, dtype=dtype, device=device)

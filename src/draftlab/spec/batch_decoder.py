@@ -27,6 +27,7 @@ import torch
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.batch_slots import left_pad
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
@@ -100,7 +101,7 @@ class BatchSpeculativeDecoder:
         depth = self.flags.steps if drafter is not None else 0
         rows = [RowResult() for _ in prompts]
 
-        ids, positions, valid = _left_pad(prompts, device)
+        ids, positions, valid = left_pad(prompts, device)
         prefill = target.forward(ids, positions, new_valid=valid, last_only=True)
         roots = [pick_token(prefill.logits[i, -1], temperature, gen) for i in range(b)]
         for row, root in zip(rows, roots):
@@ -209,12 +210,3 @@ class BatchSpeculativeDecoder:
                                    roots[i], self.flags.num_draft_tokens)
             for i in range(b)
         ]
-
-
-def _left_pad(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded ids, each row's positions (0 at its first token) and which slots are real."""
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
-    pads = torch.tensor([width - len(p) for p in prompts], device=device)[:, None]
-    columns = torch.arange(width, device=device)[None]
-    return ids, (columns - pads).clamp(min=0), columns >= pads

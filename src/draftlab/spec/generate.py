@@ -21,7 +21,7 @@ from draftlab.compat import check_pair
 from draftlab.engines import ENGINES
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
-from draftlab.models.devices import model_devices, resolve_placement, synchronize
+from draftlab.models.devices import default_dtype, model_devices, resolve_placement, synchronize
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
 from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
 from draftlab.spec.metrics import accept_stats
@@ -51,7 +51,7 @@ def generate(
     target: str | Path, drafter: str | Path | None, prompts: str | Path, *,
     steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
     max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None, no_draft: bool = False,
-    dtype: str = "float32", device: str | None = None, device_map: str | None = None, engine: str = "sglang",
+    dtype: str | None = None, device: str | None = None, device_map: str | None = None, engine: str = "sglang",
     progress: bool = False, batch_size: int = 1, ignore_eos: bool = False, cache: str = "auto",
 ) -> GenerateResult:
     """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``).
@@ -67,6 +67,7 @@ def generate(
     from draftlab.models.target import TargetRunner
 
     device, device_map = resolve_placement(device, device_map)
+    dtype = dtype or default_dtype(device, device_map)
     if engine not in ENGINES:
         raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if max_new_tokens < 1:

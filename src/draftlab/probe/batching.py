@@ -1,0 +1,50 @@
+"""How many sequences the probe runs together when ``--batch-size`` is not given: as many as free
+device memory holds, by an estimate of one sequence's peak memory in the probe's largest phases.
+
+Decoding the continuations is bound by reading the weights, so a step over 64 rows costs little more
+than a step over one: the wider the batch, the faster. The probe's own passes (one target pass over
+prompt + continuation, the drafter over every cycle start) are compute-bound and gain nothing beyond
+a few thousand tokens a pass, but they must fit too. On the CPU the batch stays small: there every
+row costs its full compute.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from draftlab.engines.sglang_flags import SpecFlags
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.graphs import BUCKETS
+from draftlab.models.target import TargetRunner
+
+CPU_BATCH = 4
+MAX_BATCH = 64  # past this a decode step stops being bound by the weights (an 8B model in bf16 on an H200)
+MEMORY_SHARE = 0.6  # of the free memory, for the estimate's slack and the allocator's fragmentation
+
+
+def auto_batch_size(runner: TargetRunner, drafter: Eagle3Drafter, configs: list[SpecFlags], longest: int,
+                    count: int) -> int:
+    """The batch for ``count`` sequences of at most ``longest`` tokens (prompt + continuation)."""
+    if runner.device.type != "cuda":
+        return max(1, min(CPU_BATCH, count))
+    free, _ = torch.cuda.mem_get_info(runner.device)
+    fits = int(MEMORY_SHARE * free // row_bytes(runner, drafter, configs, longest))
+    return max(1, min(MAX_BATCH, count, fits))
+
+
+def row_bytes(runner: TargetRunner, drafter: Eagle3Drafter, configs: list[SpecFlags], length: int) -> int:
+    """Peak bytes one sequence of ``length`` tokens adds in the probe's largest phase."""
+    cfg = runner.model.config
+    size = torch.finfo(runner.dtype).bits // 8
+    hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
+    intermediate = getattr(cfg, "intermediate_size", 4 * hidden)
+    kv_heads = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
+    head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
+    cache = 2 * layers * kv_heads * head_dim * (length + BUCKETS[-1]) * size
+    aux = len(runner.aux_layers)
+    target_pass = length * ((aux + 8) * hidden + 3 * intermediate) * size
+    logits = min(length, 512) * cfg.vocab_size * size * 2  # a chunk of the target's argmax
+    draft_vocab = drafter.lm_head.out_features
+    drafting = max(flags.topk * length * (2 * draft_vocab * (size + 4) + 4 * flags.steps * hidden * size)
+                   for flags in configs)
+    return max(cache, target_pass + logits, drafting) + aux * hidden * length * size
