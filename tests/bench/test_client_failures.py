@@ -127,3 +127,20 @@ def test_unreachable_server_for_model_lookup(tmp_path, capsys):
     prompts.write_text('{"prompt": "x"}\n')
     assert main(["bench", "--base-url", "http://127.0.0.1:9", "--prompts", str(prompts)]) == 2
     assert "cannot connect" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["all-500", "nobody-listening"])
+def test_no_completed_request_exits_1_and_still_writes_the_result(bad_url, where, tmp_path, capsys):
+    from draftlab.cli import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "500"}\n')
+    url = bad_url if where == "all-500" else "http://127.0.0.1:9"
+    out = tmp_path / "r.json"
+    code = main(["bench", "--base-url", url, "--api", "openai", "--model", "m", "--prompts", str(prompts),
+                 "--num-prompts", "2", "--warmup", "0", "-o", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "no request completed (2 failed)" in captured.err
+    doc = json.loads(out.read_text())
+    assert doc["completed"] == 0 and doc["failed"] == 2 and json.loads(captured.out) == doc

@@ -55,3 +55,20 @@ def test_serve_process_generates_like_the_library_and_stops_on_ctrl_c(target_dir
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_port_out_of_range_is_one_line_and_exit_2(target_dir, port):
+    out = subprocess.run([sys.executable, "-m", "draftlab", "serve", "--target", str(target_dir), "--port", port],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": SRC})
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "Invalid value for '--port'" in out.stderr and "Usage:" in out.stderr
+
+
+def test_a_port_the_os_refuses_is_one_line(target_dir):
+    """The library refuses too (a caller that skips the CLI's range check): one DraftlabError, no traceback."""
+    from draftlab.errors import DraftlabError
+    from draftlab.serve.http import make_server
+
+    with pytest.raises(DraftlabError, match="ports are 0..65535"):
+        make_server(None, "127.0.0.1", 99999)

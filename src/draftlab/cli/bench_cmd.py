@@ -75,6 +75,10 @@ def bench(
     if result.config["interrupted"]:
         err_console.print("draftlab: interrupted; partial result" + (f" written to {output}" if output else ""))
         return 130
+    if result.completed == 0:
+        err_console.print(f"draftlab: no request completed ({result.failed} failed); is the server at {base_url} up?",
+                          markup=False)
+        return 1
     return 0
 
 

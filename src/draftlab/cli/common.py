@@ -40,7 +40,7 @@ DrafterIdOption = Annotated[Optional[str], typer.Option(
 TpOption = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
 HostOption = Annotated[str, typer.Option("--host", help="Address the server listens on.")]
 PortOption = Annotated[Optional[int], typer.Option(
-    "--port", help="Default: SGLang 30000, vLLM 8000, draftlab 30000.")]
+    "--port", min=1, max=65535, help="Default: SGLang 30000, vLLM 8000, draftlab 30000.")]
 HealthTimeoutOption = Annotated[float, typer.Option(
     "--health-timeout", help="Seconds to wait for the engine's /health.")]
 SkipCheckOption = Annotated[bool, typer.Option("--skip-check", help="Launch without draftlab check.")]

@@ -25,7 +25,7 @@ def serve(
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
     host: HostOption = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="0 picks a free port (printed).")] = 30000,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="0 picks a free port (printed).")] = 30000,
     dtype: DtypeOption = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
     engine: EngineOption = "sglang",

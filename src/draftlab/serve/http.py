@@ -239,4 +239,7 @@ def make_server(ctx: ServeContext, host: str, port: int) -> ThreadingHTTPServer:
     try:
         return _Server((host, port), ctx)
     except OSError as exc:
-        raise DraftlabError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port") from None
+        raise DraftlabError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port or "
+                            "--host") from None
+    except OverflowError:
+        raise DraftlabError(f"cannot listen on port {port}: ports are 0..65535; choose another --port") from None
