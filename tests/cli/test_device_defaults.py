@@ -12,10 +12,16 @@ from draftlab.models.devices import default_dtype
 
 @pytest.mark.parametrize(("device", "device_map", "dtype"), [
     ("cpu", None, "float32"), (None, None, "float32"), ("cuda", None, "bfloat16"), ("cuda:1", None, "bfloat16"),
-    (None, "auto", "bfloat16"),
 ])
 def test_default_dtype(device, device_map, dtype):
     assert default_dtype(device, device_map) == dtype
+
+
+def test_a_device_map_means_the_gpus_when_there_are_some(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert default_dtype(None, "auto") == "float32"  # accelerate places everything on the CPU
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert default_dtype(None, "auto") == "bfloat16"
 
 
 def test_commands_name_the_dtype_they_ran_in(toy_pair, tmp_path, capsys):

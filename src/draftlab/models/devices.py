@@ -26,7 +26,8 @@ def parse_dtype(name: str) -> torch.dtype:
 def default_dtype(device: str | None, device_map: str | None = None) -> str:
     """The dtype a model runs in when none is asked for: bfloat16 on GPUs (what engines serve in),
     float32 on the CPU (bf16 matmuls there are slow and the reference is float32)."""
-    on_gpu = device_map is not None or (device is not None and device.startswith("cuda"))
+    split = device_map is not None and torch.cuda.is_available()  # with no GPU a device map places on the CPU
+    on_gpu = split or (device is not None and device.startswith("cuda"))
     return "bfloat16" if on_gpu else "float32"
 
 

@@ -166,14 +166,16 @@ class TargetRunner:
         input_ids = input_ids.reshape(-1).to(self.device)
         n = input_ids.numel()
         cached = self.cache_len
-        if positions is None:
-            positions = torch.arange(cached, cached + n, device=self.device)
-        positions = positions.reshape(-1).to(self.device, torch.long)
+        if positions is None:  # the last position is known without reading the device back
+            positions, last = torch.arange(cached, cached + n, device=self.device), cached + n - 1
+        else:
+            positions = positions.reshape(-1).to(self.device, torch.long)
+            last = int(positions.max())
         if positions.numel() != n:
             raise DraftlabError(f"got {positions.numel()} positions for {n} new tokens")
         limit = self.config.max_position_embeddings
-        if limit is not None and int(positions.max()) >= limit:
-            raise DraftlabError(f"position {int(positions.max())} is past the target's context of {limit} tokens")
+        if limit is not None and last >= limit:
+            raise DraftlabError(f"position {last} is past the target's context of {limit} tokens")
         key_positions = torch.cat([self._positions, positions])
         if self._static is not None:
             logits, aux = self._static.forward(input_ids, positions, new_token_mask(n, tree_mask, self.device), cached)

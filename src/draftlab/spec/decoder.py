@@ -136,7 +136,8 @@ class SpeculativeDecoder:
             verify = self.target.forward(tree.tokens, tree_mask=tree.mask, positions=positions)
             walk = walk_tree(tree, verify.logits, temperature, gen)
             path = torch.tensor(walk.nodes, dtype=torch.long, device=device)
-            self.target.keep(path)
+            if walk.nodes != list(range(tree.tokens.numel())):  # else every verified entry stays where it is
+                self.target.keep(path)
 
             tokens, stopped = trim_commit(walk.tokens, max_new_tokens - produced, eos)
             produced += len(tokens)

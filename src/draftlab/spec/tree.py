@@ -109,7 +109,7 @@ def build_tree(root: int, tokens: torch.Tensor, parents: torch.Tensor) -> DraftT
     mask = torch.zeros(n, n, dtype=torch.bool, device=device)
     depth = torch.zeros(n, dtype=torch.long, device=device)
     mask[0, 0] = True
-    for i, p in enumerate(all_parents.tolist()[1:], start=1):
+    for i, p in enumerate(parents.tolist() if parents.numel() else [], start=1):
         if p < 0:  # orphan: only reachable if SGLang's tie-breaking differed; never accepted
             mask[i, 0] = True
             depth[i] = 1

@@ -1,0 +1,314 @@
+"""The GPU smoke run: every draftlab command, typed as a user types it, on a CUDA device.
+
+    PYTHONPATH=src python benchmarks/gpu_smoke.py --toy TOY_DIR [--pairs toy,llama-3.1-8b] [--out smoke.json]
+CPU check of the script itself (a tiny random pair instead of the 8B one; minutes):
+    PYTHONPATH=src python benchmarks/gpu_smoke.py --device cpu --pairs toy,tiny
+
+Run it on a GPU machine whenever a change touches models/, spec/, probe/, cost/ or serve/, and record
+the last run in benchmarks/RESULTS.md ("GPU smoke run"). Every command runs in its own process
+(`python -m draftlab ...`, default flags plus `--device cuda` where the command takes one) and must
+exit 0: inspect, check (SGLang and vLLM), vocab (count, build, coverage, compare), generate (its
+default speculation flags, a chain, a tree, sampling, a batch, no drafter), probe (the target's own
+continuations, given responses, captured features), drift, serve + bench, profile and plan --target.
+
+Pairs:
+- ``toy``: the trained toy pair (``--toy DIR`` holding ``target/`` and ``drafter/``, e.g. the
+  draftlab cache's ``toy-v1-seed0-py311``; trained here when not given). Its commands run in its
+  float32 checkpoints' default on CUDA (bfloat16) and, for the exactness check, in float32: the probe's
+  per-prompt accept lengths must equal generate's for the default flags and for the chain 3/1/4.
+- ``llama-3.1-8b``: a Llama-3.1-8B-shaped target with random bf16 weights arranged for real
+  acceptance (benchmarks/multi_gpu.py's ``PredictableWeights``) and its drafter, written to disk
+  (16 GB) so that the commands load them as a user's folders. Per-prompt agreement is reported, not
+  required (bf16 ties).
+
+Prints one line per command (pair, command, exit code, seconds) and a Markdown table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1"}
+SHAPES = {"llama-3.1-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=131072,
+                rms_norm_eps=1e-5, rope_theta=500000.0,
+                rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192},
+                tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001),
+          "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=192, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+                       rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)}
+DRAFT_VOCAB = {"llama-3.1-8b": 32000, "tiny": 256}
+TOY_TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self.",
+             "return self._", "class Config:\n    ", "    if not isinstance(", "# Copyright", "with open("]
+
+
+class Smoke:
+    """Runs commands and keeps one record per command."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def run(self, pair: str, name: str, argv: list[str], *, expect: int = 0, timeout: int = 600) -> dict | None:
+        """``python -m draftlab argv``; returns its JSON document when it printed one."""
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "draftlab", *argv], capture_output=True, text=True,
+                             env=ENV, timeout=timeout)
+        seconds = time.perf_counter() - start
+        doc = None
+        if out.stdout.strip().startswith(("{", "[")):
+            try:
+                doc = json.loads(out.stdout)
+            except json.JSONDecodeError:
+                pass
+        self.record(pair, name, out.returncode == expect, seconds, rc=out.returncode,
+                    error=None if out.returncode == expect else out.stderr.strip()[-1500:])
+        return doc
+
+    def record(self, pair: str, name: str, ok: bool, seconds: float, **extra: object) -> None:
+        row = {"pair": pair, "command": name, "ok": ok, "seconds": round(seconds, 2), **extra}
+        self.records.append(row)
+        print(json.dumps(row), flush=True)
+
+
+def toy_pair(toy: str | None) -> tuple[Path, Path]:
+    if toy:
+        return Path(toy) / "target", Path(toy) / "drafter"
+    from draftlab.toy import cached_toy_pair
+
+    pair = cached_toy_pair()
+    return pair.target_dir, pair.drafter_dir
+
+
+def write_random_pair(shape: str, work: Path, device: str) -> tuple[Path, Path]:
+    """A target of ``shape`` and its drafter as folders (the drafter in SpecForge's layout)."""
+    from multi_gpu import PredictableWeights, build_drafter, split_target
+    from safetensors.torch import save_file
+
+    cfg, draft_vocab = SHAPES[shape], DRAFT_VOCAB[shape]
+    values = PredictableWeights(cfg, draft_vocab, residual_scale=1e-3, fixed_points=0.3, seed=0)
+    model = split_target(cfg, device, torch.bfloat16, values)
+    target_dir, drafter_dir = work / "target", work / "drafter"
+    model.save_pretrained(target_dir)
+    drafter = build_drafter(model, values, cfg, draft_vocab, torch.bfloat16)
+    drafter_dir.mkdir()
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+              **{k: v for k, v in cfg.items() if k != "tie_word_embeddings"},
+              "num_hidden_layers": 1, "hidden_act": "silu", "draft_vocab_size": draft_vocab,
+              "target_hidden_size": cfg["hidden_size"], "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    (drafter_dir / "config.json").write_text(json.dumps(config, indent=2))
+    tensors = {k: v.detach().contiguous().cpu() for k, v in drafter.checkpoint_tensors().items()}
+    tensors["d2t"] = torch.zeros(draft_vocab, dtype=torch.int64)  # the draft ids are the first 32000
+    tensors["t2d"] = torch.arange(cfg["vocab_size"]) < draft_vocab
+    save_file(tensors, str(drafter_dir / "model.safetensors"))
+    del model, drafter, values
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return target_dir, drafter_dir
+
+
+def write_prompts(path: Path, pair: str) -> list[list[int]]:
+    if pair == "toy":
+        rows = [list(t.encode()) for t in TOY_TEXTS]
+    else:  # inside the draft vocabulary, where the arranged weights make drafts acceptable
+        gen = torch.Generator().manual_seed(0)
+        rows = torch.randint(0, DRAFT_VOCAB[pair], (8, 64), generator=gen).tolist()
+    path.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
+    return rows
+
+
+def write_features(target_dir: Path, drafter_dir: Path, rows: list[list[int]], outputs: list[list[int]],
+                   folder: Path, device: str) -> None:
+    """SpecForge-format feature files (data_*.ckpt) of the target's own greedy responses, as an engine
+    captures them: what ``probe --features`` reads."""
+    from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+    from draftlab.engines import aux_layers
+    from draftlab.models.target import TargetRunner
+
+    target_cfg = TargetConfig.from_dict(open_checkpoint(target_dir).config)
+    layers = aux_layers("sglang", DrafterConfig.from_dict(open_checkpoint(drafter_dir).config),
+                        target_cfg.num_layers).layers
+    runner = TargetRunner.load(target_dir, aux_layers=layers, dtype="bfloat16", device=device, cache="dynamic")
+    folder.mkdir(parents=True)
+    for i, (prompt, response) in enumerate(zip(rows, outputs)):
+        step = runner.forward_batch(torch.tensor([prompt + response]))
+        torch.save({"input_ids": torch.tensor(prompt + response),
+                    "loss_mask": torch.tensor([0] * len(prompt) + [1] * len(response)),
+                    "hidden_state": step.hidden.cpu(), "aux_hidden_state": step.aux.cpu()}, folder / f"data_{i}.ckpt")
+    del runner
+
+
+def serve_and_bench(smoke: Smoke, pair: str, target: Path, drafter: Path, prompts: Path, work: Path,
+                    device: str) -> None:
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "draftlab", "serve", "--target", str(target), "--drafter",
+                             str(drafter), "--device", device, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        line = proc.stdout.readline()
+        if "serving" not in line:
+            proc.kill()
+            smoke.record(pair, "serve", False, time.perf_counter() - start, error=proc.stderr.read()[-1500:])
+            return
+        smoke.record(pair, "serve (start)", True, time.perf_counter() - start)
+        url = line.split(" at ")[1].split(";")[0]
+        doc = smoke.run(pair, "bench --api sglang", ["bench", "--base-url", url, "--api", "sglang", "--prompts",
+                                                     str(prompts), "--max-tokens", "32", "--concurrency", "2",
+                                                     "-o", str(work / "bench.json"), "--json"])
+        if doc is not None:
+            smoke.records[-1].update(completed=doc["completed"], accept_length=doc["accept_length"])
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        smoke.record(pair, "serve (Ctrl-C)", proc.returncode == 130, 0.0, rc=proc.returncode,
+                     error=None if proc.returncode == 130 else err[-1500:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def per_prompt(doc: dict | None) -> list[list[int]] | None:
+    return None if doc is None else [r["accept_lengths"] for r in doc["results"]]
+
+
+def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path, device: str) -> None:
+    t, d = str(target), str(drafter)
+    prompts = work / "prompts.jsonl"
+    rows = write_prompts(prompts, pair)
+    cuda = ["--device", device]
+    chain = ["--steps", "3", "--topk", "1", "--num-draft-tokens", "4"]
+    tree = ["--steps", "5", "--topk", "4", "--num-draft-tokens", "8"]
+    pair_args = ["--target", t, "--drafter", d, "--prompts", str(prompts)]
+    new = ["--max-new-tokens", "64"]
+
+    smoke.run(pair, "inspect target", ["inspect", t, "--json"])
+    smoke.run(pair, "inspect drafter", ["inspect", d, "--json"])
+    for engine in ("sglang", "vllm"):
+        smoke.run(pair, f"check --engine {engine}", ["check", d, "--target", t, "--engine", engine, "--json"])
+    smoke.run(pair, "check --fix", ["check", d, "--target", t, "--fix", str(work / "fixed"), "--json"])
+    counts = work / "counts.json"
+    if pair == "toy":
+        smoke.run(pair, "vocab count", ["vocab", "count", "--data", str(prompts), "--tokenizer", t, "-o", str(counts)])
+    else:  # a random target has no tokenizer: the counts of the prompts' ids, written directly
+        flat = [i for r in rows for i in r]
+        counts.write_text(json.dumps({"vocab_size": SHAPES[pair]["vocab_size"], "num_tokens": len(flat),
+                                      "counts": {str(i): flat.count(i) for i in sorted(set(flat))}}))
+    mapping = work / "mapping.safetensors"
+    size = "64" if pair == "toy" else str(DRAFT_VOCAB[pair] // 2)
+    smoke.run(pair, "vocab build", ["vocab", "build", "--counts", str(counts), "--size", size, "-o", str(mapping)])
+    smoke.run(pair, "vocab coverage", ["vocab", "coverage", d, "--counts", str(counts), "--json"])
+    smoke.run(pair, "vocab compare", ["vocab", "compare", d, str(mapping), "--json"])
+
+    gen_default = smoke.run(pair, "generate (default flags)", ["generate", *pair_args, *cuda, *new, "--json"])
+    gen_chain = smoke.run(pair, "generate 3/1/4", ["generate", *pair_args, *cuda, *new, *chain, "--json"])
+    smoke.run(pair, "generate 5/4/8", ["generate", *pair_args, *cuda, *new, *tree, "--json"])
+    smoke.run(pair, "generate T=0.7", ["generate", *pair_args, *cuda, *new, "--temperature", "0.7", "--seed", "0",
+                                       "--json"])
+    smoke.run(pair, "generate --batch-size 4", ["generate", *pair_args, *cuda, *new, "--batch-size", "4", "--json"])
+    smoke.run(pair, "generate --no-draft", ["generate", "--target", t, "--prompts", str(prompts), "--no-draft",
+                                            *cuda, *new, "--json"])
+    probe_default = smoke.run(pair, "probe (default flags)", ["probe", *pair_args, *cuda, *new, "--json"])
+    probe_chain = smoke.run(pair, "probe 3/1/4", ["probe", *pair_args, *cuda, *new, *chain, "--json"])
+    for name, gen, got in (("default flags", gen_default, probe_default), ("3/1/4", gen_chain, probe_chain)):
+        if gen is not None and got is not None:
+            same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
+            smoke.record(pair, f"probe == generate per prompt, {name} ({gen['config']['dtype']})", True, 0.0,
+                         matching=f"{same}/{len(rows)}", timings=got.get("timings"))  # bf16: reported only
+    if pair == "toy":  # exactness in float32
+        f32 = ["--dtype", "float32"]
+        gen32 = smoke.run(pair, "generate 3/1/4 float32", ["generate", *pair_args, *cuda, *new, *chain, *f32, "--json"])
+        probe32 = smoke.run(pair, "probe 3/1/4 float32", ["probe", *pair_args, *cuda, *new, *chain, *f32, "--json"])
+        if gen32 is not None and probe32 is not None:
+            same = sum(a == b for a, b in zip(per_prompt(gen32), per_prompt(probe32)))
+            smoke.record(pair, "probe == generate per prompt, 3/1/4 (float32)", same == len(rows), 0.0,
+                         matching=f"{same}/{len(rows)}", mean_accept_length=gen32["mean_accept_length"])
+    if gen_chain is not None:
+        ahead = smoke.run(pair, "generate 3/1/4 (+ look-ahead)", ["generate", *pair_args, *cuda, *chain,
+                                                                  "--max-new-tokens", "68", "--ignore-eos", "--json"])
+        outputs = [r["output_ids"] for r in ahead["results"]] if ahead else []
+        given = work / "given.jsonl"
+        given.write_text("".join(json.dumps({"input_ids": p, "response_ids": o}) + "\n" for p, o in zip(rows, outputs)))
+        smoke.run(pair, "probe --responses given", ["probe", "--target", t, "--drafter", d, "--prompts", str(given),
+                                                    "--responses", "given", *cuda, *new, *chain, "--json"])
+        write_features(target, drafter, rows, outputs, work / "features" / "rows_0-5000", device)
+        smoke.run(pair, "probe --features", ["probe", "--target", t, "--drafter", d, "--features",
+                                             str(work / "features"), *cuda, *new, *chain, "--json"])
+    if pair == "toy":
+        from draftlab.demo import perturbed_copy
+
+        other = str(perturbed_copy(target, work / "target-v2", 0.3))
+    else:
+        other = t  # a second 16 GB copy would only cost disk: the target against itself
+    smoke.run(pair, "drift", ["drift", "--target-a", t, "--target-b", other, "--prompts", str(prompts), "--drafter", d,
+                              *cuda, *new, "--json"])
+    serve_and_bench(smoke, pair, target, drafter, prompts, work, device)
+    fast = [] if device == "cuda" else ["--device", "cpu", "--repeats", "2", "--verify-tokens", "1,4"]
+    smoke.run(pair, "profile", ["profile", "--target", t, "--drafter", d, "--out", str(work / "profile.json"),
+                                *fast, "--json"])
+    fast = [] if device == "cuda" else ["--repeats", "1", "--grid", "3/1/4,2/2/4", "--max-new-tokens", "16"]
+    smoke.run(pair, "plan --target", ["plan", *pair_args, *cuda, *fast, "--json"])
+
+
+def table(records: list[dict]) -> str:
+    lines = ["| pair | command | result | seconds | note |", "|---|---|---|---|---|"]
+    for r in records:
+        note = r.get("matching") or (f"rc {r['rc']}" if "rc" in r else "")
+        if r.get("timings"):
+            note += f"; timings {r['timings']}"
+        if r.get("error"):
+            note += "; " + r["error"].splitlines()[-1][:160]
+        lines.append(f"| {r['pair']} | {r['command']} | {'ok' if r['ok'] else 'FAILED'} | {r['seconds']} | {note} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--toy", help="folder with the toy pair's target/ and drafter/ (default: train it)")
+    parser.add_argument("--pairs", default="toy,llama-3.1-8b")
+    parser.add_argument("--workdir", help="where the pairs' folders go (default: a temporary folder)")
+    parser.add_argument("--out", help="write the records as JSON here")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: check the script itself")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_smoke.py needs a CUDA device (or --device cpu to check the script)", file=sys.stderr)
+        return 2
+    import transformers
+
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(json.dumps({"device": name, "torch": torch.__version__,
+                      "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d")}), flush=True)
+    smoke = Smoke()
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="draftlab-smoke-"))
+    for pair in args.pairs.split(","):
+        work = root / pair
+        work.mkdir(parents=True)
+        start = time.perf_counter()
+        target, drafter = toy_pair(args.toy) if pair == "toy" else write_random_pair(pair, work / "models", args.device)
+        smoke.record(pair, "build pair", True, time.perf_counter() - start)
+        try:
+            smoke_pair(smoke, pair, target, drafter, work, args.device)
+        except Exception as exc:  # record and go on to the next pair: the table is the point
+            smoke.record(pair, "smoke script", False, 0.0, error=f"{type(exc).__name__}: {exc}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(smoke.records, indent=1))
+    print(table(smoke.records))
+    failed = [r for r in smoke.records if not r["ok"]]
+    print(f"{len(smoke.records) - len(failed)}/{len(smoke.records)} ok")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
