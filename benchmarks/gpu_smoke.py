@@ -99,6 +99,8 @@ def write_random_pair(shape: str, work: Path, device: str) -> tuple[Path, Path]:
     from multi_gpu import PredictableWeights, build_drafter, split_target
     from safetensors.torch import save_file
 
+    from draftlab.engines import default_aux_layers, written_aux_ids
+
     cfg, draft_vocab = SHAPES[shape], DRAFT_VOCAB[shape]
     values = PredictableWeights(cfg, draft_vocab, residual_scale=1e-3, fixed_points=0.3, seed=0)
     model = split_target(cfg, device, torch.bfloat16, values)
@@ -106,10 +108,15 @@ def write_random_pair(shape: str, work: Path, device: str) -> tuple[Path, Path]:
     model.save_pretrained(target_dir)
     drafter = build_drafter(model, values, cfg, draft_vocab, torch.bfloat16)
     drafter_dir.mkdir()
+    layers = cfg["num_hidden_layers"]
+    aux = default_aux_layers(layers) if layers >= 8 else [0, 1, 2]  # explicit, in both engines' fields
     config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
               **{k: v for k, v in cfg.items() if k != "tie_word_embeddings"},
               "num_hidden_layers": 1, "hidden_act": "silu", "draft_vocab_size": draft_vocab,
-              "target_hidden_size": cfg["hidden_size"], "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+              "target_hidden_size": cfg["hidden_size"], "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": written_aux_ids("sglang", aux),
+                               "use_aux_hidden_state": True},
+              "eagle_aux_hidden_state_layer_ids": written_aux_ids("vllm", aux)}
     (drafter_dir / "config.json").write_text(json.dumps(config, indent=2))
     tensors = {k: v.detach().contiguous().cpu() for k, v in drafter.checkpoint_tensors().items()}
     tensors["d2t"] = torch.zeros(draft_vocab, dtype=torch.int64)  # the draft ids are the first 32000
