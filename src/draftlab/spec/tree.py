@@ -50,9 +50,10 @@ def draft_top_k(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Te
     """A draft step's candidates over the last dim of the drafter's ``logits``: (scores, draft ids).
 
     As SGLang's draft step picks them: topk 1 is ``argmax(logits)``, the first maximum under exact
-    ties, with score 1.0 (a chain keeps every node, so its scores decide nothing); topk > 1 is
-    ``torch.topk`` of the softmax, in descending probability (ties in the order torch.topk gives,
-    which PyTorch does not define, on the GPU as here).
+    ties, with score 1.0, as its spec-v2 worker does on CUDA (its v1 worker's ``torch.max`` of the
+    softmax gives the same first maximum; a chain keeps every node, so scores decide nothing).
+    topk > 1 is ``torch.topk`` of the softmax, in descending probability (ties in the order
+    torch.topk gives, which PyTorch does not define, on the GPU as here).
     """
     if topk == 1:
         ids = logits.argmax(dim=-1, keepdim=True)
