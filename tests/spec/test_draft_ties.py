@@ -4,7 +4,8 @@ The drafter's lm_head is all zeros, so every draft step ties over its whole 40-t
 SGLang drafts draft id 0 every time, which maps to T0, a token the tiny target's greedy output
 repeats. The accept lengths then follow from the greedy text alone: a cycle accepts the run of T0
 after its root, up to ``steps``. (softmax(...).topk(1) picks a later index on the CPU for rows
-shorter than 64 and never drafts T0.)
+shorter than 64 and never drafts T0.) A synthetic pair whose drafter logits tie among a few top
+tokens checks the first maximum itself, against SGLang's chain computed from its tables.
 """
 
 import sys
@@ -24,6 +25,7 @@ from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder  # noqa: E402
 from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
+from spec_fakes import greedy_reference, make_pair  # noqa: E402
 
 T0 = 64  # the tiny llama target's greedy output after [1, 2, 3] starts 64 64 64 4 and has a run of 15 64s
 PROMPTS = [[1, 2, 3], [5], [7, 7, 0, 1]]
@@ -90,3 +92,36 @@ def test_sampled_decoding_drafts_the_first_maximum_too(tied_pair, monkeypatch, m
     _decode("batched" if module is batch_mod else "batch-1", runner, drafter, resolve_spec_flags(3, 1, 4),
             max_new_tokens=12, temperature=0.8, seed=1)
     assert drafted and set(drafted) == {T0}
+
+
+def _first_max(row: torch.Tensor) -> int:
+    return int((row == row.max()).nonzero()[0])
+
+
+def test_batch_one_decoder_drafts_the_first_of_a_few_tied_maxima():
+    """Drafter logits rounded to even integers tie among a few top tokens, not all: every cycle accepts
+    what SGLang's chain (first maximum at each step, from the tables) accepts along the greedy text."""
+    target, drafter = make_pair(12, noise=0.5)
+    drafter.table = 2 * torch.round(drafter.table / 2)
+    steps, ties = 3, 0
+    dec = SpeculativeDecoder(target, drafter, resolve_spec_flags(steps, 1, steps + 1))
+    lengths_seen = []
+    for prompt in ([1, 2, 3], [5, 0], [7, 7, 0, 1], [4, 6]):
+        seq = prompt + greedy_reference(target.table, prompt, NEW + steps + 1)
+        expected, produced = [], 1
+        while produced < NEW:
+            root = len(prompt) + produced - 1
+            prev, tok, run = seq[root - 1], seq[root], 0
+            while run < steps:
+                row = drafter.table[prev, tok][drafter.draft_ids]
+                ties += int((row == row.max()).sum()) > 1
+                draft = int(drafter.draft_ids[_first_max(row)])
+                if draft != seq[root + 1 + run]:
+                    break
+                prev, tok, run = tok, draft, run + 1
+            expected.append(run + 1)
+            produced += run + 1
+        commits = list(dec.stream(prompt, max_new_tokens=NEW))
+        assert [c.accept_length for c in commits[1:]] == expected
+        lengths_seen += expected
+    assert ties > 5 and max(lengths_seen) == steps + 1  # tied maxima were drafted, and chains accepted
