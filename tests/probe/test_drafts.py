@@ -74,9 +74,8 @@ def test_topk_one_drafts_the_first_maximum_of_tied_logits(pair, tmp_path):
     (argmax, the first maximum), here mapped to token 64, so each cycle accepts the run of 64s after its
     root (softmax(...).topk(1) picks a later index on the CPU and accepts nothing)."""
     runner, _ = pair
-    drafter = Eagle3Drafter.load(write_specforge(tmp_path / "tied", tied_head(drafter_tensors(with_embed=False,
-                                                                                                seed=3), 64)),
-                                 target=runner)
+    tensors = tied_head(drafter_tensors(with_embed=False, seed=3), 64)
+    drafter = Eagle3Drafter.load(write_specforge(tmp_path / "tied", tensors), target=runner)
     text = [1, 2, 3, 64, 64, 64, 4, 64, 9, 64, 64, 64, 64, 64, 64, 5]
     flags = resolve_spec_flags(3, 1, 4)
     tokens = torch.tensor([text])

@@ -35,7 +35,8 @@ NEW = 30
 @pytest.fixture(scope="module")
 def tied_pair(tmp_path_factory):
     runner = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3])
-    folder = write_specforge(tmp_path_factory.mktemp("d") / "tied", tied_head(drafter_tensors(with_embed=False, seed=3), T0))
+    tensors = tied_head(drafter_tensors(with_embed=False, seed=3), T0)
+    folder = write_specforge(tmp_path_factory.mktemp("d") / "tied", tensors)
     return runner, Eagle3Drafter.load(folder, target=runner)
 
 
