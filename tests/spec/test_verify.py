@@ -132,3 +132,14 @@ def test_tree_sampling_walk_draws_sglangs_coins():
         walk = tree_sampling_walk(tree, probs, torch.Generator().manual_seed(seed))
         assert (walk.nodes, walk.tokens) == _sglang_tree_sampling(tree, probs.double(), coins[:-1], coins[-1],
                                                                   depth + 1)
+
+
+def test_sampling_walk_accepts_the_last_child_when_rounding_leaves_no_mass_outside_the_children():
+    """p's mass is all on the children but sums below the coin (as rounding can leave it): SGLang would
+    sample vocabulary id V - 1 from an empty leftover; draftlab accepts the last child tried."""
+    tree = build_tree(0, torch.tensor([1, 2]), torch.tensor([0, 0]))
+    probs = torch.zeros(3, 5, dtype=torch.float64)
+    probs[0, 1], probs[0, 2] = 0.3, 0.6
+    probs[1:, 4] = 1.0
+    walk = sampling_walk(tree, probs, [0.95, 0.5, 0.5], 0.5)
+    assert walk.nodes == [0, 2] and walk.tokens == [2, 4]

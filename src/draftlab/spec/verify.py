@@ -71,13 +71,13 @@ def sampling_walk(tree: DraftTree, target_probs: torch.Tensor, coins: list[float
             if coins[node] < total:
                 accepted = child
                 break
-        left = p.clone()
-        left[tried] = 0.0
-        if accepted is None and tried and not bool((left > 0).any()):
-            accepted = children[node][-1]  # float rounding: the children hold all of p
         if accepted is None:
-            out.append(_inverse_cdf(left, final_coin))
-            return Walk(nodes, out)
+            left = p.clone()
+            left[tried] = 0.0
+            if not tried or bool((left > 0).any()):
+                out.append(_inverse_cdf(left, final_coin))
+                return Walk(nodes, out)
+            accepted = children[node][-1]  # float rounding: the children hold all of p
         out.append(tokens[accepted])
         node = accepted
         nodes.append(node)
