@@ -23,6 +23,7 @@ SGLANG_TABLE = [
     ((1, 4, 5), (1, 4, 5), False),  # pool = topk = 4 -> at most 5
     ((3, 1, 8), (3, 1, 4), True),  # topk 1 forces steps + 1
     ((6, 1, 2), (6, 1, 7), True),
+    ((3, 1, None), (3, 1, 4), False),  # SGLang completes a chain without num_draft_tokens (source "rewritten")
 ]
 
 
@@ -40,6 +41,7 @@ def test_sglang_speculative_flags(given, expected, rewritten):
     assert got == expected
     assert _flag(argv, "--tp") == "2" and _flag(argv, "--port") == "31000"
     assert any("SGLang rule" in n for n in cmd.notes) == rewritten
+    assert any("rewritten" in n for n in cmd.notes) == (n is None)
     assert cmd.env == {}
 
 
@@ -49,6 +51,8 @@ def test_sglang_speculative_flags(given, expected, rewritten):
     ((1, 2, 4), "offers only 2"),  # ndt - 1 = 3 > topk + (steps-1) topk^2 = 2
     ((2, 2, 8), "offers only 6"),
     ((0, 1, 1), "positive"),
+    ((3, 2, None), "--num-draft-tokens"),  # only a chain is completed
+    ((3, 40, 1025), "at most 1024"),  # SGLang's tree kernel
 ])
 def test_sglang_rejections(given, needle):
     with pytest.raises(DraftlabError, match=needle):

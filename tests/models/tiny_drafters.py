@@ -45,6 +45,16 @@ def drafter_tensors(*, layers: int = 1, seed: int = 0, with_embed: bool = True) 
     return t
 
 
+def tied_head(tensors: dict[str, torch.Tensor], target_id: int) -> dict[str, torch.Tensor]:
+    """The drafter with an all-zero lm_head: every logit is exactly 0.0, so every draft step is one exact
+    tie over the whole draft vocabulary (SGLang drafts draft id 0, the first maximum); d2t maps draft
+    id 0 to ``target_id``."""
+    tied = dict(tensors, **{"lm_head.weight": torch.zeros_like(tensors["lm_head.weight"])})
+    tied["d2t"] = tensors["d2t"].clone()
+    tied["d2t"][0] = target_id
+    return tied
+
+
 def llama_fields(layers: int = 1, rope_scaling: dict | None = None) -> dict:
     return {"model_type": "llama", "hidden_size": H, "intermediate_size": INTER, "num_attention_heads": HEADS,
             "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "num_hidden_layers": layers,

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
-from tiny_drafters import drafter_tensors, write_specforge  # noqa: E402
+from tiny_drafters import drafter_tensors, tied_head, write_specforge  # noqa: E402
 from tiny_targets import tiny_target  # noqa: E402
 
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
-from draftlab.probe.drafts import accepted_drafts  # noqa: E402
+from draftlab.probe.drafts import accepted_drafts, drafted_trees  # noqa: E402
 from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
 
 
@@ -67,3 +67,28 @@ def test_every_kept_node_is_accepted_at_its_depth(pair, cfg):
         aux = runner.forward_batch(tokens).aux
         accepted = accepted_drafts(drafter, tokens, aux, truth, flags)
         assert accepted[:, prompt_len - 1].tolist() == [len(p) for p in paths]
+
+
+def test_topk_one_drafts_the_first_maximum_of_tied_logits(pair, tmp_path):
+    """An all-zero lm_head ties every draft step over the whole draft vocabulary: SGLang drafts draft id 0
+    (argmax, the first maximum), here mapped to token 64, so each cycle accepts the run of 64s after its
+    root (softmax(...).topk(1) picks a later index on the CPU and accepts nothing)."""
+    runner, _ = pair
+    tensors = tied_head(drafter_tensors(with_embed=False, seed=3), 64)
+    drafter = Eagle3Drafter.load(write_specforge(tmp_path / "tied", tensors), target=runner)
+    text = [1, 2, 3, 64, 64, 64, 4, 64, 9, 64, 64, 64, 64, 64, 64, 5]
+    flags = resolve_spec_flags(3, 1, 4)
+    tokens = torch.tensor([text])
+    truth = torch.full((1, len(text) + flags.steps + 1), -1)
+    truth[0, :len(text)] = tokens[0]
+    aux = runner.forward_batch(tokens).aux
+    expected = []
+    for root in range(1, len(text)):  # the run of 64s after the root, at most steps
+        run = 0
+        while run < flags.steps and int(truth[0, root + 1 + run]) == 64:
+            run += 1
+        expected.append(run)
+    assert max(expected) == flags.steps
+    assert accepted_drafts(drafter, tokens, aux, truth, flags)[0].tolist() == expected
+    for chunk in drafted_trees(drafter, tokens, aux, flags):  # the pool the T > 0 estimate reads
+        assert chunk.tokens.eq(64).all() and chunk.scores.eq(1.0).all()

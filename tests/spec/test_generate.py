@@ -79,6 +79,22 @@ def test_json_contract(toy_pair, prompts_file, capsys):
     assert doc["mean_accept_length"] == pytest.approx(total / cycles)
 
 
+def test_steps_and_topk_one_alone_run_sglangs_chain_recorded_as_rewritten(toy_pair, prompts_file, capsys):
+    """SGLang completes --steps 3 --topk 1 with 4 draft tokens (a warning): the same run as 3/1/4, and the
+    JSON's flags_source says so."""
+    docs = []
+    for ndt in ([], ["--num-draft-tokens", "4"]):
+        code = main(["generate", "--target", str(toy_pair.target_dir), "--drafter", str(toy_pair.drafter_dir),
+                     "--prompts", str(prompts_file), "--steps", "3", "--topk", "1", *ndt, "--max-new-tokens", "9",
+                     "--json"])
+        assert code == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    partial, explicit = docs
+    assert partial["config"]["num_draft_tokens"] == 4 and partial["config"]["flags_source"].startswith("rewritten")
+    assert explicit["config"]["flags_source"] == "explicit"
+    assert partial["results"] == explicit["results"]
+
+
 def test_text_and_chat_rows_use_the_target_tokenizer(toy_pair, tmp_path):
     """A ``prompt`` row is the target tokenizer's encoding of the text and a ``messages`` row its chat
     template with a generation prompt, so both decode exactly like the same ids given as ``input_ids``."""

@@ -1,6 +1,6 @@
 import pytest
 
-from draftlab.engines.sglang_flags import draft_pool_size, resolve_spec_flags
+from draftlab.engines.sglang_flags import draft_pool_size, exact_spec_flags, resolve_spec_flags
 from draftlab.errors import DraftlabError
 
 
@@ -15,10 +15,30 @@ def test_none_set_takes_sglang_auto_choice_by_architecture(arch, expected):
     assert flags.source.startswith("auto") and flags.rewrites == []
 
 
-@pytest.mark.parametrize("given", [(3, None, None), (None, 1, 4), (3, 1, None), (None, None, 4)])
-def test_partial_settings_are_rejected_naming_the_missing_flags(given):
+@pytest.mark.parametrize("given", [(3, None, None), (None, 1, 4), (None, None, 4), (3, 2, None), (3, None, 4),
+                                   (None, 1, None)])
+def test_partial_settings_sglang_fails_on_are_rejected_naming_the_missing_flags(given):
     with pytest.raises(DraftlabError, match="all three"):
         resolve_spec_flags(*given)
+
+
+def test_steps_and_topk_one_alone_is_the_chain_sglang_completes_and_is_recorded_as_rewritten():
+    """SGLang warns and sets num_draft_tokens = steps + 1; draftlab runs it (it corrects no given value)."""
+    for resolve in (resolve_spec_flags, exact_spec_flags):
+        flags = resolve(3, 1, None)
+        assert (flags.steps, flags.topk, flags.num_draft_tokens) == (3, 1, 4) and flags.rewrites == []
+        assert flags.source.startswith("rewritten") and "steps + 1 = 4" in flags.source
+    with pytest.raises(DraftlabError, match="positive integer"):
+        resolve_spec_flags(0, 1, None)
+
+
+def test_more_than_1024_tokens_per_cycle_is_refused_as_sglangs_tree_kernel_would():
+    assert resolve_spec_flags(3, 40, 1024).num_draft_tokens == 1024
+    assert resolve_spec_flags(1023, 1, 1024).num_draft_tokens == 1024
+    with pytest.raises(DraftlabError, match="at most 1024.*--num-draft-tokens <= 1024"):
+        resolve_spec_flags(3, 40, 1025)
+    with pytest.raises(DraftlabError, match="at most 1024.*--steps <= 1023"):
+        resolve_spec_flags(1024, 1, None)
 
 
 def test_chain_with_wrong_draft_tokens_is_rewritten_and_recorded():

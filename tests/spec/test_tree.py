@@ -2,7 +2,7 @@ import itertools
 
 import torch
 
-from draftlab.spec.tree import build_tree, organize_draft_results, select_top_k
+from draftlab.spec.tree import build_tree, draft_top_k, organize_draft_results, select_top_k
 
 
 def _probs(pairs: dict[int, float], vocab: int = 10) -> torch.Tensor:
@@ -138,3 +138,19 @@ def test_mask_is_ancestors_and_self():
             node = int(tree.parents[node])
             ancestors.add(node)
         assert {j for j in range(tree.size) if tree.mask[i, j]} == ancestors
+
+
+def test_topk_one_drafts_the_first_maximum_with_score_one_as_sglang():
+    """SGLang's draft step at topk 1 is argmax(logits) with score 1.0; softmax(...).topk(1) picks a later
+    index of a tie on the CPU (here 2)."""
+    scores, ids = draft_top_k(torch.tensor([1.0, 3.0, 3.0, 0.0, 3.0]), 1)
+    assert ids.tolist() == [1] and scores.tolist() == [1.0] and scores.dtype == torch.float32
+    scores, ids = draft_top_k(torch.zeros(2, 3, 40), 1)  # the probe's leading dims; every logit tied
+    assert ids.shape == (2, 3, 1) and ids.eq(0).all() and scores.eq(1.0).all()
+
+
+def test_topk_above_one_is_the_softmax_top_k():
+    logits = torch.tensor([[0.5, 2.0, -1.0, 1.0], [3.0, 0.0, 1.0, 2.0]])
+    scores, ids = draft_top_k(logits, 2)
+    assert ids.tolist() == [[1, 3], [0, 3]]
+    assert torch.allclose(scores, torch.softmax(logits, -1).gather(-1, ids))

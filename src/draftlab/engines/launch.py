@@ -142,8 +142,8 @@ def _sglang(request: LaunchRequest, port: int, context_too_short: bool) -> Engin
         argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", request.drafter,
                  "--speculative-num-steps", str(spec.steps), "--speculative-eagle-topk", str(spec.topk),
                  "--speculative-num-draft-tokens", str(spec.num_draft_tokens)]
-        if spec.source != "explicit":
-            notes.append(f"speculative flags: SGLang's {spec.source} choice, written out")
+        if spec.source != "explicit":  # auto (...) or rewritten (...): what SGLang would pick, made explicit
+            notes.append(f"speculative flags: SGLang's choice, {spec.source}, written out")
         notes += [f"SGLang rule: {r}" for r in spec.rewrites]
         if context_too_short:
             env[SGLANG_CONTEXT_ENV] = "1"

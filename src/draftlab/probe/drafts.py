@@ -9,8 +9,9 @@ token) sits at position r = s + 1 starts from entry s; its cache is entries 0..s
   a node at depth d of the cycle from entry s sits at position s + d and attends entries 0..s plus
   its own ancestors (EAGLE-3's training-time-test pattern: causal block, then one diagonal block per
   earlier depth, its ancestors' keys gathered into the node's row);
-- scores, frontier and kept nodes come from :func:`draftlab.spec.tree.select_top_k` and
-  :func:`~draftlab.spec.tree.kept_pool_mask`, the decoder's own rules, over all cycles at once.
+- candidates, scores, frontier and kept nodes come from :func:`draftlab.spec.tree.draft_top_k`,
+  :func:`~draftlab.spec.tree.select_top_k` and :func:`~draftlab.spec.tree.kept_pool_mask`, the
+  decoder's own rules, over all cycles at once.
 
 Under greedy verification a cycle accepts the longest path of kept nodes that spells the tokens
 after its root, so :func:`accepted_drafts` tracks only that path through the pool; every other node
@@ -26,7 +27,7 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.models.drafter import KV, Eagle3Drafter
-from draftlab.spec.tree import Frontier, PoolChunk, kept_pool_mask, select_top_k
+from draftlab.spec.tree import Frontier, PoolChunk, draft_top_k, kept_pool_mask, select_top_k
 
 
 @torch.no_grad()
@@ -94,7 +95,7 @@ def _draft_steps(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.T
     logits, hidden, prefix = drafter.forward_masked(
         tokens[:, 1:], features[:, :n], positions.expand(b, n), causal[None])
 
-    top_p, top_d = torch.softmax(logits, -1).topk(k, dim=-1)
+    top_p, top_d = draft_top_k(logits, k)
     frontier, chunk = select_top_k(0, top_p, drafter.to_target_ids(top_d), None, k)
     yield frontier, chunk, None, None
     ancestors: list[list[KV]] = []  # per depth, per layer: keys/values aligned to the frontier slots
@@ -108,7 +109,7 @@ def _draft_steps(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.T
         out_logits, out_hidden, new_kv = drafter.forward_masked(
             _slot_major(frontier.tokens), _slot_major(parent_hidden), (positions + step).expand(b * k, n),
             torch.cat(blocks, dim=1)[None], past)
-        top_p, top_d = torch.softmax(_position_major(out_logits, b, k), -1).topk(k, dim=-1)
+        top_p, top_d = draft_top_k(_position_major(out_logits, b, k), k)
         ids = drafter.to_target_ids(top_d)  # [B, n, k, k]: children of each frontier slot
         previous = frontier
         frontier, chunk = select_top_k(step, top_p, ids, previous, k)

@@ -36,6 +36,7 @@ from draftlab.spec.tree import (
     DraftTree,
     PoolChunk,
     build_tree,
+    draft_top_k,
     organize_draft_results,
     select_top_k,
 )
@@ -172,7 +173,7 @@ class BatchSpeculativeDecoder:
         logits, root_hidden = state
         b = len(roots)
         counts = drafter.slots.counts()
-        top_p, top_d = torch.softmax(logits.float(), -1).topk(k, dim=-1)
+        top_p, top_d = draft_top_k(logits, k)
         frontier, chunk = select_top_k(0, top_p, self.drafter_model.to_target_ids(top_d), None, k)
         chunks = [chunk]
         tokens = torch.empty(b, 0, dtype=torch.long, device=device)
@@ -202,7 +203,7 @@ class BatchSpeculativeDecoder:
             drafter.keep([[] for _ in range(b)])
             out_hidden = out.hidden
             level = (n_old + torch.arange(k, device=device)).expand(b, k)
-            top_p, top_d = torch.softmax(out.logits[:, n_old:].float(), -1).topk(k, dim=-1)
+            top_p, top_d = draft_top_k(out.logits[:, n_old:], k)
             frontier, chunk = select_top_k(step, top_p, self.drafter_model.to_target_ids(top_d), frontier, k)
             chunks.append(chunk)
         return [

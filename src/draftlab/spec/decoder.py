@@ -28,7 +28,7 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
-from draftlab.spec.tree import DraftTree, build_tree, organize_draft_results, select_top_k
+from draftlab.spec.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
 from draftlab.spec.verify import walk_tree
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ class SpeculativeDecoder:
             none = torch.empty(0, dtype=torch.long, device=self.target.device)
             return build_tree(root, none, none)
         k, steps = self.flags.topk, self.flags.steps
-        top_p, top_d = torch.softmax(state.logits.float(), -1).topk(k)
+        top_p, top_d = draft_top_k(state.logits, k)
         frontier, chunk = select_top_k(0, top_p, self.drafter.to_target_ids(top_d), None, k)
         chunks = [chunk]
         nodes = _DraftNodes(state.hidden)
@@ -171,7 +171,7 @@ class SpeculativeDecoder:
         for step in range(1, steps):
             level = [nodes.add(int(t), level[int(r)]) for t, r in zip(frontier.tokens, frontier.rows)]
             out = nodes.run(self.drafter)
-            top_p, top_d = torch.softmax(out.logits[level].float(), -1).topk(k, dim=-1)
+            top_p, top_d = draft_top_k(out.logits[level], k)
             frontier, chunk = select_top_k(step, top_p, self.drafter.to_target_ids(top_d), frontier, k)
             chunks.append(chunk)
         return organize_draft_results(chunks, root, self.flags.num_draft_tokens)

@@ -12,7 +12,12 @@ One cycle drafts ``steps`` times from the root (the last verified token):
   exceeds its parent's, so a kept node's parent is kept too (barring exact ties).
 
 This mirrors ``select_top_k_tokens`` (spec_utils.py) and ``organize_draft_results`` /
-``build_tree_kernel_efficient`` (eagle_utils.py) in SGLang; a chain is topk = 1.
+``build_tree_kernel_efficient`` (eagle_utils.py) in SGLang; a chain is topk = 1. Every draft step
+takes its candidates from :func:`draft_top_k`, SGLang's pick of a drafter's top-k.
+
+Orphans: when exact score ties keep a child but drop its parent, SGLang's tree kernel prints
+"invalid eagle tree" and leaves the child out of its retrieve lists; here it gets parent -1. Either
+way no walk reaches it, so it is verified (a wasted slot) but never accepted.
 """
 
 from __future__ import annotations
@@ -39,6 +44,22 @@ class PoolChunk:
     scores: torch.Tensor  # [m]
     tokens: torch.Tensor  # [m]
     parents: torch.Tensor  # [m] pool index of each entry's parent, -1 for the root
+
+
+def draft_top_k(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A draft step's candidates over the last dim of the drafter's ``logits``: (scores, draft ids).
+
+    As SGLang's draft step picks them: topk 1 is ``argmax(logits)``, the first maximum under exact
+    ties, with score 1.0, as its spec-v2 worker does on CUDA (its v1 worker's ``torch.max`` of the
+    softmax gives the same first maximum; a chain keeps every node, so scores decide nothing).
+    topk > 1 is ``torch.topk`` of the softmax, in descending probability (ties in the order
+    torch.topk gives, which PyTorch does not define, on the GPU as here).
+    """
+    if topk == 1:
+        ids = logits.argmax(dim=-1, keepdim=True)
+        return torch.ones(ids.shape, dtype=torch.float32, device=ids.device), ids
+    scores, ids = torch.softmax(logits.float(), -1).topk(topk, dim=-1)
+    return scores, ids
 
 
 def select_top_k(
@@ -110,7 +131,7 @@ def build_tree(root: int, tokens: torch.Tensor, parents: torch.Tensor) -> DraftT
     depth = torch.zeros(n, dtype=torch.long, device=device)
     mask[0, 0] = True
     for i, p in enumerate(parents.tolist() if parents.numel() else [], start=1):
-        if p < 0:  # orphan: only reachable if SGLang's tie-breaking differed; never accepted
+        if p < 0:  # orphan (its parent lost a score tie): in the mask, never reached by a walk
             mask[i, 0] = True
             depth[i] = 1
         else:

@@ -42,44 +42,52 @@ def greedy_walk(tree: DraftTree, target_logits: torch.Tensor) -> Walk:
         nodes.append(node)
 
 
-def _uniform(generator: torch.Generator, device: torch.device) -> float:
-    return float(torch.rand((), generator=generator, device=device))
-
-
-def _sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
 def tree_sampling_walk(tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator) -> Walk:
-    """Recursive per-sibling rejection for deterministic (top-k) children, as EAGLE's
-    ``evaluate_posterior`` and SGLang's ``tree_speculative_sampling_target_only``.
+    """SGLang's sampling walk over deterministic (top-k) children, with fresh coins: one uniform per
+    tree node and one for the final sample, as SGLang draws them (:func:`sampling_walk`)."""
+    coins = torch.rand(tree.size + 1, generator=generator, device=target_probs.device).tolist()
+    return sampling_walk(tree, target_probs, coins[:-1], coins[-1])
 
-    At a node with target distribution p, try its children in order: accept child token x with
-    probability p(x); on rejection set p(x) = 0 and renormalise, then try the next child. If all are
-    rejected, sample the token from what is left of p. Lossless: this is sampling from p one
-    candidate at a time (P(accept x_i) = p(x_i) unconditionally), so the token leaving each node is
-    distributed exactly as p; an accepted child then repeats the rule with its own p. SGLang draws
-    one coin per depth and accepts the first sibling whose cumulative p exceeds it, which gives the
-    same distribution. At a fully accepted leaf the bonus is sampled from p.
+
+def sampling_walk(tree: DraftTree, target_probs: torch.Tensor, coins: list[float], final_coin: float) -> Walk:
+    """SGLang's ``tree_speculative_sampling_target_only`` (thresholds at their defaults, 1.0 / 1.0).
+
+    At a node with target distribution p and coin u (``coins[node]``), its children are tried in
+    pool order (SGLang's retrieve lists): child i is accepted when u < p(x_1) + ... + p(x_i), and
+    the walk moves to it with its own coin. When none is, the bonus is drawn from what is left of p
+    (p with the tried children's tokens zeroed) by inverse CDF at ``final_coin``; at a leaf that is
+    p itself. Each child x is accepted with probability p(x) and the leftover is p restricted to the
+    other tokens, so the token leaving each node follows p exactly (lossless), as in EAGLE's
+    recursive per-sibling rejection.
     """
     tokens, children = tree.tokens.tolist(), tree.children()
     node, nodes, out = 0, [0], []
     while True:
-        p = target_probs[node].clone()
-        accepted = None
+        p = target_probs[node].double()
+        total, tried, accepted = 0.0, [], None
         for child in children[node]:
-            x = tokens[child]
-            if _uniform(generator, p.device) < float(p[x]):
+            total += float(p[tokens[child]])
+            tried.append(tokens[child])
+            if coins[node] < total:
                 accepted = child
                 break
-            p[x] = 0.0
-            p = p / p.sum()
         if accepted is None:
-            out.append(_sample(p, generator))
-            return Walk(nodes, out)
+            left = p.clone()
+            left[tried] = 0.0
+            if not tried or bool((left > 0).any()):
+                out.append(_inverse_cdf(left, final_coin))
+                return Walk(nodes, out)
+            accepted = children[node][-1]  # float rounding: the children hold all of p
         out.append(tokens[accepted])
         node = accepted
         nodes.append(node)
+
+
+def _inverse_cdf(weights: torch.Tensor, coin: float) -> int:
+    """The first index whose cumulative weight exceeds ``coin`` x the total (weights >= 0, not all 0)."""
+    cdf = weights.cumsum(0)
+    index = int(torch.searchsorted(cdf, coin * cdf[-1], right=True))
+    return min(index, int(torch.nonzero(weights).max()))
 
 
 def walk_tree(tree: DraftTree, target_logits: torch.Tensor, temperature: float, generator: torch.Generator) -> Walk:
