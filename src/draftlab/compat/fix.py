@@ -22,6 +22,7 @@ from draftlab.compat.findings import CheckResult, Finding
 from draftlab.compat.pair import Pair, layer_dict
 from draftlab.engines import ENGINES, written_aux_ids
 from draftlab.engines.loading import bound_name, engine_loading, weight_fate
+from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
 
@@ -124,12 +125,21 @@ def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: s
     for code, fixer in FIXERS.items():
         if any(f.code == code for f in fixed):
             fixer(edit)
+    edit.config = loadable_config(edit.config, target_hidden_size=_fc_target_hidden(pair),
+                                  source_layout=pair.drafter.layout)
     with atomic_dir(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(edit.config, indent=2) + "\n")
         write_weights(pair.drafter_ckpt, tmp, edit.renames)
         _copy_other_files(pair, tmp)
     return FixResult(out, before, check_pair(out, target, engine), fixed, edit.renames,
                      config_diff(pair.drafter_ckpt.config, edit.config))
+
+
+def _fc_target_hidden(pair: Pair) -> int | None:
+    """The target's hidden size when the drafter's fc takes exactly its aux features, else None."""
+    fc = pair.tensor("fc.weight")
+    fits = fc is not None and len(fc.shape) == 2 and fc.shape[1] == len(pair.captured.layers) * pair.target.hidden_size
+    return pair.target.hidden_size if fits else None
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
