@@ -128,3 +128,18 @@ def test_fix_sets_target_hidden_size_from_the_target_when_it_differs(tmp_path, t
     fix_pair(drafter, target, tmp_path / "fixed", "sglang")
     config = json.loads((tmp_path / "fixed" / "config.json").read_text())
     assert config["hidden_size"] == 32 and config["target_hidden_size"] == 64
+
+
+def test_check_flags_a_null_that_sglang_and_specforge_cannot_build_and_fix_removes_it(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], target_hidden_size=None, fc_norm=None)
+    before = {f.code: f for f in check_pair(drafter, target, "sglang").findings}
+    assert before["config-null"].severity == "error" and "target_hidden_size, fc_norm" in before["config-null"].message
+    assert {f.code: f for f in check_pair(drafter, target, "vllm").findings}["config-null"].severity == "warning"
+    result = fix_pair(drafter, target, tmp_path / "fixed", "sglang")
+    assert "config-null" in {f.code for f in result.fixed} and result.after.findings == []
+
+
+def test_check_warns_when_specforge_would_skip_the_final_norm(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], norm_output=False)
+    found = {f.code: f for f in check_pair(drafter, target, "sglang").findings}
+    assert found["norm-output"].severity == "warning" and not found["norm-output"].fixable

@@ -110,6 +110,7 @@ FIXERS: dict[str, Callable[[_Edit], None]] = {
     "rope-scaling": _rope,
     "token-ids": _token_ids,
     "weight-names": _weight_names,
+    # "config-null" needs no fixer: loadable_config, run on every written config, removes the nulls
 }
 
 

@@ -47,7 +47,13 @@ def loadable_config(config: dict[str, Any], *, target_hidden_size: int | None,
             out["target_hidden_size"] = target_hidden_size
         elif out.get("target_hidden_size") is None:
             out.pop("target_hidden_size", None)
-    for key in _READ_WHEN_PRESENT:
-        if key in out and out[key] is None:
-            del out[key]
+    for key in null_fields(out):
+        del out[key]
     return out
+
+
+def null_fields(config: dict[str, Any]) -> list[str]:
+    """Keys of a flat config that SGLang or SpecForge read only when present, left null."""
+    if "transformer_layer_config" in config:
+        return []
+    return [key for key in _READ_WHEN_PRESENT if key in config and config[key] is None]
