@@ -48,7 +48,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         target = make_target(root)
-        print("| output kind | peer | loads | missing / unexpected keys | max abs logit diff vs draftlab | argmax agree |")
+        print("| output kind | peer | loads | missing / unexpected keys | max abs logit diff vs draftlab "
+              "| argmax agree |")
         print("|---|---|---|---|---|---|")
         for kind in KINDS:
             folder = kind.build(root, target)

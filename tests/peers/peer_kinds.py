@@ -97,10 +97,13 @@ def drafter_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
         "fc.weight": w(H, 3 * H), "norm.weight": norm(), "lm_head.weight": w(len(DRAFT_IDS), H),
         "embed_tokens.weight": torch.randn(VOCAB, H, generator=g),
         "d2t": mapping.d2t.clone(), "t2d": mapping.t2d.clone(),
-        p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, 2 * H), p + "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, 2 * H),
-        p + "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, 2 * H), p + "self_attn.o_proj.weight": w(H, HEADS * HEAD_DIM),
-        p + "mlp.gate_proj.weight": w(INTER, H), p + "mlp.up_proj.weight": w(INTER, H), p + "mlp.down_proj.weight": w(H, INTER),
-        p + "input_layernorm.weight": norm(), p + "hidden_norm.weight": norm(), p + "post_attention_layernorm.weight": norm(),
+        p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, 2 * H),
+        p + "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, 2 * H),
+        p + "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, 2 * H),
+        p + "self_attn.o_proj.weight": w(H, HEADS * HEAD_DIM),
+        p + "mlp.gate_proj.weight": w(INTER, H), p + "mlp.up_proj.weight": w(INTER, H),
+        p + "mlp.down_proj.weight": w(H, INTER), p + "input_layernorm.weight": norm(),
+        p + "hidden_norm.weight": norm(), p + "post_attention_layernorm.weight": norm(),
     }
 
 
@@ -110,7 +113,8 @@ def write_flat_drafter(folder: Path, *, layer_prefix: str = "midlayer.", **field
     config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
               "intermediate_size": INTER, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
               "head_dim": HEAD_DIM, "num_hidden_layers": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-              "hidden_act": "silu", "max_position_embeddings": 512, "vocab_size": VOCAB, "draft_vocab_size": len(DRAFT_IDS),
+              "hidden_act": "silu", "max_position_embeddings": 512, "vocab_size": VOCAB,
+              "draft_vocab_size": len(DRAFT_IDS),
               "bos_token_id": 4, "eos_token_id": 5, "tie_word_embeddings": False, "torch_dtype": "float32",
               "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX}, **fields}
     (folder / "config.json").write_text(json.dumps(config, indent=2))
@@ -176,7 +180,8 @@ def _remap(layout: str) -> Callable[[Path, Path], Path]:
 
 KINDS = (
     Kind("check --fix, SpecForge layout -> sglang", FLAT, None, _fix_specforge),
-    Kind("check --fix --aux-layers, speculators layout -> sglang (flattened)", FLAT, "speculators", _fix_speculators("sglang")),
+    Kind("check --fix --aux-layers, speculators layout -> sglang (flattened)", FLAT, "speculators",
+         _fix_speculators("sglang")),
     Kind("check --fix --aux-layers, speculators layout -> vllm", SPECULATORS, "speculators", _fix_speculators("vllm")),
     Kind("vocab remap, SpecForge layout", FLAT, None, _remap(FLAT)),
     Kind("vocab remap, speculators layout", SPECULATORS, "speculators", _remap(SPECULATORS)),

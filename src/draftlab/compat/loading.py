@@ -134,5 +134,6 @@ def final_norm_skipped(pair: Pair) -> Iterator[Finding]:
                       "remove norm_output unless the drafter was trained in SpecForge with norm_output false")
 
 
-RULES = (null_config_fields, final_norm_skipped, architecture, weight_names, embedding, num_layers, residual_order, target_supported, dtype,
+RULES = (null_config_fields, final_norm_skipped, architecture, weight_names, embedding, num_layers, residual_order,
+         target_supported, dtype,
          special_tokens)
