@@ -131,10 +131,11 @@ def test_fix_sets_target_hidden_size_from_the_target_when_it_differs(tmp_path, t
 
 
 def test_check_flags_a_null_that_sglang_and_specforge_cannot_build_and_fix_removes_it(tmp_path, target_configs):
-    drafter, target = make_pair(tmp_path, target_configs["llama"], target_hidden_size=None, fc_norm=None)
-    before = {f.code: f for f in check_pair(drafter, target, "sglang").findings}
-    assert before["config-null"].severity == "error" and "target_hidden_size, fc_norm" in before["config-null"].message
-    assert {f.code: f for f in check_pair(drafter, target, "vllm").findings}["config-null"].severity == "warning"
+    drafter, target = make_pair(tmp_path, target_configs["llama"], target_hidden_size=None, norm_output=None)
+    for engine in ("sglang", "vllm"):  # both size fc from target_hidden_size when the key exists
+        found = {f.code: f for f in check_pair(drafter, target, engine).findings}
+        assert found["config-null"].severity == "error"
+        assert "target_hidden_size and norm_output to null" in found["config-null"].message
     result = fix_pair(drafter, target, tmp_path / "fixed", "sglang")
     assert "config-null" in {f.code for f in result.fixed} and result.after.findings == []
 

@@ -138,7 +138,7 @@ def test_remap_writes_a_config_sglang_and_specforge_build(tmp_path: Path) -> Non
     """A null target_hidden_size (as speculators writes it) breaks SGLang's and SpecForge's fc; remap drops it."""
     drafter = make_drafter(tmp_path / "d", VocabMapping.from_target_ids(OLD_IDS, VOCAB))
     config = json.loads((drafter / "config.json").read_text())
-    (drafter / "config.json").write_text(json.dumps({**config, "target_hidden_size": None, "fc_norm": None}))
+    (drafter / "config.json").write_text(json.dumps({**config, "target_hidden_size": None, "norm_output": None}))
     remap_drafter(drafter, VocabMapping.from_target_ids(NEW_IDS, VOCAB), tmp_path / "out", init="zeros")
     out = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert "target_hidden_size" not in out and "fc_norm" not in out and out["draft_vocab_size"] == 12
+    assert "target_hidden_size" not in out and "norm_output" not in out and out["draft_vocab_size"] == 12

@@ -109,15 +109,18 @@ def special_tokens(pair: Pair) -> Iterator[Finding]:
 
 
 def null_config_fields(pair: Pair) -> Iterator[Finding]:
-    """A null where SGLang and SpecForge expect a value or no key (speculators writes target_hidden_size null)."""
+    """A null where the loaders expect a value or no key (speculators writes target_hidden_size null)."""
     keys = null_fields(pair.drafter_ckpt.config)
     if not keys:
         return
-    severity = "error" if pair.engine == "sglang" else "warning"  # vLLM builds it; SGLang and SpecForge do not
-    yield Finding("config-null", severity, keys[0],
-                  f"config.json sets {', '.join(keys)} to null; SGLang and SpecForge read these keys whenever they "
-                  "exist, so null is not their default: SGLang's and SpecForge's LlamaForCausalLMEagle3 compute "
-                  "target_hidden_size * 3 and fail with a TypeError",
+    why = []
+    if "target_hidden_size" in keys:
+        why.append("SGLang, vLLM and SpecForge compute target_hidden_size * 3 whenever the key exists, so "
+                   "building the drafter fails with a TypeError")
+    if "norm_output" in keys:
+        why.append("SpecForge reads a null norm_output as false and computes logits without the final norm")
+    yield Finding("config-null", "error" if "target_hidden_size" in keys else "warning", keys[0],
+                  f"config.json sets {' and '.join(keys)} to null; {'; '.join(why)}",
                   "remove the null keys (set target_hidden_size to the target's hidden size when it differs "
                   "from hidden_size)", fixable=True)
 

@@ -3,15 +3,15 @@
 Every writer of a drafter folder (``check --fix``, ``vocab remap``, training, conversion) passes
 its config through :func:`loadable_config`. Facts it rests on:
 
-- SGLang ``srt/models/llama_eagle3.py`` sizes ``fc`` from ``target_hidden_size`` whenever the key
-  exists (``hasattr``), and SpecForge's ``LlamaForCausalLMEagle3`` reads it with ``getattr(config,
-  key, hidden_size)``: a ``null`` there is not the default but ``None * 3``, a TypeError.
-  speculators' converter and configs write ``"target_hidden_size": null`` for "same as hidden".
-- SpecForge reads ``norm_output`` (default True) as "apply the final norm before lm_head"; in a
-  speculators config (default False) it means "feed the normed hidden back across draft steps".
-  Carried into a flat config, speculators' ``false`` makes SpecForge skip the final norm.
-- SGLang's ``bias`` and SpecForge's ``fc_norm`` are read the same way (``getattr`` with a default),
-  so a ``null`` left in them is not their default either.
+- SGLang ``srt/models/llama_eagle3.py`` and vLLM ``model_executor/models/llama_eagle3.py`` size
+  ``fc`` from ``target_hidden_size`` whenever the key exists (``hasattr``), and SpecForge's
+  ``LlamaForCausalLMEagle3`` reads it with ``getattr(config, key, hidden_size)``: a ``null`` there
+  is not the default but ``None * 3``, a TypeError. speculators' converter and configs write
+  ``"target_hidden_size": null`` for "same as hidden".
+- SpecForge reads ``norm_output`` (``getattr``, default True) as "apply the final norm before
+  lm_head", so a null skips the norm as false does. In a speculators config (default False) the key
+  means "feed the normed hidden back across draft steps": carried into a flat config, speculators'
+  ``false`` makes SpecForge skip the final norm.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-# Flat-config keys the loaders read only when present (hasattr / getattr with a default).
-_READ_WHEN_PRESENT = ("target_hidden_size", "norm_output", "fc_norm", "bias")
+# Flat-config keys the loaders read whenever present (hasattr / getattr with a default), where null
+# is not the default.
+_READ_WHEN_PRESENT = ("target_hidden_size", "norm_output")
 
 # Keys a speculators config shares with SpecForge's flat one, under another meaning.
 SPECULATORS_MEANINGS = ("norm_output",)
@@ -53,7 +54,7 @@ def loadable_config(config: dict[str, Any], *, target_hidden_size: int | None,
 
 
 def null_fields(config: dict[str, Any]) -> list[str]:
-    """Keys of a flat config that SGLang or SpecForge read only when present, left null."""
+    """Keys of a flat config that SGLang, vLLM or SpecForge read whenever present, left null."""
     if "transformer_layer_config" in config:
         return []
     return [key for key in _READ_WHEN_PRESENT if key in config and config[key] is None]
