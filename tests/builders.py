@@ -62,3 +62,20 @@ def folder_hash(folder: Path) -> str:
             h.update(path.read_bytes())
             h.update(str(path.stat().st_mode).encode())
     return h.hexdigest()
+
+
+def as_speculators(drafter: Path, **top: Any) -> Path:
+    """Rewrite ``drafter``'s flat config in the speculators layout, with the top-level fields speculators'
+    converter writes (``target_hidden_size`` and ``norm_output`` as it leaves them), then ``top``."""
+    import json
+
+    flat = json.loads((drafter / "config.json").read_text())
+    outer = ("draft_vocab_size", "eagle_aux_hidden_state_layer_ids", "eagle_config", "torch_dtype", "architectures")
+    layer = {k: v for k, v in flat.items() if k not in outer}
+    spec = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "norm_before_residual": False,
+            "speculators_config": {"algorithm": "eagle3"}, "transformer_layer_config": layer,
+            "draft_vocab_size": flat["draft_vocab_size"], "target_hidden_size": None, "norm_output": False,
+            "eagle_aux_hidden_state_layer_ids": flat.get("eagle_aux_hidden_state_layer_ids"),
+            "torch_dtype": flat.get("torch_dtype"), **top}
+    (drafter / "config.json").write_text(json.dumps(spec))
+    return drafter

@@ -2,6 +2,9 @@
 
 Files are written to a temporary sibling and renamed into place; directories are built in a
 temporary sibling folder and renamed as a whole. An interrupted write leaves no partial output.
+``tempfile`` creates both private (0600 / 0700); they are given the mode a plain write or ``mkdir``
+would under the user's umask before the rename, so an engine running as another user (as in a
+container) can read what draftlab writes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,18 @@ from typing import Any
 from draftlab.errors import DraftlabError
 
 
+def _umask() -> int:
+    """The process umask (read by setting and restoring it: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _plain_mode(path: Path, full: int) -> None:
+    """Give ``path`` the mode ``open``/``mkdir`` would: ``full`` (0666 files, 0777 folders) less the umask."""
+    os.chmod(path, full & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; on success rename it onto ``dest``."""
@@ -28,6 +43,8 @@ def atomic_path(dest: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():
+            _plain_mode(tmp_path, 0o666)
         os.replace(tmp_path, dest)
     finally:
         tmp_path.unlink(missing_ok=True)
@@ -55,6 +72,7 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
         yield tmp
+        _plain_mode(tmp, 0o777)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(tmp, dest)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from builders import DROP, SEEN_AUX, folder_hash, make_pair
+from builders import DROP, SEEN_AUX, as_speculators, folder_hash, make_pair
 
 from draftlab.checkpoint import open_checkpoint
 from draftlab.cli import main
@@ -105,3 +105,42 @@ def test_check_cli_exit_codes_and_json(tmp_path, target_configs, capsys):
     assert doc["findings"][0]["field"] == "max_position_embeddings"
     assert main(["check", str(target), "--target", str(drafter)]) == 2  # swapped
     assert main(["check", str(drafter), "--target", str(target), "--engine", "trtllm"]) == 2
+
+
+def test_flattened_speculators_config_builds_in_sglang_and_specforge(tmp_path, target_configs):
+    """speculators writes target_hidden_size null (SGLang/SpecForge compute None * 3) and norm_output false
+    (SpecForge would skip the final norm): neither may reach the flat config."""
+    drafter, target = make_pair(tmp_path, target_configs["llama"], layer_prefix="layers.0.", eagle_config=DROP)
+    as_speculators(drafter)
+    fix_pair(drafter, target, tmp_path / "fixed", "sglang")
+    config = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert "transformer_layer_config" not in config
+    assert "target_hidden_size" not in config  # equal to hidden_size: absent, never null
+    assert "norm_output" not in config
+
+
+def test_fix_sets_target_hidden_size_from_the_target_when_it_differs(tmp_path, target_configs):
+    """A drafter narrower than its target: SGLang sizes fc from target_hidden_size, so a null must become the target's."""
+    drafter, target = make_pair(tmp_path, target_configs["llama"], layer_prefix="layers.0.", eagle_config=DROP,
+                                hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                intermediate_size=64, target_hidden_size=64)
+    as_speculators(drafter)
+    fix_pair(drafter, target, tmp_path / "fixed", "sglang")
+    config = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert config["hidden_size"] == 32 and config["target_hidden_size"] == 64
+
+
+def test_check_flags_a_null_that_sglang_and_specforge_cannot_build_and_fix_removes_it(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], target_hidden_size=None, norm_output=None)
+    for engine in ("sglang", "vllm"):  # both size fc from target_hidden_size when the key exists
+        found = {f.code: f for f in check_pair(drafter, target, engine).findings}
+        assert found["config-null"].severity == "error"
+        assert "target_hidden_size and norm_output to null" in found["config-null"].message
+    result = fix_pair(drafter, target, tmp_path / "fixed", "sglang")
+    assert "config-null" in {f.code for f in result.fixed} and result.after.findings == []
+
+
+def test_check_warns_when_specforge_would_skip_the_final_norm(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], norm_output=False)
+    found = {f.code: f for f in check_pair(drafter, target, "sglang").findings}
+    assert found["norm-output"].severity == "warning" and not found["norm-output"].fixable

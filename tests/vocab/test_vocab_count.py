@@ -179,3 +179,30 @@ def test_byte_order_mark_is_accepted_and_impossible_ids_are_bad_lines(tmp_path: 
     assert counts.counts == {4: 2} and counts.provenance["skipped_lines"] == 2
     assert counts.provenance["skipped_examples"][1].endswith(
         ":3: input_ids hold 320, outside the target vocabulary [0, 320)")
+
+
+PRETOKENIZED = [{"input_ids": [5, 6, 7, 7], "loss_mask": [0, 1, 1, 0]}, {"input_ids": [319, 5]}]
+
+
+def test_input_ids_rows_count_without_a_tokenizer(tmp_path: Path, capsys) -> None:
+    """--vocab-size alone, or a target folder with only config.json: no tokenizer is loaded."""
+    data = write_jsonl(tmp_path / "ids.jsonl", PRETOKENIZED)
+    out = tmp_path / "counts.json"
+    assert main(["vocab", "count", "--data", str(data), "--vocab-size", "320", "-o", str(out)]) == 0
+    counts = read_counts(out)
+    assert counts.vocab_size == 320 and dict(counts.counts) == {6: 1, 7: 1, 319: 1, 5: 1}
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "pretokenized" and doc["tokenizer"] is None
+    bare = tmp_path / "target"  # a target folder whose tokenizer files were not copied
+    bare.mkdir()
+    (bare / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 400}))
+    via_config = count_tokens([data], bare)
+    assert via_config.vocab_size == 400 and dict(via_config.counts) == dict(counts.counts)
+
+
+def test_other_rows_without_a_tokenizer_name_the_line(tmp_path: Path, capsys) -> None:
+    data = write_jsonl(tmp_path / "mixed.jsonl", PRETOKENIZED + [{"text": "hello"}])
+    with pytest.raises(DraftlabError, match=r"line 3: a 'text' row needs the target's tokenizer.*--tokenizer"):
+        count_tokens([data], vocab_size=320)
+    assert main(["vocab", "count", "--data", str(data), "-o", str(tmp_path / "c.json")]) == 2
+    assert "--vocab-size" in capsys.readouterr().err

@@ -132,3 +132,13 @@ def test_remapped_drafter_passes_check(tmp_path: Path, layout: str, engines: lis
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "draft_vocab_size": len(OLD_IDS)}))
     assert not check_pair(out, target, engines[0]).ok
+
+
+def test_remap_writes_a_config_sglang_and_specforge_build(tmp_path: Path) -> None:
+    """A null target_hidden_size (as speculators writes it) breaks SGLang's and SpecForge's fc; remap drops it."""
+    drafter = make_drafter(tmp_path / "d", VocabMapping.from_target_ids(OLD_IDS, VOCAB))
+    config = json.loads((drafter / "config.json").read_text())
+    (drafter / "config.json").write_text(json.dumps({**config, "target_hidden_size": None, "norm_output": None}))
+    remap_drafter(drafter, VocabMapping.from_target_ids(NEW_IDS, VOCAB), tmp_path / "out", init="zeros")
+    out = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert "target_hidden_size" not in out and "norm_output" not in out and out["draft_vocab_size"] == 12

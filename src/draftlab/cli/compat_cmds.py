@@ -9,6 +9,7 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import JsonOption, console, emit_json
+from draftlab.errors import DraftlabError
 
 EngineOpt = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
 
@@ -39,11 +40,17 @@ def check(
     target: Annotated[Path, typer.Option("--target", "-t", help="The target model folder.")],
     engine: EngineOpt = "sglang",
     fix: Annotated[Optional[Path], typer.Option("--fix", help="Write a fixed copy of the drafter here.")] = None,
+    aux_layers: Annotated[Optional[str], typer.Option(
+        "--aux-layers", help="With --fix: the 0-based target layers (a,b,c) whose outputs the drafter was trained "
+        "on, written into both engines' fields.")] = None,
     json_out: JsonOption = False,
 ) -> int:
     """Every problem DRAFTER will have with TARGET in ENGINE. Exit 0 no error, 1 an error, 2 bad input."""
     from draftlab.report.compat import render_check, render_fix
 
+    layers = _layer_list(aux_layers) if aux_layers is not None else None
+    if layers is not None and fix is None:
+        raise DraftlabError("--aux-layers is written by --fix; add --fix OUT")
     if fix is None:
         from draftlab.compat import check_pair
 
@@ -52,13 +59,22 @@ def check(
         return 0 if result.ok else 1
     from draftlab.compat import fix_pair
 
-    fixed = fix_pair(drafter, target, fix, engine=engine)
+    fixed = fix_pair(drafter, target, fix, engine=engine, aux_layers=layers)
     if json_out:
         emit_json(fixed)
     else:
         render_check(fixed.before, console)
         render_fix(fixed, console)
     return 0 if fixed.after.ok else 1
+
+
+def _layer_list(text: str) -> list[int]:
+    """``"2,16,29"`` as a list of ints; anything else is one clear error."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise DraftlabError(f"--aux-layers {text!r} is not a comma-separated list of layer numbers "
+                            "(e.g. --aux-layers 2,16,29)") from None
 
 
 @app.command()

@@ -45,16 +45,19 @@ def _progress(description: str) -> Iterator[Callable[[int, int], None]]:
 @vocab_app.command("count")
 def count_cmd(
     data: list[Path] = typer.Option(..., "--data", help="JSONL file(s): messages, conversations, text or input_ids rows."),
-    tokenizer: Path = typer.Option(..., "--tokenizer", help="The target's folder (tokenizer files, config.json)."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="The target's folder (tokenizer files, "
+                                             "config.json); input_ids rows need only its config.json."),
     output: Path = typer.Option(..., "-o", "--output", help="Counts JSON to write."),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1, help="Target vocabulary size "
+                                             "(default: the target's config.json); enough for input_ids rows."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Count and skip malformed lines."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Tokenizer processes (default: CPUs)."),
     json_out: bool = JsonFlag,
 ) -> None:
     """Count target-token frequencies (assistant tokens only when the tokenizer has a chat template)."""
     with _progress("counting") as progress:
-        result = count_to_file(data, tokenizer, output, skip_bad_lines=skip_bad_lines, workers=workers,
-                               progress=progress)
+        result = count_to_file(data, tokenizer, output, vocab_size=vocab_size, skip_bad_lines=skip_bad_lines,
+                               workers=workers, progress=progress)
     if json_out:
         emit_json(result)
         return

@@ -83,8 +83,26 @@ def other_engine(pair: Pair) -> Iterator[Finding]:
 
 
 def default_used(pair: Pair) -> Iterator[Finding]:
-    """No ids set: both engines fall back to EAGLE's default layers."""
-    if pair.intended.source == "default":
+    """No ids set: both engines fall back to EAGLE's default layers.
+
+    In a speculators-layout drafter that is a warning: speculators' converter writes
+    ``eagle_aux_hidden_state_layer_ids: null`` unless the ids are passed to it, so the layers the
+    drafter was trained on are often lost rather than the default.
+    """
+    if pair.intended.source != "default":
+        return
+    if pair.drafter.layout == "speculators":
+        example = ",".join(str(k) for k in pair.captured.layers)
+        yield Finding("aux-unset", "warning", aux_field(pair.engine),
+                      f"this speculators-layout drafter sets no aux layer ids, so {_name(pair.engine)} captures "
+                      f"its default outputs of layers {pair.captured.layers}; speculators' converter "
+                      "(speculators convert --algorithm eagle3) writes eagle_aux_hidden_state_layer_ids null "
+                      "unless the ids are given in --algorithm-kwargs, so a drafter trained on other layers "
+                      "silently gets the wrong features",
+                      "if it was trained on other layers, write them into both engines' fields with "
+                      "check --fix OUT --aux-layers a,b,c (the 0-based target layers whose outputs it was "
+                      f"trained on; the default here is {example})")
+    else:
         yield Finding("aux-default", "info", aux_field(pair.engine),
                       f"no aux layer ids are set, so both engines capture the default outputs of layers "
                       f"{pair.captured.layers} (EAGLE's inputs of layers 2, L//2, L-3)",

@@ -20,8 +20,9 @@ from draftlab.checkpoint.write import link_or_copy, write_weights
 from draftlab.compat.check import check_pair, open_pair, run_rules
 from draftlab.compat.findings import CheckResult, Finding
 from draftlab.compat.pair import Pair, layer_dict
-from draftlab.engines import ENGINES, written_aux_ids
+from draftlab.engines import ENGINES, capturable, written_aux_ids
 from draftlab.engines.loading import bound_name, engine_loading, weight_fate
+from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
 
@@ -41,6 +42,7 @@ class _Edit:
     pair: Pair
     config: dict[str, Any]
     renames: dict[str, str]
+    aux_layers: list[int] | None = None  # given by the user; else the layers the config says it was trained on
 
 
 def _architecture(e: _Edit) -> None:
@@ -53,7 +55,7 @@ def _architecture(e: _Edit) -> None:
 def _aux_ids(e: _Edit) -> None:
     """Write the trained layers into the field of every engine that can read this layout."""
     layout = "speculators" if "transformer_layer_config" in e.config else "specforge"
-    layers = e.pair.intended.layers
+    layers = e.aux_layers if e.aux_layers is not None else e.pair.intended.layers
     for engine in ENGINES:
         if layout not in engine_loading(engine).config_layouts:
             continue
@@ -108,28 +110,68 @@ FIXERS: dict[str, Callable[[_Edit], None]] = {
     "rope-scaling": _rope,
     "token-ids": _token_ids,
     "weight-names": _weight_names,
+    # "config-null" needs no fixer: loadable_config, run on every written config, removes the nulls
 }
 
 
-def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: str = "sglang") -> FixResult:
-    """Write ``out``: ``drafter`` with every fixable finding for ``target`` in ``engine`` fixed."""
+def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: str = "sglang", *,
+             aux_layers: list[int] | None = None) -> FixResult:
+    """Write ``out``: ``drafter`` with every fixable finding for ``target`` in ``engine`` fixed.
+
+    ``aux_layers`` (canonical: 0-based target layers whose outputs the drafter was trained on) are
+    written into every engine's field, replacing what the config says; for a drafter whose ids were
+    lost (speculators' converter writes null) when the user knows what it was trained on.
+    """
     pair = open_pair(drafter, target, engine)
+    if aux_layers is not None:
+        check_aux_layers(pair, aux_layers)
     before = run_rules(pair, Path(drafter), Path(target))
     out = Path(out)
     src = pair.drafter_ckpt.path.resolve()
     if out.resolve() == src or out.resolve().is_relative_to(src):
         raise DraftlabError("is inside the drafter's folder; write the fixed drafter somewhere else", path=out)
     fixed = before.fixable
-    edit = _Edit(pair, copy.deepcopy(pair.drafter_ckpt.config), {})
+    edit = _Edit(pair, copy.deepcopy(pair.drafter_ckpt.config), {}, aux_layers)
     for code, fixer in FIXERS.items():
         if any(f.code == code for f in fixed):
             fixer(edit)
+    if aux_layers is not None:
+        _aux_ids(edit)
+    edit.config = loadable_config(edit.config, target_hidden_size=_fc_target_hidden(pair),
+                                  source_layout=pair.drafter.layout)
     with atomic_dir(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(edit.config, indent=2) + "\n")
         write_weights(pair.drafter_ckpt, tmp, edit.renames)
         _copy_other_files(pair, tmp)
     return FixResult(out, before, check_pair(out, target, engine), fixed, edit.renames,
                      config_diff(pair.drafter_ckpt.config, edit.config))
+
+
+def check_aux_layers(pair: Pair, layers: list[int]) -> None:
+    """Refuse ``--aux-layers`` the target cannot provide or the drafter's fc cannot take."""
+    ok = capturable(pair.target.num_layers)
+    bad = [k for k in layers if k not in ok]
+    if bad:
+        raise DraftlabError(f"--aux-layers {bad} are outside 0..{ok.stop - 1}: only the outputs of layers "
+                            f"0..{pair.target.num_layers - 2} of this {pair.target.num_layers}-layer target can "
+                            "be captured")
+    if len(set(layers)) != len(layers):
+        raise DraftlabError(f"--aux-layers {layers} name a layer twice; give each layer once")
+    fc = pair.tensor("fc.weight")
+    if fc is not None and len(fc.shape) == 2 and fc.shape[1] != len(layers) * pair.target.hidden_size:
+        raise DraftlabError(f"--aux-layers names {len(layers)} layers but fc.weight takes {fc.shape[1]} inputs "
+                            f"({fc.shape[1] // pair.target.hidden_size} x the target's hidden size "
+                            f"{pair.target.hidden_size}); give that many layers")
+    if layers != sorted(layers):
+        raise DraftlabError(f"--aux-layers {layers} must be in ascending order (features are concatenated low "
+                            "to high)")
+
+
+def _fc_target_hidden(pair: Pair) -> int | None:
+    """The target's hidden size when the drafter's fc takes exactly its aux features, else None."""
+    fc = pair.tensor("fc.weight")
+    fits = fc is not None and len(fc.shape) == 2 and fc.shape[1] == len(pair.captured.layers) * pair.target.hidden_size
+    return pair.target.hidden_size if fits else None
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:

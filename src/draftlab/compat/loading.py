@@ -9,6 +9,7 @@ from draftlab.compat.pair import Pair
 from draftlab.engines.loading import (
     bound_name, engine_loading, recognises, replaces_embedding, supports_target, weight_fate,
 )
+from draftlab.engines.written_config import null_fields
 
 _SHOW = 4
 
@@ -107,5 +108,35 @@ def special_tokens(pair: Pair) -> Iterator[Finding]:
                           f"set {key} to {theirs} (and check that both use the same tokenizer)", fixable=True)
 
 
-RULES = (architecture, weight_names, embedding, num_layers, residual_order, target_supported, dtype,
+def null_config_fields(pair: Pair) -> Iterator[Finding]:
+    """A null where the loaders expect a value or no key (speculators writes target_hidden_size null)."""
+    keys = null_fields(pair.drafter_ckpt.config)
+    if not keys:
+        return
+    why = []
+    if "target_hidden_size" in keys:
+        why.append("SGLang, vLLM and SpecForge compute target_hidden_size * 3 whenever the key exists, so "
+                   "building the drafter fails with a TypeError")
+    if "norm_output" in keys:
+        why.append("SpecForge reads a null norm_output as false and computes logits without the final norm")
+    yield Finding("config-null", "error" if "target_hidden_size" in keys else "warning", keys[0],
+                  f"config.json sets {' and '.join(keys)} to null; {'; '.join(why)}",
+                  "remove the null keys (set target_hidden_size to the target's hidden size when it differs "
+                  "from hidden_size)", fixable=True)
+
+
+def final_norm_skipped(pair: Pair) -> Iterator[Finding]:
+    """SpecForge's norm_output false skips the final norm; the engines always apply it."""
+    config = pair.drafter_ckpt.config
+    if "transformer_layer_config" not in config and config.get("norm_output") is False:
+        yield Finding("norm-output", "warning", "norm_output",
+                      "norm_output is false: SpecForge then computes logits without the final norm, while SGLang "
+                      "and vLLM always apply it, so training (or SpecForge's evaluation) and serving disagree; "
+                      "speculators' norm_output means something else, and a flattened speculators config "
+                      "carries its false over",
+                      "remove norm_output unless the drafter was trained in SpecForge with norm_output false")
+
+
+RULES = (null_config_fields, final_norm_skipped, architecture, weight_names, embedding, num_layers, residual_order,
+         target_supported, dtype,
          special_tokens)

@@ -6,6 +6,8 @@ With a chat template, conversations count only assistant tokens (see
 :mod:`draftlab.vocab.assistant_spans`); ``{"text"}`` rows always count every token and
 ``{"input_ids"}`` rows count the positions of their ``loss_mask`` (every position without one).
 Tokens are counted without the tokenizer's automatic special tokens; a template writes its own.
+``{"input_ids"}`` rows need no tokenizer: with ``--vocab-size V``, or a target folder whose
+tokenizer does not load but whose config.json gives ``vocab_size``, only other rows are refused.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from draftlab.vocab.assistant_spans import (
 )
 from draftlab.vocab.counts import TokenCounts
 from draftlab.vocab.rows import ROW_KINDS, BadRow, parse_row
-from draftlab.vocab.tokenizer import load_tokenizer, target_vocab_size
+from draftlab.checkpoint import read_json, text_config
+from draftlab.vocab.tokenizer import check_tokenizer_fits, load_tokenizer, target_vocab_size
 
 BLOCK_BYTES = 1 << 20  # lines are handed to workers in blocks of about this many bytes
 MAX_SKIP_EXAMPLES = 5
@@ -53,13 +56,14 @@ class _BlockResult:
     rows: dict[str, int]
     bad: list[tuple[int, str]]  # (line number, why)
     nbytes: int
+    needs_tokenizer: tuple[int, str] | None = None  # first (line, row kind) that cannot count without one
 
 
 @dataclass
 class _BlockCounter:
     """Per-process state: the tokenizer and how to count with it."""
 
-    tokenizer: Any
+    tokenizer: Any | None  # None: only input_ids rows can be counted
     vocab_size: int
     template: str | None
 
@@ -72,11 +76,15 @@ class _BlockCounter:
         texts: list[str] = []  # counted in full
         chats: list[tuple[str, list[tuple[int, int]]]] = []  # rendered text, assistant spans
         pieces: list[np.ndarray] = []
+        needs_tokenizer: tuple[int, str] | None = None
         for number, raw in enumerate(block.data.split(b"\n"), block.first_line):
             if not raw.strip():
                 continue
             try:
                 row = parse_row(raw.decode("utf-8").lstrip("\ufeff"))
+                if row.kind != "input_ids" and self.tokenizer is None:
+                    needs_tokenizer = needs_tokenizer or (number, row.kind)
+                    continue
                 if row.kind == "input_ids":
                     pieces.append(self._pretokenized(row.input_ids, row.loss_mask))
                 elif row.kind == "text":
@@ -92,7 +100,7 @@ class _BlockCounter:
             except (BadRow, UnicodeDecodeError) as exc:
                 why = "not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
                 bad.append((number, why))
-        backend = self.tokenizer.backend_tokenizer
+        backend = self.tokenizer.backend_tokenizer if self.tokenizer is not None else None
         if texts:
             encodings = backend.encode_batch_fast(texts, add_special_tokens=False)
             pieces.append(np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64))
@@ -104,7 +112,7 @@ class _BlockCounter:
         histogram = np.bincount(all_ids, minlength=self.vocab_size)
         ids = np.flatnonzero(histogram)
         counts = histogram[ids]
-        return _BlockResult(block.file_index, ids, counts, rows, bad, len(block.data))
+        return _BlockResult(block.file_index, ids, counts, rows, bad, len(block.data), needs_tokenizer)
 
     def _pretokenized(self, ids: list[int], mask: list[int] | None) -> np.ndarray:
         try:
@@ -120,11 +128,11 @@ class _BlockCounter:
 _STATE: _BlockCounter | None = None
 
 
-def _init_worker(tokenizer_dir: str, vocab_size: int) -> None:
+def _init_worker(tokenizer_dir: str | None, vocab_size: int) -> None:
     global _STATE
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
-    tok = load_tokenizer(tokenizer_dir)
-    _STATE = _BlockCounter(tok, vocab_size, template_text(tok))
+    tok = load_tokenizer(tokenizer_dir) if tokenizer_dir is not None else None
+    _STATE = _BlockCounter(tok, vocab_size, template_text(tok) if tok is not None else None)
 
 
 def _count_in_worker(block: _Block) -> _BlockResult:
@@ -151,10 +159,13 @@ def _blocks(files: list[Path]) -> Iterator[_Block]:
                 yield _Block(index, line, rest)
 
 
-def count_tokens(data: list[str | Path], tokenizer_dir: str | Path, *, skip_bad_lines: bool = False,
-                 workers: int | None = None,
+def count_tokens(data: list[str | Path], tokenizer_dir: str | Path | None = None, *, vocab_size: int | None = None,
+                 skip_bad_lines: bool = False, workers: int | None = None,
                  progress: Callable[[int, int], None] | None = None) -> TokenCounts:
     """Token counts of ``data`` (JSONL files) with the target tokenizer in ``tokenizer_dir``.
+
+    ``vocab_size`` defaults to the target's (config.json in ``tokenizer_dir``). Without a loadable
+    tokenizer only ``input_ids`` rows are counted; any other row raises naming its line.
 
     ``workers`` processes tokenize in parallel (default: one per CPU; 1 runs in-process).
     ``progress(done_bytes, total_bytes)`` is called after each block. Malformed lines raise a
@@ -167,10 +178,10 @@ def count_tokens(data: list[str | Path], tokenizer_dir: str | Path, *, skip_bad_
     for path in files:
         if not path.is_file():
             raise DraftlabError("no such data file", path=path)
-    tokenizer_dir = Path(tokenizer_dir)
-    tok = load_tokenizer(tokenizer_dir)
-    vocab_size = target_vocab_size(tokenizer_dir, tok)
-    counter = _BlockCounter(tok, vocab_size, template_text(tok))
+    tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
+    tok, no_tokenizer = _tokenizer(tokenizer_dir, vocab_size)
+    vocab_size = _vocab_size(tokenizer_dir, tok, vocab_size, no_tokenizer)
+    counter = _BlockCounter(tok, vocab_size, template_text(tok) if tok is not None else None)
     total_bytes = sum(p.stat().st_size for p in files)
     workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
     if total_bytes <= BLOCK_BYTES:
@@ -182,8 +193,12 @@ def count_tokens(data: list[str | Path], tokenizer_dir: str | Path, *, skip_bad_
     skipped: list[str] = []
     skipped_count = 0
     done = 0
-    with _block_results(files, tokenizer_dir, counter, workers) as results:
+    with _block_results(files, tokenizer_dir if tok is not None else None, counter, workers) as results:
         for result in results:
+            if result.needs_tokenizer is not None:
+                line, kind = result.needs_tokenizer
+                raise DraftlabError(f"line {line}: a {kind!r} row needs the target's tokenizer, but {no_tokenizer}; "
+                                    "only input_ids rows count without one", path=files[result.file_index])
             if result.bad and not skip_bad_lines:
                 line, why = result.bad[0]
                 raise DraftlabError(f"line {line}: {why}; fix the line or pass --skip-bad-lines",
@@ -205,9 +220,10 @@ def count_tokens(data: list[str | Path], tokenizer_dir: str | Path, *, skip_bad_
     if not dense.any():
         raise DraftlabError("the data hold no tokens to count" +
                             (" (no assistant messages?)" if counter.template else ""), path=files[0])
+    mode = "pretokenized" if tok is None else "assistant-tokens" if counter.template else "all-tokens"
     provenance: dict[str, Any] = {
-        "files": [str(p) for p in files], "tokenizer": str(tokenizer_dir),
-        "mode": "assistant-tokens" if counter.template else "all-tokens",
+        "files": [str(p) for p in files], "tokenizer": str(tokenizer_dir) if tok is not None else None,
+        "mode": mode,
         "rows": rows, "skipped_lines": skipped_count,
     }
     if skipped:
@@ -215,8 +231,43 @@ def count_tokens(data: list[str | Path], tokenizer_dir: str | Path, *, skip_bad_
     return TokenCounts.from_dense(dense, provenance)
 
 
+def _tokenizer(tokenizer_dir: Path | None, vocab_size: int | None) -> tuple[Any | None, str]:
+    """The target's tokenizer, or None and why not (it is then needed only by rows other than
+    input_ids). A folder whose tokenizer fails to load is refused unless its config.json or
+    ``vocab_size`` still gives the vocabulary size."""
+    if tokenizer_dir is None:
+        return None, "no --tokenizer TARGET_DIR was given"
+    try:
+        return load_tokenizer(tokenizer_dir), ""
+    except DraftlabError as exc:
+        if vocab_size is None and not (tokenizer_dir / "config.json").is_file():
+            raise
+        return None, str(exc)
+
+
+def _vocab_size(tokenizer_dir: Path | None, tok: Any | None, vocab_size: int | None, no_tokenizer: str) -> int:
+    """``vocab_size`` if given (checked against the tokenizer), else the target's."""
+    if vocab_size is not None:
+        if vocab_size <= 0:
+            raise DraftlabError(f"--vocab-size must be a positive integer; got {vocab_size}")
+        if tok is not None:
+            check_tokenizer_fits(tok, vocab_size, path=tokenizer_dir or ".")
+        return vocab_size
+    if tokenizer_dir is None:
+        raise DraftlabError("pass --tokenizer TARGET_DIR, or --vocab-size V to count input_ids rows without one")
+    if tok is not None:
+        return target_vocab_size(tokenizer_dir, tok)
+    config_path = tokenizer_dir / "config.json"
+    config = read_json(config_path)
+    vocab = text_config(config).get("vocab_size") if isinstance(config, dict) else None
+    if not isinstance(vocab, int) or vocab <= 0:
+        raise DraftlabError(f"has no positive integer vocab_size (and {no_tokenizer}); pass --vocab-size V",
+                            path=config_path)
+    return vocab
+
+
 @contextlib.contextmanager
-def _block_results(files: list[Path], tokenizer_dir: Path, counter: _BlockCounter,
+def _block_results(files: list[Path], tokenizer_dir: Path | None, counter: _BlockCounter,
                    workers: int) -> Iterator[Iterator[_BlockResult]]:
     """Block results in file order, from this process or from a pool of ``workers`` processes."""
     if workers == 1:
@@ -224,7 +275,7 @@ def _block_results(files: list[Path], tokenizer_dir: Path, counter: _BlockCounte
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    pool = ctx.Pool(workers, _init_worker, (str(tokenizer_dir), counter.vocab_size))
+    pool = ctx.Pool(workers, _init_worker, (str(tokenizer_dir) if tokenizer_dir else None, counter.vocab_size))
     try:
         yield pool.imap(_count_in_worker, _blocks(files))
     finally:
@@ -245,13 +296,13 @@ class CountResult:
     tokens_per_second: float
 
 
-def count_to_file(data: list[str | Path], tokenizer_dir: str | Path, output: str | Path, *,
-                  skip_bad_lines: bool = False, workers: int | None = None,
+def count_to_file(data: list[str | Path], tokenizer_dir: str | Path | None, output: str | Path, *,
+                  vocab_size: int | None = None, skip_bad_lines: bool = False, workers: int | None = None,
                   progress: Callable[[int, int], None] | None = None) -> CountResult:
     """Count ``data`` and write the counts file atomically."""
     started = time.perf_counter()
-    counts = count_tokens(data, tokenizer_dir, skip_bad_lines=skip_bad_lines, workers=workers,
-                          progress=progress)
+    counts = count_tokens(data, tokenizer_dir, vocab_size=vocab_size, skip_bad_lines=skip_bad_lines,
+                          workers=workers, progress=progress)
     seconds = time.perf_counter() - started
     counts.save(output)
     n = counts.num_tokens

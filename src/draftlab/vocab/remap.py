@@ -9,7 +9,8 @@ copied bit for bit to its new position; rows of new tokens are initialised as ch
 - ``mean``: the mean of the drafter's old rows; ``zeros``: zeros.
 
 d2t/t2d are replaced, ``draft_vocab_size`` in config.json updated, every other tensor written
-unchanged. The output is a new folder (config.json + model.safetensors) built atomically; the
+unchanged; the config is written as every loader builds it (:mod:`draftlab.engines.written_config`).
+The output is a new folder (config.json + model.safetensors) built atomically; the
 input is only read.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, is_drafter, open_checkpoint
+from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
 from draftlab.vocab.mapping import VocabMapping
@@ -88,7 +90,9 @@ def remap_drafter(drafter: str | Path, mapping: VocabMapping, output: str | Path
     tensors["lm_head.weight"] = new_head
     tensors["d2t"] = mapping.d2t.clone()
     tensors["t2d"] = mapping.t2d.clone()
-    config = {**ckpt.config, "draft_vocab_size": mapping.draft_size}
+    fc = tensors.get("fc.weight")  # SGLang and SpecForge size fc as 3 x target_hidden_size
+    config = loadable_config({**ckpt.config, "draft_vocab_size": mapping.draft_size},
+                             target_hidden_size=fc.shape[1] // 3 if fc is not None and fc.dim() == 2 else None)
     with atomic_dir(output) as tmp:
         from safetensors.torch import save_file
 

@@ -1,0 +1,41 @@
+"""Outputs get the mode a plain write or mkdir gives under the user's umask (not tempfile's 0600/0700)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from builders import make_pair
+
+from draftlab.compat import fix_pair
+from draftlab.fsutil import atomic_dir, write_json_atomic
+
+
+@pytest.fixture(params=[0o022, 0o027])
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_atomic_file_and_folder_follow_the_umask(tmp_path, umask):
+    write_json_atomic(tmp_path / "out.json", {"a": 1})
+    with atomic_dir(tmp_path / "folder") as tmp:
+        (tmp / "inner.txt").write_text("x")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain.txt").write_text("x")
+    assert mode(tmp_path / "out.json") == mode(tmp_path / "plain.txt") == 0o666 & ~umask
+    assert mode(tmp_path / "folder") == mode(tmp_path / "plain") == 0o777 & ~umask
+    assert os.umask(umask) == umask  # the umask itself is left as it was
+
+
+def test_fixed_drafter_is_readable_by_others(tmp_path, target_configs, umask):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], max_position_embeddings=1024)
+    fix_pair(drafter, target, tmp_path / "fixed", "sglang")
+    assert mode(tmp_path / "fixed") == 0o777 & ~umask
+    assert mode(tmp_path / "fixed" / "config.json") == 0o666 & ~umask
