@@ -105,8 +105,8 @@ def make_drafter(folder: Path, mapping: VocabMapping, hidden: int = 32, *, layou
         prefix + "post_attention_layernorm.weight": w(hidden),
         "norm.weight": w(hidden),
         "lm_head.weight": w(mapping.draft_size, hidden),
-        "d2t": mapping.d2t.clone(),
-        "t2d": mapping.t2d.clone(),
+        "d2t": torch.from_numpy(mapping.d2t.copy()),
+        "t2d": torch.from_numpy(mapping.t2d.copy()),
     }
     layer = {
         "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": 1,
