@@ -96,7 +96,8 @@ def save_arrays(path: Path, arrays: dict[str, tuple[str, np.ndarray]], metadata:
         f.write(raw)
         for name in order:
             dtype, array = arrays[name]
-            f.write(memoryview(np.ascontiguousarray(array, dtype=STORAGE[dtype])).cast("B"))
+            if array.size:
+                f.write(memoryview(np.ascontiguousarray(array, dtype=STORAGE[dtype])).cast("B"))
 
 
 def to_float32(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -116,7 +117,8 @@ def from_float32(values: np.ndarray, dtype: str) -> np.ndarray:
         rounded = (bits + (((bits >> 16) & 1) + np.uint32(0x7FFF))) >> 16
         return np.where(np.isnan(values), np.uint16(0x7FC0), rounded.astype(np.uint16))
     if dtype in ("F16", "F32", "F64"):
-        return values.astype(STORAGE[dtype])
+        with np.errstate(over="ignore"):  # beyond float16's range is inf, as in torch
+            return values.astype(STORAGE[dtype])
     raise DraftlabError(f"cannot convert values to {TORCH_NAMES.get(dtype, dtype)} (only {', '.join(DECODABLE)})")
 
 
