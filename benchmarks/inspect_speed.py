@@ -7,9 +7,11 @@ for the data, so they cost no disk. Then times, in this process:
   - check_pair on the pair,
   - reading every tensor byte of each once (what any tool that loads the weights must do; on sparse
     files this is a lower bound, since holes read at memory speed instead of disk speed),
-and the cold `python -m draftlab inspect` command end to end (interpreter start and imports included).
+and, cold (a new interpreter each run, start and imports included): `python -m draftlab inspect` of
+the drafter and of the target, `python -m draftlab --help`, and for scale `import torch, transformers`,
+which these commands no longer pay. ``--cold-only`` skips the in-process timings and the byte reads.
 
-    python benchmarks/inspect_speed.py [--repeats 5] [--workdir DIR]
+    python benchmarks/inspect_speed.py [--repeats 5] [--workdir DIR] [--cold-only]
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--cold-only", action="store_true", help="Only the cold commands (no byte reads).")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="draftlab-bench-"))
     target = write_target(work / "llama-3.1-8b", LLAMA_31_8B, shards=4, sparse=True)
@@ -75,25 +78,32 @@ def main() -> None:
     drafter = write_drafter(work / "kimi-k2-eagle3", drafter_config, sparse=True)
     sizes = {p.name: open_checkpoint(p).size_on_disk for p in (target, drafter)}
 
-    results = {
+    results = {} if args.cold_only else {
         "inspect target (s)": timed(lambda: inspect_checkpoint(target), args.repeats),
         "inspect drafter (s)": timed(lambda: inspect_checkpoint(drafter, num_target_layers=61), args.repeats),
         "check drafter vs target (s)": timed(lambda: check_pair(drafter, target), args.repeats),
         "read all bytes, target (s)": timed(lambda: read_all_bytes(target), 1),
         "read all bytes, drafter (s)": timed(lambda: read_all_bytes(drafter), 1),
     }
+    cold = {
+        "cold `draftlab inspect DRAFTER --json` (s)": ["-m", "draftlab", "inspect", str(drafter), "--json"],
+        "cold `draftlab inspect TARGET --json` (s)": ["-m", "draftlab", "inspect", str(target), "--json"],
+        "cold `draftlab --help` (s)": ["-m", "draftlab", "--help"],
+        "cold `import torch, transformers` (s)": ["-c", "import torch, transformers"],
+    }
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    cmd = [sys.executable, "-m", "draftlab", "inspect", str(target), "--json"]
-    results["`draftlab inspect` cold command (s)"] = timed(
-        lambda: subprocess.run(cmd, env=env, check=True, capture_output=True), args.repeats)
+    for name, argv in cold.items():
+        results[name] = timed(lambda: subprocess.run([sys.executable, *argv], env=env, check=True,
+                                                     capture_output=True), args.repeats)
 
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
     for name, size in sizes.items():
         print(f"{name}: {size / 1e9:.2f} GB on disk (sparse)")
     for key, value in results.items():
-        print(f"{key:40s} {value:8.3f}")
-    ratio = results["read all bytes, target (s)"] / results["inspect target (s)"]
-    print(f"reading the target's bytes once takes {ratio:,.0f}x as long as inspecting it")
+        print(f"{key:45s} {value:8.3f}")
+    if not args.cold_only:
+        ratio = results["read all bytes, target (s)"] / results["inspect target (s)"]
+        print(f"reading the target's bytes once takes {ratio:,.0f}x as long as inspecting it")
 
 
 if __name__ == "__main__":
