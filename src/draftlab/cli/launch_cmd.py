@@ -39,7 +39,9 @@ def launch(
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
     """Start an engine server with EAGLE-3 (or the baseline); extra engine args go after --."""
-    from draftlab.engines.launch import EngineProcess, LaunchRequest, check_before_launch, engine_command, local_architecture
+    from draftlab.engines.launch import (
+        EngineProcess, LaunchRequest, check_before_launch, engine_command, local_architecture,
+    )
 
     request = LaunchRequest(
         engine=engine, target=target, drafter=drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
