@@ -7,9 +7,12 @@ for the data, so they cost no disk. Then times, in this process:
   - check_pair on the pair,
   - reading every tensor byte of each once (what any tool that loads the weights must do; on sparse
     files this is a lower bound, since holes read at memory speed instead of disk speed),
-and the cold `python -m draftlab inspect` command end to end (interpreter start and imports included).
+and, cold (a new interpreter each run, start and imports included): `python -m draftlab inspect` of
+the drafter and of the target, `python -m draftlab --help`, and for scale `import torch, transformers`,
+which these commands no longer pay. ``--cold-only`` skips the in-process timings and the byte reads;
+``--baseline-src DIR`` also runs the cold commands from another checkout's src, in turns with this one.
 
-    python benchmarks/inspect_speed.py [--repeats 5] [--workdir DIR]
+    python benchmarks/inspect_speed.py [--repeats 5] [--workdir DIR] [--cold-only] [--baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -55,6 +59,25 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def cold(argv: list[str], envs: list[dict[str, str]], repeats: int) -> list[tuple[float, float]]:
+    """Per environment, median wall seconds and median CPU seconds (user + sys) of ``repeats`` new
+    interpreters running ``argv``; the environments take turns, so load hits them alike.
+
+    CPU time is what the command costs on an idle machine; wall time also holds the waits on a busy one.
+    """
+    walls: list[list[float]] = [[] for _ in envs]
+    cpus: list[list[float]] = [[] for _ in envs]
+    for _ in range(repeats):
+        for i, env in enumerate(envs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            subprocess.run([sys.executable, *argv], env=env, check=True, capture_output=True)
+            walls[i].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus[i].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return [(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus)]
+
+
 def read_all_bytes(path: Path) -> int:
     total = 0
     for file in open_checkpoint(path).weight_files:
@@ -68,32 +91,47 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--cold-only", action="store_true", help="Only the cold commands (no byte reads).")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="Also run the cold commands from this src folder (e.g. an older commit's), in turns.")
     args = parser.parse_args()
+    load = os.getloadavg()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="draftlab-bench-"))
     target = write_target(work / "llama-3.1-8b", LLAMA_31_8B, shards=4, sparse=True)
     drafter_config = json.loads(KIMI_DRAFTER.read_text())
     drafter = write_drafter(work / "kimi-k2-eagle3", drafter_config, sparse=True)
     sizes = {p.name: open_checkpoint(p).size_on_disk for p in (target, drafter)}
 
-    results = {
+    results = {} if args.cold_only else {
         "inspect target (s)": timed(lambda: inspect_checkpoint(target), args.repeats),
         "inspect drafter (s)": timed(lambda: inspect_checkpoint(drafter, num_target_layers=61), args.repeats),
         "check drafter vs target (s)": timed(lambda: check_pair(drafter, target), args.repeats),
         "read all bytes, target (s)": timed(lambda: read_all_bytes(target), 1),
         "read all bytes, drafter (s)": timed(lambda: read_all_bytes(drafter), 1),
     }
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    cmd = [sys.executable, "-m", "draftlab", "inspect", str(target), "--json"]
-    results["`draftlab inspect` cold command (s)"] = timed(
-        lambda: subprocess.run(cmd, env=env, check=True, capture_output=True), args.repeats)
+    commands = {
+        "`draftlab inspect DRAFTER --json`": ["-m", "draftlab", "inspect", str(drafter), "--json"],
+        "`draftlab inspect TARGET --json`": ["-m", "draftlab", "inspect", str(target), "--json"],
+        "`draftlab --help`": ["-m", "draftlab", "--help"],
+        "`python -c 'import torch, transformers'`": ["-c", "import torch, transformers"],
+    }
+    srcs = [Path(__file__).resolve().parents[1] / "src"] + ([args.baseline_src] if args.baseline_src else [])
+    envs = [{**os.environ, "PYTHONPATH": str(src)} for src in srcs]
+    started = {name: cold(argv, envs, args.repeats) for name, argv in commands.items()}
 
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
     for name, size in sizes.items():
         print(f"{name}: {size / 1e9:.2f} GB on disk (sparse)")
+    print(f"load average before: {load[0]:.2f}, after: {os.getloadavg()[0]:.2f}")
     for key, value in results.items():
-        print(f"{key:40s} {value:8.3f}")
-    ratio = results["read all bytes, target (s)"] / results["inspect target (s)"]
-    print(f"reading the target's bytes once takes {ratio:,.0f}x as long as inspecting it")
+        print(f"{key:45s} {value:8.3f}")
+    print(f"cold, a new interpreter each run, median of {args.repeats}: wall s / CPU s, " +
+          " | ".join(str(src) for src in srcs))
+    for name, timings in started.items():
+        print(f"  {name:45s} " + " | ".join(f"{wall:6.3f} / {cpu:6.3f}" for wall, cpu in timings))
+    if not args.cold_only:
+        ratio = results["read all bytes, target (s)"] / results["inspect target (s)"]
+        print(f"reading the target's bytes once takes {ratio:,.0f}x as long as inspecting it")
 
 
 if __name__ == "__main__":

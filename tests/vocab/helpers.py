@@ -64,7 +64,8 @@ def write_config(folder: Path, config: dict) -> None:
     (folder / "config.json").write_text(json.dumps(config, indent=2))
 
 
-def make_target(folder: Path, vocab_size: int, hidden: int = 32, *, tied: bool = False, seed: int = 1) -> Path:
+def make_target(folder: Path, vocab_size: int, hidden: int = 32, *, tied: bool = False, seed: int = 1,
+                dtype: torch.dtype = torch.bfloat16) -> Path:
     """A tiny Llama target: config.json plus embed/lm_head tensors (all a vocab tool reads)."""
     g = torch.Generator().manual_seed(seed)
     write_config(folder, {
@@ -73,23 +74,23 @@ def make_target(folder: Path, vocab_size: int, hidden: int = 32, *, tied: bool =
         "num_key_value_heads": 2, "vocab_size": vocab_size, "max_position_embeddings": 256,
         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": tied, "torch_dtype": "bfloat16",
     })
-    tensors = {"model.embed_tokens.weight": torch.randn(vocab_size, hidden, generator=g).to(torch.bfloat16),
-               "model.norm.weight": torch.ones(hidden, dtype=torch.bfloat16)}
+    tensors = {"model.embed_tokens.weight": torch.randn(vocab_size, hidden, generator=g).to(dtype),
+               "model.norm.weight": torch.ones(hidden, dtype=dtype)}
     if not tied:
-        tensors["lm_head.weight"] = torch.randn(vocab_size, hidden, generator=g).to(torch.bfloat16)
+        tensors["lm_head.weight"] = torch.randn(vocab_size, hidden, generator=g).to(dtype)
     save_file(tensors, str(folder / "model.safetensors"))
     return folder
 
 
 def make_drafter(folder: Path, mapping: VocabMapping, hidden: int = 32, *, layout: str = "specforge",
-                 seed: int = 2) -> Path:
-    """A one-layer EAGLE-3 drafter of either layout with random bf16 weights and ``mapping``."""
+                 seed: int = 2, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """A one-layer EAGLE-3 drafter of either layout with random weights (bf16 by default) and ``mapping``."""
     g = torch.Generator().manual_seed(seed)
     prefix = "midlayer." if layout == "specforge" else "layers.0."
     heads, kv, head_dim, inter = 4, 2, hidden // 4, 2 * hidden
 
     def w(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g).to(torch.bfloat16)
+        return torch.randn(*shape, generator=g).to(dtype)
 
     tensors = {
         "fc.weight": w(hidden, 3 * hidden),
@@ -105,8 +106,8 @@ def make_drafter(folder: Path, mapping: VocabMapping, hidden: int = 32, *, layou
         prefix + "post_attention_layernorm.weight": w(hidden),
         "norm.weight": w(hidden),
         "lm_head.weight": w(mapping.draft_size, hidden),
-        "d2t": mapping.d2t.clone(),
-        "t2d": mapping.t2d.clone(),
+        "d2t": torch.from_numpy(mapping.d2t.copy()),
+        "t2d": torch.from_numpy(mapping.t2d.copy()),
     }
     layer = {
         "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": 1,

@@ -40,7 +40,7 @@ def test_remap_keeps_shared_rows_bit_exactly(tmp_path: Path, layout: str) -> Non
         assert old_row.view(torch.int16).equal(new_row.view(torch.int16))  # same bits
     for token in result.new_tokens:
         assert not row_of(new_t, NEW_IDS, token).any()
-    assert torch.equal(new_t["d2t"], new.d2t) and torch.equal(new_t["t2d"], new.t2d)
+    assert torch.equal(new_t["d2t"], torch.from_numpy(new.d2t)) and torch.equal(new_t["t2d"], torch.from_numpy(new.t2d))
     for name in old_t.keys() - {"lm_head.weight", "d2t", "t2d"}:
         assert old_t[name].dtype == new_t[name].dtype
         assert old_t[name].view(torch.uint8).equal(new_t[name].view(torch.uint8)), name
@@ -142,3 +142,37 @@ def test_remap_writes_a_config_sglang_and_specforge_build(tmp_path: Path) -> Non
     remap_drafter(drafter, VocabMapping.from_target_ids(NEW_IDS, VOCAB), tmp_path / "out", init="zeros")
     out = json.loads((tmp_path / "out" / "config.json").read_text())
     assert "target_hidden_size" not in out and "norm_output" not in out and out["draft_vocab_size"] == 12
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_remap_mean_and_copied_rows_in_every_float_dtype(tmp_path: Path, dtype: torch.dtype) -> None:
+    old_ids = list(range(0, 1200, 3))  # 400 rows: torch sums them in blocks, not one by one
+    new_ids = sorted(old_ids[5:] + [1, 2, 4, 5, 7])
+    drafter = make_drafter(tmp_path / "d", VocabMapping.from_target_ids(old_ids, 1200), dtype=dtype)
+    result = remap_drafter(drafter, VocabMapping.from_target_ids(new_ids, 1200), tmp_path / "out", init="mean")
+    old_head = load_file(str(drafter / "model.safetensors"))["lm_head.weight"]
+    head = load_file(str(tmp_path / "out" / "model.safetensors"))["lm_head.weight"]
+    assert head.dtype == dtype and result.new_tokens == [1, 2, 4, 5, 7]
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    for token in old_ids[5:]:
+        assert head[new_ids.index(token)].view(bits).equal(old_head[old_ids.index(token)].view(bits))
+    # torch's own mean, rounded to the stored dtype. The float32 sums differ in their last bits (torch
+    # sums in blocks, draftlab in float64), which rounding to bf16/f16 absorbs but for rare ties
+    expected = old_head.float().mean(0).to(dtype)
+    for token in result.new_tokens:
+        got = head[new_ids.index(token)]
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-6 * float(old_head.abs().max()))
+        else:
+            steps = (got.view(bits).long() - expected.view(bits).long()).abs()
+            assert steps.max() <= 1 and (steps == 0).float().mean() >= 0.95, steps
+
+
+def test_remap_target_rows_of_another_dtype_are_rounded_as_torch_rounds(tmp_path: Path) -> None:
+    drafter = make_drafter(tmp_path / "d", VocabMapping.from_target_ids(OLD_IDS, VOCAB))  # bf16
+    target = make_target(tmp_path / "t", VOCAB, dtype=torch.float32)
+    result = remap_drafter(drafter, VocabMapping.from_target_ids(NEW_IDS, VOCAB), tmp_path / "out", target=target)
+    head = load_file(str(tmp_path / "out" / "model.safetensors"))["lm_head.weight"]
+    target_head = load_file(str(target / "model.safetensors"))["lm_head.weight"]
+    for token in result.new_tokens:
+        assert head[NEW_IDS.index(token)].view(torch.int16).equal(target_head[token].to(torch.bfloat16).view(torch.int16))

@@ -19,7 +19,9 @@ def _root() -> None:
     """Check, probe and benchmark EAGLE-3 drafters against their targets."""
 
 
-# Command modules register themselves on `app` when imported (one line each, below).
+# Command modules register themselves on `app` when imported (one line each, below). They import torch,
+# transformers and the modules that load them only inside the commands that load a model, so --help and
+# every other command start at once (tests/cli/test_start_imports.py).
 from draftlab.cli import compat_cmds  # noqa: E402,F401
 from draftlab.cli import plan_cmd  # noqa: E402,F401
 from draftlab.cli import profile_cmd  # noqa: E402,F401

@@ -8,10 +8,6 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from draftlab.bench.client import BenchConfig
-from draftlab.bench.compare import compare_results
-from draftlab.bench.run import run_bench
-from draftlab.bench.workload import load_prompts
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     IgnoreEosOption, JsonOption, MaxTokensOption, PromptsOption, TemperatureOption, TimeoutOption, console, emit_json,
@@ -53,6 +49,10 @@ def bench(
     """Stream requests to a server and report TTFT, ITL, TPOT, E2E, throughput and accept length."""
     if ctx.invoked_subcommand is not None:
         return 0
+    from draftlab.bench.client import BenchConfig
+    from draftlab.bench.run import run_bench
+    from draftlab.bench.workload import load_prompts
+
     if base_url is None or prompts is None:
         raise DraftlabError("bench needs --base-url URL and --prompts FILE (or: draftlab bench compare A.json B.json)")
     config = BenchConfig(
@@ -92,6 +92,8 @@ def compare(
     json_out: JsonOption = False,
 ) -> int:
     """Compare benchmark runs: throughput, latency and speedup over the baseline at equal load."""
+    from draftlab.bench.compare import compare_results
+
     result = compare_results(files, baseline=baseline, plot=plot)
     if json_out:
         emit_json(result)

@@ -12,8 +12,6 @@ from draftlab.cli.common import (
     DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TopkOption, console, emit_json,
 )
 from draftlab.errors import DraftlabError
-from draftlab.probe.drift import drift
-from draftlab.report.drift import render_drift
 
 
 @app.command("drift")
@@ -38,6 +36,9 @@ def drift_command(
     json_out: JsonOption = False,
 ) -> None:
     """Per-layer cosine, relative L2 and CKA of the hidden states; next-token agreement and KL."""
+    from draftlab.probe.drift import drift
+    from draftlab.report.drift import render_drift
+
     result = drift(target_a, target_b, prompts, layers=_parse_layers(layers), drafter=drafter,
                    max_new_tokens=max_new_tokens, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
                    batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=not json_out)

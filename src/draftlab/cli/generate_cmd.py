@@ -11,8 +11,6 @@ from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
     StepsOption, TargetOption, TemperatureOption, TopkOption, console, emit_json,
 )
-from draftlab.report.generate import render_generate
-from draftlab.spec.generate import generate
 
 
 @app.command("generate")
@@ -37,6 +35,9 @@ def generate_command(
     json_out: JsonOption = False,
 ) -> None:
     """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
+    from draftlab.report.generate import render_generate
+    from draftlab.spec.generate import generate
+
     result = generate(
         target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,

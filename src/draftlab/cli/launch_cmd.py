@@ -13,13 +13,6 @@ from draftlab.cli.common import (
     DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, NumDraftTokensOption, PortOption, SkipCheckOption,
     StepsOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
 )
-from draftlab.engines.launch import (
-    EngineProcess,
-    LaunchRequest,
-    check_before_launch,
-    engine_command,
-    local_architecture,
-)
 from draftlab.errors import DraftlabError
 from draftlab.report.launch import render_launch
 
@@ -46,6 +39,10 @@ def launch(
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
     """Start an engine server with EAGLE-3 (or the baseline); extra engine args go after --."""
+    from draftlab.engines.launch import (
+        EngineProcess, LaunchRequest, check_before_launch, engine_command, local_architecture,
+    )
+
     request = LaunchRequest(
         engine=engine, target=target, drafter=drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
         tp=tp, host=host, port=port, max_running_requests=max_running_requests,

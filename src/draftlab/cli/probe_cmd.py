@@ -12,8 +12,6 @@ from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
     StepsOption, TargetOption, TopkOption, console, emit_json,
 )
-from draftlab.probe.probe import probe
-from draftlab.report.probe import render_probe
 
 
 @app.command("probe")
@@ -48,6 +46,9 @@ def probe_command(
     json_out: JsonOption = False,
 ) -> None:
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
+    from draftlab.probe.probe import probe
+    from draftlab.report.probe import render_probe
+
     result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
                    max_new_tokens=max_new_tokens, responses=responses, features=features, temperature=temperature,
                    seed=seed, batch_size=batch_size, dtype=dtype, device=device, device_map=device_map,

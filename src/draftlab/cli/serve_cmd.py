@@ -12,8 +12,6 @@ from draftlab.cli.app import app
 from draftlab.cli.common import (
     DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, TopkOption, console, err_console,
 )
-from draftlab.serve.http import make_server
-from draftlab.serve.load import load_context
 
 
 @app.command()
@@ -31,6 +29,9 @@ def serve(
     engine: EngineOption = "sglang",
 ) -> int:
     """Serve /v1/completions, /v1/chat/completions, /generate, /get_server_info, /metrics, /health."""
+    from draftlab.serve.http import make_server
+    from draftlab.serve.load import load_context
+
     with err_console.status("loading models"):
         ctx = load_context(target, drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
                            dtype=dtype, device=device, engine=engine)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draftlab.bench.grid import GRID_HELP, SweepEntry, parse_grid
-from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, SweepPlan, SweepResult, plan_sweep, run_sweep
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, IgnoreEosOption, MaxTokensOption, PortOption,
@@ -19,6 +18,9 @@ from draftlab.cli.common import (
 )
 from draftlab.errors import DraftlabError
 from draftlab.report.sweep import render_sweep, render_sweep_plan
+
+if TYPE_CHECKING:
+    from draftlab.bench.sweep import SweepPlan, SweepResult
 
 PHASES = {"launch": "starting the engine", "bench": "benchmarking", "done": "done", "failed": "failed"}
 
@@ -54,6 +56,8 @@ def sweep(
         "--json", help="Print the summary (or, with --dry-run, the commands) as JSON.")] = False,
 ) -> int:
     """Bench every batch,steps,topk,draft-tokens entry on its own engine launch; extra engine args go after --."""
+    from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep
+
     options = SweepOptions(
         engine=engine, target=target, drafter=drafter, grid=tuple(parse_grid(grid)), prompts=prompts,
         num_prompts=num_prompts, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,
@@ -80,6 +84,8 @@ def sweep(
 
 
 def _run(plan: SweepPlan, folder: Path, *, quiet: bool) -> SweepResult:
+    from draftlab.bench.sweep import run_sweep
+
     total = len(plan.entries)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True, disable=quiet) as progress:

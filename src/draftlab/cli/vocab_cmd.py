@@ -15,16 +15,6 @@ from draftlab.cli.common import console, emit_json, err_console, to_jsonable
 from draftlab.report.vocab import (
     render_vocab_build, render_vocab_compare, render_vocab_count, render_vocab_coverage, render_vocab_remap,
 )
-from draftlab.vocab import (
-    INIT_METHODS,
-    build_mapping_file,
-    compare_mappings,
-    count_to_file,
-    coverage,
-    load_mapping,
-    read_counts,
-    remap_drafter,
-)
 
 vocab_app = typer.Typer(name="vocab", no_args_is_help=True,
                         help="Draft vocabularies (d2t/t2d): count tokens, coverage, compare, build, remap.")
@@ -55,6 +45,8 @@ def count_cmd(
     json_out: bool = JsonFlag,
 ) -> None:
     """Count target-token frequencies (assistant tokens only when the tokenizer has a chat template)."""
+    from draftlab.vocab import count_to_file
+
     with _progress("counting") as progress:
         result = count_to_file(data, tokenizer, output, vocab_size=vocab_size, skip_bad_lines=skip_bad_lines,
                                workers=workers, progress=progress)
@@ -73,6 +65,8 @@ def coverage_cmd(
     json_out: bool = JsonFlag,
 ) -> None:
     """Share of counted tokens the draft vocabulary can propose, and the most frequent ones it cannot."""
+    from draftlab.vocab import coverage, load_mapping, read_counts
+
     mapping = load_mapping(source)
     token_counts = read_counts(counts)
     decode = _decoder(tokenizer, mapping.vocab_size) if tokenizer is not None else None
@@ -100,6 +94,8 @@ def compare_cmd(
     json_out: bool = JsonFlag,
 ) -> None:
     """Two draft vocabularies side by side: shared tokens, Jaccard index, differing d2t entries."""
+    from draftlab.vocab import compare_mappings, load_mapping, read_counts
+
     token_counts = read_counts(counts) if counts is not None else None
     result = compare_mappings(load_mapping(a), load_mapping(b), token_counts, counts_source=str(counts))
     doc = {k: v for k, v in to_jsonable(result).items() if v is not None}
@@ -121,6 +117,8 @@ def build_cmd(
     json_out: bool = JsonFlag,
 ) -> None:
     """Build a mapping from counts by SpecForge's rule (top-N by count, padded, sorted, d2t offsets)."""
+    from draftlab.vocab import build_mapping_file
+
     result = build_mapping_file(counts, size, output, vocab_size, fmt)
     if json_out:
         emit_json(result)
@@ -133,12 +131,14 @@ def remap_cmd(
     drafter: Path = typer.Argument(..., help="The drafter checkpoint folder (either layout)."),
     mapping: Path = typer.Option(..., "--mapping", help="The new mapping (file or drafter folder)."),
     output: Path = typer.Option(..., "-o", "--output", help="New drafter folder to write."),
-    init: Optional[str] = typer.Option(None, "--init", help=f"Rows of new tokens: {', '.join(INIT_METHODS)} "
+    init: Optional[str] = typer.Option(None, "--init", help="Rows of new tokens: target-lm-head, mean or zeros "
                                        "(default: target-lm-head with --target, else mean)."),
     target: Optional[Path] = typer.Option(None, "--target", help="Target checkpoint, for --init target-lm-head."),
     json_out: bool = JsonFlag,
 ) -> None:
     """Rewrite a drafter for a new draft vocabulary, keeping shared lm_head rows bit-exactly."""
+    from draftlab.vocab import load_mapping, remap_drafter
+
     result = remap_drafter(drafter, load_mapping(mapping), output, init=init, target=target)
     if json_out:
         emit_json(result)

@@ -36,7 +36,7 @@ from typing import Any
 
 from draftlab.cost.model import CycleBreakdown, SpecConfig, cycle_breakdown
 from draftlab.cost.overhead import Overhead
-from draftlab.cost.timing import Measurement
+from draftlab.cost.measurement import Measurement
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
 

@@ -8,7 +8,6 @@ launches them, and what a cycle costs is how long the decoder waits for each pas
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,52 +16,9 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from draftlab.cost.measurement import Measurement, Timing
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import synchronize
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Summary of repeated timings of one callable, in milliseconds."""
-
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    min_ms: float
-    max_ms: float
-    repeats: int
-
-    @classmethod
-    def of(cls, samples_ms: Sequence[float]) -> Timing:
-        if not samples_ms:
-            raise ValueError("no timing samples")
-        ordered = sorted(samples_ms)
-        return cls(
-            median_ms=statistics.median(ordered),
-            p10_ms=_quantile(ordered, 0.1),
-            p90_ms=_quantile(ordered, 0.9),
-            min_ms=ordered[0],
-            max_ms=ordered[-1],
-            repeats=len(ordered),
-        )
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One measured point of a cost curve: ``tokens`` per sequence at ``batch_size``."""
-
-    batch_size: int
-    tokens: int
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    min_ms: float
-    max_ms: float
-    repeats: int
-
-    @classmethod
-    def of(cls, batch_size: int, tokens: int, timing: Timing) -> Measurement:
-        return cls(batch_size, tokens, **timing.__dict__)
 
 
 @dataclass(frozen=True)
@@ -122,11 +78,3 @@ def measure_jobs(
             )
             bar.advance(task)
     return out
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile of sorted samples (numpy's default method)."""
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from draftlab.bench.compare import CompareResult
-from draftlab.bench.result import BenchResult
 from draftlab.report.format import fmt
+
+if TYPE_CHECKING:
+    from draftlab.bench.compare import CompareResult
+    from draftlab.bench.result import BenchResult
 
 
 def render_bench(result: BenchResult, console: Console, output: Path | None = None) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from draftlab.probe.drift import DriftResult
+if TYPE_CHECKING:
+    from draftlab.probe.drift import DriftResult
 
 
 def render_drift(result: DriftResult, console: Console) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
-from draftlab.spec.generate import GenerateResult
 from draftlab.spec.metrics import accept_stats
+
+if TYPE_CHECKING:
+    from draftlab.spec.generate import GenerateResult
 
 SHOWN_LENGTHS = 24
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 
-from draftlab.engines.launch import EngineCommand
+if TYPE_CHECKING:
+    from draftlab.engines.launch import EngineCommand
 
 
 def render_launch(command: EngineCommand, console: Console, err_console: Console) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
-from draftlab.probe.probe import ProbeResult
+if TYPE_CHECKING:
+    from draftlab.probe.probe import ProbeResult
 
 
 def render_probe(result: ProbeResult, console: Console) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from draftlab.bench.sweep import SUMMARY_NAME, SweepPlan, SweepResult
 from draftlab.report.format import fmt
+
+if TYPE_CHECKING:
+    from draftlab.bench.sweep import SweepPlan, SweepResult
 
 
 def render_sweep_plan(plan: SweepPlan, console: Console, err_console: Console) -> None:
@@ -27,6 +30,8 @@ def render_sweep_plan(plan: SweepPlan, console: Console, err_console: Console) -
 
 def render_sweep(result: SweepResult, console: Console) -> None:
     """One row per entry (speedup over the baseline at its batch), each failure's error and the files written."""
+    from draftlab.bench.sweep import SUMMARY_NAME
+
     table = Table(title=f"{result.engine} sweep, bench --api {result.api}", show_edge=False)
     for col in ("config", "batch", "accept len", "tok/s", "speedup", "TTFT p50 ms", "TPOT p50 ms", "ok/failed"):
         table.add_column(col, justify="left" if col == "config" else "right")

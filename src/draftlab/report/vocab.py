@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from draftlab.vocab import BuildResult, CompareResult, CountResult, CoverageResult, RemapResult
+if TYPE_CHECKING:
+    from draftlab.vocab import BuildResult, CompareResult, CountResult, CoverageResult, RemapResult
 
 
 def _table(title: str, rows: list[tuple[str, Any]]) -> Table:

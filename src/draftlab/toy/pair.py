@@ -98,7 +98,7 @@ def _build(out_dir: Path, seed: int, show_progress: bool) -> ToyPair:
 
         counts = TokenCounts.from_dense(torch.bincount(tokens.reshape(-1), minlength=VOCAB_SIZE).numpy())
         mapping = build_mapping(counts, DRAFT_VOCAB, VOCAB_SIZE)  # SpecForge's rule, ties to the lower id
-        d2t, t2d = mapping.d2t, mapping.t2d
+        d2t, t2d = torch.from_numpy(mapping.d2t), torch.from_numpy(mapping.t2d)
         drafter = Eagle3Drafter(DrafterConfig.from_dict(drafter_config_dict()), embed_tokens=runner.embed_tokens)
         drafter.d2t.copy_(d2t)
         task = bar.add_task("toy drafter", total=DRAFTER_STEPS)

@@ -80,6 +80,6 @@ def build_mapping_file(counts_path: str | Path, size: int, output: str | Path,
     dense = counts.dense(mapping.vocab_size)
     total = int(dense.sum())
     seen = sum(1 for v in counts.counts.values() if v > 0)
-    inside = int(dense[mapping.t2d.numpy()].sum())
+    inside = int(dense[mapping.t2d].sum())
     return BuildResult(output, fmt, size, mapping.vocab_size, seen, max(0, size - len(counts.counts)),
                        inside / total if total else 0.0)

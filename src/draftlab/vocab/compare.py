@@ -35,7 +35,7 @@ def compare_mappings(a: VocabMapping, b: VocabMapping, counts: TokenCounts | Non
     if a.vocab_size != b.vocab_size:
         raise DraftlabError(f"A maps into a {a.vocab_size}-token target vocabulary but B into "
                             f"{b.vocab_size}; they belong to different targets")
-    in_a, in_b = a.t2d.numpy(), b.t2d.numpy()
+    in_a, in_b = a.t2d, b.t2d
     shared = int((in_a & in_b).sum())
     union = int((in_a | in_b).sum())
     common = min(a.draft_size, b.draft_size)

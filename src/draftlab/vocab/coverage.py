@@ -42,7 +42,7 @@ def coverage(mapping: VocabMapping, counts: TokenCounts, *, top: int = 20,
     total = int(dense.sum())
     if total == 0:
         raise DraftlabError("counts hold no tokens; count some data first", path=source)
-    inside = mapping.t2d.numpy()
+    inside = mapping.t2d
     covered = int(dense[inside].sum())
     outside = np.where(inside, 0, dense)
     missing_ids = np.flatnonzero(outside)

@@ -1,14 +1,16 @@
 """The draft vocabulary of an EAGLE-3 drafter as one validated value: :class:`VocabMapping`.
 
 The encoding and its validity rule are written once, in :mod:`draftlab.checkpoint.d2t`; as SGLang
-and vLLM read it: ``d2t`` is an int64 tensor of length Vd holding OFFSETS, so
+and vLLM read it: ``d2t`` is an int64 array of length Vd holding OFFSETS, so
 draft id ``i`` proposes target id ``i + d2t[i]``; ``t2d`` is a bool mask over the V target ids,
 true exactly for the target ids in the draft vocabulary. Target ids are strictly increasing in
 draft order (SpecForge and EAGLE sort them), so ``d2t`` is non-decreasing and non-negative.
 
 A mapping comes from a drafter checkpoint (either layout; the buffers are named ``d2t``/``t2d``
 in both), from a mapping file (safetensors, or SpecForge's ``torch.save({"d2t", "t2d"})`` dict,
-read with ``weights_only=True``), or from a list of target ids.
+read with ``weights_only=True``), or from a list of target ids. Both are numpy arrays, read without
+torch (which is imported only for ``.pt`` files and ``.bin`` checkpoints); callers that need tensors
+wrap them with ``torch.from_numpy``.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import torch
+import numpy as np
 
 from draftlab.checkpoint import DrafterConfig, open_checkpoint
-from draftlab.checkpoint.d2t import draft_to_target_ids, target_to_offsets, validate_d2t
+from draftlab.checkpoint.arrays import read_array, read_arrays, save_arrays, tensor_array
+from draftlab.checkpoint.d2t import validate_d2t
+from draftlab.checkpoint.safetensors_header import TORCH_NAMES, read_header
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path
 
@@ -29,41 +34,41 @@ MAPPING_FORMATS = ("safetensors", "pt")
 
 @dataclass(frozen=True)
 class VocabMapping:
-    """A validated draft vocabulary: ``d2t`` int64 offsets [Vd], ``t2d`` bool mask [V]."""
+    """A validated draft vocabulary: ``d2t`` int64 offsets [Vd], ``t2d`` bool mask [V] (numpy arrays)."""
 
-    d2t: torch.Tensor
-    t2d: torch.Tensor
+    d2t: np.ndarray
+    t2d: np.ndarray
     vocab_size: int
 
     @property
     def draft_size(self) -> int:
-        return self.d2t.numel()
+        return self.d2t.size
 
     @property
-    def target_ids(self) -> torch.Tensor:
+    def target_ids(self) -> np.ndarray:
         """Target id of each draft id, ascending (int64 [Vd])."""
-        return torch.tensor(draft_to_target_ids(self.d2t.tolist()), dtype=torch.int64)
+        return np.arange(self.draft_size, dtype=np.int64) + self.d2t
 
     @classmethod
-    def from_tensors(cls, d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int,
-                     *, source: str | Path) -> VocabMapping:
+    def from_arrays(cls, d2t: Any, t2d: Any | None, vocab_size: int, *, source: str | Path) -> VocabMapping:
         """Validate raw buffers (:func:`validate_d2t`); a missing ``t2d`` is derived from ``d2t``."""
-        problems = validate_d2t(d2t, t2d, vocab_size) if d2t.numel() else ["d2t is empty"]
+        d2t = np.asarray(d2t)
+        t2d = None if t2d is None else np.asarray(t2d)
+        problems = validate_d2t(d2t, t2d, vocab_size) if d2t.size else ["d2t is empty"]
         if problems:
             more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
             raise DraftlabError(f"invalid draft vocabulary: {problems[0]}{more}", path=source)
-        mapping_t2d = torch.zeros(vocab_size, dtype=torch.bool) if t2d is None else t2d.to(torch.bool)
-        mapping = cls(d2t.to(torch.int64).contiguous(), mapping_t2d.contiguous(), vocab_size)
+        mapping = cls(d2t.astype(np.int64), np.zeros(vocab_size, dtype=bool) if t2d is None else t2d.astype(bool),
+                      vocab_size)
         if t2d is None:
             mapping.t2d[mapping.target_ids] = True
         return mapping
 
     @classmethod
-    def from_target_ids(cls, ids: list[int] | torch.Tensor, vocab_size: int) -> VocabMapping:
+    def from_target_ids(cls, ids: Any, vocab_size: int) -> VocabMapping:
         """The mapping whose draft id ``i`` proposes ``ids[i]`` (ids must be strictly increasing)."""
-        ids_t = torch.as_tensor(ids, dtype=torch.int64)
-        return cls.from_tensors(torch.tensor(target_to_offsets(ids_t.tolist()), dtype=torch.int64), None,
-                                vocab_size, source="target ids")
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        return cls.from_arrays(ids - np.arange(ids.size, dtype=np.int64), None, vocab_size, source="target ids")
 
     @classmethod
     def from_drafter(cls, path: str | Path) -> VocabMapping:
@@ -82,9 +87,11 @@ class VocabMapping:
                                 f"{cfg.vocab_size}); engines would map draft ids to the first {draft_size} "
                                 "target ids. Add d2t/t2d (vocab build, then vocab remap)", path=ckpt.path)
         names = ["d2t"] + (["t2d"] if "t2d" in ckpt.tensors else [])
-        tensors = ckpt.load(names)
-        vocab_size = cfg.vocab_size or (tensors["t2d"].numel() if "t2d" in tensors else 0)
-        mapping = cls.from_tensors(tensors["d2t"], tensors.get("t2d"), vocab_size, source=ckpt.path)
+        for name in names:
+            _refuse_float(name, TORCH_NAMES[ckpt.tensors[name].dtype], ckpt.path)
+        arrays = read_arrays(ckpt, names)
+        vocab_size = cfg.vocab_size or (arrays["t2d"].size if "t2d" in arrays else 0)
+        mapping = cls.from_arrays(arrays["d2t"], arrays.get("t2d"), vocab_size, source=ckpt.path)
         if mapping.draft_size != draft_size:
             raise DraftlabError(f"d2t has {mapping.draft_size} entries but the drafter has {draft_size} "
                                 "draft tokens (lm_head rows / draft_vocab_size)", path=ckpt.path)
@@ -99,39 +106,34 @@ class VocabMapping:
         path = Path(path)
         if not path.is_file():
             raise DraftlabError("no such mapping file", path=path)
-        if path.suffix == ".safetensors":
-            tensors = _read_safetensors(path, ("d2t", "t2d"))
-        else:
-            tensors = _read_pt(path)
-        if "d2t" not in tensors:
+        arrays = _read_safetensors(path) if path.suffix == ".safetensors" else _read_pt(path)
+        if "d2t" not in arrays:
             raise DraftlabError("has no 'd2t' tensor; a mapping file holds d2t (int64 offsets) and t2d (bool)",
                                 path=path)
-        t2d = tensors.get("t2d")
+        t2d = arrays.get("t2d")
         if vocab_size is None:
             if t2d is None:
                 raise DraftlabError("has d2t but no t2d, so the target vocabulary size is unknown", path=path)
-            vocab_size = t2d.numel()
-        return cls.from_tensors(tensors["d2t"], t2d, vocab_size, source=path)
+            vocab_size = t2d.size
+        return cls.from_arrays(arrays["d2t"], t2d, vocab_size, source=path)
 
     @classmethod
     def identity(cls, vocab_size: int) -> VocabMapping:
         """The full target vocabulary (a drafter with draft_vocab_size == vocab_size)."""
-        return cls(torch.zeros(vocab_size, dtype=torch.int64), torch.ones(vocab_size, dtype=torch.bool),
-                   vocab_size)
+        return cls(np.zeros(vocab_size, dtype=np.int64), np.ones(vocab_size, dtype=bool), vocab_size)
 
     def save(self, dest: str | Path, fmt: str = "safetensors") -> Path:
         """Write ``{"d2t", "t2d"}`` atomically as safetensors or as SpecForge's torch.save dict."""
         dest = Path(dest)
         if fmt not in MAPPING_FORMATS:
             raise DraftlabError(f"unknown mapping format {fmt!r}; choose one of {', '.join(MAPPING_FORMATS)}")
-        tensors = {"d2t": self.d2t, "t2d": self.t2d}
         with atomic_path(dest) as tmp:
             if fmt == "safetensors":
-                from safetensors.torch import save_file
-
-                save_file(tensors, str(tmp), metadata={"format": "pt"})
+                save_arrays(tmp, {"d2t": ("I64", self.d2t), "t2d": ("BOOL", self.t2d)}, {"format": "pt"})
             else:
-                torch.save(tensors, tmp)
+                import torch
+
+                torch.save({"d2t": torch.from_numpy(self.d2t), "t2d": torch.from_numpy(self.t2d)}, tmp)
         return dest
 
 
@@ -145,20 +147,17 @@ def load_mapping(path: str | Path) -> VocabMapping:
     return VocabMapping.from_file(path)
 
 
-def _read_safetensors(path: Path, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError, safe_open
-
-    from draftlab.checkpoint.safetensors_header import read_header
-
-    read_header(path)  # one-line errors for corrupt files before safetensors sees them
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return {n: f.get_tensor(n) for n in names if n in f.keys()}
-    except SafetensorError as exc:
-        raise DraftlabError(f"cannot read safetensors file ({exc})", path=path) from None
+def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    infos, _ = read_header(path)  # one-line errors for every way the header can be wrong
+    names = [n for n in ("d2t", "t2d") if n in infos]
+    for name in names:
+        _refuse_float(name, TORCH_NAMES[infos[name].dtype], path)
+    return {name: read_array(infos[name]) for name in names}
 
 
-def _read_pt(path: Path) -> dict[str, torch.Tensor]:
+def _read_pt(path: Path) -> dict[str, np.ndarray]:
+    import torch
+
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
@@ -166,4 +165,14 @@ def _read_pt(path: Path) -> dict[str, torch.Tensor]:
         raise DraftlabError(f"cannot load as a weights-only PyTorch file ({first})", path=path) from None
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise DraftlabError("is not a dict of tensors like {'d2t': ..., 't2d': ...}", path=path)
-    return obj
+    names = [n for n in ("d2t", "t2d") if n in obj]
+    for name in names:
+        _refuse_float(name, str(obj[name].dtype).removeprefix("torch."), path)
+    return {name: tensor_array(obj[name]) for name in names}
+
+
+def _refuse_float(name: str, dtype: str, path: Path) -> None:
+    """A floating d2t/t2d is invalid; caught here, since bf16 and float8 bits would read as integers."""
+    if "float" in dtype:
+        expected = "bool" if name == "t2d" else "int64"
+        raise DraftlabError(f"invalid draft vocabulary: {name} has dtype {dtype}; expected {expected}", path=path)

@@ -10,8 +10,10 @@ copied bit for bit to its new position; rows of new tokens are initialised as ch
 
 d2t/t2d are replaced, ``draft_vocab_size`` in config.json updated, every other tensor written
 unchanged; the config is written as every loader builds it (:mod:`draftlab.engines.written_config`).
-The output is a new folder (config.json + model.safetensors) built atomically; the
-input is only read.
+The output is a new folder (config.json + model.safetensors) built atomically; the input is only read.
+Tensors are numpy arrays of their stored bits (:mod:`draftlab.checkpoint.arrays`), so rows move bit
+for bit; only the ``mean`` row and a target row of another dtype are computed, in float32 and rounded
+back to the drafter's dtype as torch rounds (to nearest, ties to even).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, is_drafter, open_checkpoint
+from draftlab.checkpoint.arrays import from_float32, read_arrays, save_arrays, to_float32
 from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
@@ -75,51 +78,52 @@ def remap_drafter(drafter: str | Path, mapping: VocabMapping, output: str | Path
         raise DraftlabError(f"the new mapping covers a {mapping.vocab_size}-token target vocabulary but the "
                             f"drafter's target has {old.vocab_size}; build it from counts of this target")
 
-    tensors = ckpt.load()
-    head = tensors["lm_head.weight"]
-    position = torch.full((old.vocab_size,), -1, dtype=torch.int64)
-    position[old.target_ids] = torch.arange(old.draft_size)
+    arrays = read_arrays(ckpt)
+    dtypes = {name: info.dtype for name, info in ckpt.tensors.items()}
+    head, head_dtype = arrays["lm_head.weight"], dtypes["lm_head.weight"]
+    position = np.full(old.vocab_size, -1, dtype=np.int64)
+    position[old.target_ids] = np.arange(old.draft_size)
     new_ids = mapping.target_ids
     source = position[new_ids]
     kept = source >= 0
-    new_head = torch.empty((mapping.draft_size, head.shape[1]), dtype=head.dtype)
+    new_head = np.empty((mapping.draft_size, head.shape[1]), dtype=head.dtype)
     new_head[kept] = head[source[kept]]
     fresh_ids = new_ids[~kept]
-    new_head[~kept] = _initial_rows(init, head, fresh_ids, cfg, target)
+    new_head[~kept] = _initial_rows(init, head, head_dtype, fresh_ids, cfg, target)
 
-    tensors["lm_head.weight"] = new_head
-    tensors["d2t"] = mapping.d2t.clone()
-    tensors["t2d"] = mapping.t2d.clone()
-    fc = tensors.get("fc.weight")  # SGLang and SpecForge size fc as 3 x target_hidden_size
+    out = {name: (dtypes[name], array) for name, array in arrays.items()}
+    out.update({"lm_head.weight": (head_dtype, new_head), "d2t": ("I64", mapping.d2t), "t2d": ("BOOL", mapping.t2d)})
+    fc = arrays.get("fc.weight")  # SGLang and SpecForge size fc as 3 x target_hidden_size
     config = loadable_config({**ckpt.config, "draft_vocab_size": mapping.draft_size},
-                             target_hidden_size=fc.shape[1] // 3 if fc is not None and fc.dim() == 2 else None)
+                             target_hidden_size=fc.shape[1] // 3 if fc is not None and fc.ndim == 2 else None)
     with atomic_dir(output) as tmp:
-        from safetensors.torch import save_file
-
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"),
-                  metadata={"format": "pt"})
+        save_arrays(tmp / "model.safetensors", out, metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
-    kept_ids = set(new_ids[kept].tolist())
-    dropped = [t for t in old.target_ids.tolist() if t not in kept_ids]
+    dropped = np.setdiff1d(old.target_ids, new_ids[kept]).tolist()
     return RemapResult(output, cfg.layout, old.draft_size, mapping.draft_size, int(kept.sum()),
-                       int(fresh_ids.numel()), len(dropped), init, fresh_ids.tolist(), dropped)
+                       int(fresh_ids.size), len(dropped), init, fresh_ids.tolist(), dropped)
 
 
-def _initial_rows(init: str, head: torch.Tensor, token_ids: torch.Tensor, cfg: DrafterConfig,
-                  target: str | Path | None) -> torch.Tensor:
-    """Rows for tokens new to the draft vocabulary, in ``head``'s dtype."""
-    n = token_ids.numel()
+def _initial_rows(init: str, head: np.ndarray, dtype: str, token_ids: np.ndarray, cfg: DrafterConfig,
+                  target: str | Path | None) -> np.ndarray:
+    """Rows for tokens new to the draft vocabulary, stored as ``head`` is (safetensors ``dtype``)."""
+    n = token_ids.size
     if init == "zeros":
-        return torch.zeros((n, head.shape[1]), dtype=head.dtype)
+        return np.zeros((n, head.shape[1]), dtype=head.dtype)
     if init == "mean":
-        return head.to(torch.float32).mean(dim=0).to(head.dtype).expand(n, -1)
+        # torch's head.float().mean(0) up to float32's last bit: torch sums float32 in blocks, whose
+        # order depends on the CPU; a float64 sum rounded to float32 is as accurate, then / rows in float32
+        total = to_float32(head, dtype).sum(axis=0, dtype=np.float64).astype(np.float32)
+        mean = total / np.float32(head.shape[0])
+        return np.broadcast_to(from_float32(mean, dtype), (n, head.shape[1]))
     assert target is not None
-    return _target_rows(Path(target), token_ids, cfg).to(head.dtype)
+    rows, target_dtype = _target_rows(Path(target), token_ids, cfg)
+    return rows if target_dtype == dtype else from_float32(to_float32(rows, target_dtype), dtype)
 
 
-def _target_rows(target: Path, token_ids: torch.Tensor, cfg: DrafterConfig) -> torch.Tensor:
-    """The target's output-embedding rows of ``token_ids`` (lm_head, or embed_tokens when tied)."""
+def _target_rows(target: Path, token_ids: np.ndarray, cfg: DrafterConfig) -> tuple[np.ndarray, str]:
+    """The target's output-embedding rows of ``token_ids`` (lm_head, or embed_tokens when tied), and their dtype."""
     ckpt = open_checkpoint(target)
     try:
         tcfg = TargetConfig.from_dict(ckpt.config)
@@ -135,11 +139,11 @@ def _target_rows(target: Path, token_ids: torch.Tensor, cfg: DrafterConfig) -> t
     name = _output_embedding_name(ckpt.tensors, tied=tcfg.tie_word_embeddings)
     if name is None:
         raise DraftlabError("has no lm_head.weight tensor (nor a tied embed_tokens.weight)", path=ckpt.path)
-    weight = ckpt.load([name])[name]
-    if weight.dim() != 2 or weight.shape[0] < cfg.vocab_size or weight.shape[1] != cfg.hidden_size:
-        raise DraftlabError(f"{name} has shape {list(weight.shape)}, expected [{cfg.vocab_size}, "
+    shape = ckpt.tensors[name].shape
+    if len(shape) != 2 or shape[0] < cfg.vocab_size or shape[1] != cfg.hidden_size:
+        raise DraftlabError(f"{name} has shape {list(shape)}, expected [{cfg.vocab_size}, "
                             f"{cfg.hidden_size}]", path=ckpt.path)
-    return weight[token_ids]
+    return read_arrays(ckpt, [name])[name][token_ids], ckpt.tensors[name].dtype
 
 
 def _output_embedding_name(names: dict[str, object], *, tied: bool) -> str | None:
