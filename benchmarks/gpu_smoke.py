@@ -21,6 +21,8 @@ Pairs:
   (16 GB) so that the commands load them as a user's folders. Per-prompt agreement is reported, not
   required (bf16 ties).
 
+Independent commands run concurrently (``--workers``; the GPU has room for several 8B copies), so
+their seconds include waiting for each other: the smoke run checks that commands work, not how fast.
 Prints one line per command (pair, command, exit code, seconds) and a Markdown table last.
 """
 
@@ -33,7 +35,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -58,10 +63,25 @@ TOY_TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for ke
 
 
 class Smoke:
-    """Runs commands and keeps one record per command."""
+    """Runs commands and keeps one record per command, in the order the jobs were listed."""
 
     def __init__(self) -> None:
         self.records: list[dict] = []
+        self.lock = threading.Lock()
+        self.job = threading.local()  # the running job's place in the list, for the table's order
+
+    def jobs(self, jobs: list[Callable[[], object]], workers: int) -> None:
+        """Run independent jobs concurrently; a job that raises is recorded as failed."""
+        def run(index: int, job: Callable[[], object]) -> None:
+            self.job.key = (index, 0)
+            try:
+                job()
+            except Exception as exc:  # noqa: BLE001 - record and go on: the table is the point
+                self.record(getattr(job, "pair", "?"), getattr(job, "__name__", "job"), False, 0.0,
+                            error=f"{type(exc).__name__}: {exc}")
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(run, range(len(jobs)), jobs))
 
     def run(self, pair: str, name: str, argv: list[str], *, expect: int = 0, timeout: int = 600) -> dict | None:
         """``python -m draftlab argv``; returns its JSON document when it printed one."""
@@ -80,9 +100,12 @@ class Smoke:
         return doc
 
     def record(self, pair: str, name: str, ok: bool, seconds: float, **extra: object) -> None:
+        index, seq = getattr(self.job, "key", (0, 0))
+        self.job.key = (index, seq + 1)
         row = {"pair": pair, "command": name, "ok": ok, "seconds": round(seconds, 2), **extra}
-        self.records.append(row)
-        print(json.dumps(row), flush=True)
+        with self.lock:
+            self.records.append({**row, "_order": (pair, index, seq)})
+            print(json.dumps(row), flush=True)
 
 
 def toy_pair(toy: str | None) -> tuple[Path, Path]:
@@ -191,7 +214,8 @@ def per_prompt(doc: dict | None) -> list[list[int]] | None:
     return None if doc is None else [r["accept_lengths"] for r in doc["results"]]
 
 
-def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path, device: str) -> None:
+def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path, device: str, workers: int) -> None:
+    """Every command on one pair: independent jobs, run ``workers`` at a time."""
     t, d = str(target), str(drafter)
     prompts = work / "prompts.jsonl"
     rows = write_prompts(prompts, pair)
@@ -201,51 +225,41 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
     pair_args = ["--target", t, "--drafter", d, "--prompts", str(prompts)]
     new = ["--max-new-tokens", "64"]
 
-    smoke.run(pair, "inspect target", ["inspect", t, "--json"])
-    smoke.run(pair, "inspect drafter", ["inspect", d, "--json"])
-    for engine in ("sglang", "vllm"):
-        smoke.run(pair, f"check --engine {engine}", ["check", d, "--target", t, "--engine", engine, "--json"])
-    smoke.run(pair, "check --fix", ["check", d, "--target", t, "--fix", str(work / "fixed"), "--json"])
-    counts = work / "counts.json"
-    if pair == "toy":
-        smoke.run(pair, "vocab count", ["vocab", "count", "--data", str(prompts), "--tokenizer", t, "-o", str(counts)])
-    else:  # a random target has no tokenizer: the counts of the prompts' ids, written directly
-        flat = [i for r in rows for i in r]
-        counts.write_text(json.dumps({"vocab_size": SHAPES[pair]["vocab_size"], "num_tokens": len(flat),
-                                      "counts": {str(i): flat.count(i) for i in sorted(set(flat))}}))
-    mapping = work / "mapping.safetensors"
-    size = "64" if pair == "toy" else str(DRAFT_VOCAB[pair] // 2)
-    smoke.run(pair, "vocab build", ["vocab", "build", "--counts", str(counts), "--size", size, "-o", str(mapping)])
-    smoke.run(pair, "vocab coverage", ["vocab", "coverage", d, "--counts", str(counts), "--json"])
-    smoke.run(pair, "vocab compare", ["vocab", "compare", d, str(mapping), "--json"])
+    def run(name: str, argv: list[str]) -> Callable[[], object]:
+        return lambda: smoke.run(pair, name, argv)
 
-    gen_default = smoke.run(pair, "generate (default flags)", ["generate", *pair_args, *cuda, *new, "--json"])
-    gen_chain = smoke.run(pair, "generate 3/1/4", ["generate", *pair_args, *cuda, *new, *chain, "--json"])
-    smoke.run(pair, "generate 5/4/8", ["generate", *pair_args, *cuda, *new, *tree, "--json"])
-    smoke.run(pair, "generate T=0.7", ["generate", *pair_args, *cuda, *new, "--temperature", "0.7", "--seed", "0",
-                                       "--json"])
-    smoke.run(pair, "generate --batch-size 4", ["generate", *pair_args, *cuda, *new, "--batch-size", "4", "--json"])
-    smoke.run(pair, "generate --no-draft", ["generate", "--target", t, "--prompts", str(prompts), "--no-draft",
-                                            *cuda, *new, "--json"])
-    probe_default = smoke.run(pair, "probe (default flags)", ["probe", *pair_args, *cuda, *new, "--json"])
-    probe_chain = smoke.run(pair, "probe 3/1/4", ["probe", *pair_args, *cuda, *new, *chain, "--json"])
-    for name, gen, got in (("default flags", gen_default, probe_default), ("3/1/4", gen_chain, probe_chain)):
-        if gen is not None and got is not None:
-            same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
-            smoke.record(pair, f"probe == generate per prompt, {name} ({gen['config']['dtype']})", True, 0.0,
-                         matching=f"{same}/{len(rows)}", timings=got.get("timings"))  # bf16: reported only
-    if pair == "toy":  # exactness in float32
-        f32 = ["--dtype", "float32"]
-        gen32 = smoke.run(pair, "generate 3/1/4 float32", ["generate", *pair_args, *cuda, *new, *chain, *f32, "--json"])
-        probe32 = smoke.run(pair, "probe 3/1/4 float32", ["probe", *pair_args, *cuda, *new, *chain, *f32, "--json"])
-        if gen32 is not None and probe32 is not None:
-            same = sum(a == b for a, b in zip(per_prompt(gen32), per_prompt(probe32)))
-            smoke.record(pair, "probe == generate per prompt, 3/1/4 (float32)", same == len(rows), 0.0,
-                         matching=f"{same}/{len(rows)}", mean_accept_length=gen32["mean_accept_length"])
-    if gen_chain is not None:
+    def vocab() -> None:
+        counts = work / "counts.json"
+        if pair == "toy":
+            smoke.run(pair, "vocab count", ["vocab", "count", "--data", str(prompts), "--tokenizer", t,
+                                            "-o", str(counts)])
+        else:  # a random target has no tokenizer: the prompts are token ids
+            smoke.run(pair, "vocab count", ["vocab", "count", "--data", str(prompts), "--vocab-size",
+                                            str(SHAPES[pair]["vocab_size"]), "-o", str(counts)])
+        mapping = work / "mapping.safetensors"
+        size = "64" if pair == "toy" else str(DRAFT_VOCAB[pair] // 2)
+        smoke.run(pair, "vocab build", ["vocab", "build", "--counts", str(counts), "--size", size, "-o", str(mapping)])
+        smoke.run(pair, "vocab coverage", ["vocab", "coverage", d, "--counts", str(counts), "--json"])
+        smoke.run(pair, "vocab compare", ["vocab", "compare", d, str(mapping), "--json"])
+
+    def probe_equals_generate(name: str, flags: list[str], required: bool) -> Callable[[], None]:
+        """generate then probe with ``flags``; their per-prompt accept lengths compared."""
+        def job() -> None:
+            gen = smoke.run(pair, f"generate {name}", ["generate", *pair_args, *cuda, *new, *flags, "--json"])
+            got = smoke.run(pair, f"probe {name}", ["probe", *pair_args, *cuda, *new, *flags, "--json"])
+            if gen is not None and got is not None:
+                same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
+                smoke.record(pair, f"probe == generate per prompt, {name} ({gen['config']['dtype']})",
+                             same == len(rows) or not required, 0.0, matching=f"{same}/{len(rows)}",
+                             mean_accept_length=gen["mean_accept_length"], timings=got.get("timings"))
+        return job
+
+    def given_and_features() -> None:
         ahead = smoke.run(pair, "generate 3/1/4 (+ look-ahead)", ["generate", *pair_args, *cuda, *chain,
                                                                   "--max-new-tokens", "68", "--ignore-eos", "--json"])
-        outputs = [r["output_ids"] for r in ahead["results"]] if ahead else []
+        if ahead is None:
+            return
+        outputs = [r["output_ids"] for r in ahead["results"]]
         given = work / "given.jsonl"
         given.write_text("".join(json.dumps({"input_ids": p, "response_ids": o}) + "\n" for p, o in zip(rows, outputs)))
         smoke.run(pair, "probe --responses given", ["probe", "--target", t, "--drafter", d, "--prompts", str(given),
@@ -253,25 +267,51 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         write_features(target, drafter, rows, outputs, work / "features" / "rows_0-5000", device)
         smoke.run(pair, "probe --features", ["probe", "--target", t, "--drafter", d, "--features",
                                              str(work / "features"), *cuda, *new, *chain, "--json"])
-    if pair == "toy":
-        from draftlab.demo import perturbed_copy
 
-        other = str(perturbed_copy(target, work / "target-v2", 0.3))
-    else:
-        other = t  # a second 16 GB copy would only cost disk: the target against itself
-    smoke.run(pair, "drift", ["drift", "--target-a", t, "--target-b", other, "--prompts", str(prompts), "--drafter", d,
-                              *cuda, *new, "--json"])
-    serve_and_bench(smoke, pair, target, drafter, prompts, work, device)
-    fast = [] if device == "cuda" else ["--device", "cpu", "--repeats", "2", "--verify-tokens", "1,4"]
-    smoke.run(pair, "profile", ["profile", "--target", t, "--drafter", d, "--out", str(work / "profile.json"),
-                                *fast, "--json"])
-    fast = [] if device == "cuda" else ["--repeats", "1", "--grid", "3/1/4,2/2/4", "--max-new-tokens", "16"]
-    smoke.run(pair, "plan --target", ["plan", *pair_args, *cuda, *fast, "--json"])
+    def drift() -> None:
+        if pair == "toy":
+            from draftlab.demo import perturbed_copy
+
+            other = str(perturbed_copy(target, work / "target-v2", 0.3))
+        else:
+            other = t  # a second 16 GB copy would only cost disk: the target against itself
+        smoke.run(pair, "drift", ["drift", "--target-a", t, "--target-b", other, "--prompts", str(prompts),
+                                  "--drafter", d, *cuda, *new, "--json"])
+
+    cpu_profile = [] if device == "cuda" else ["--device", "cpu", "--repeats", "2", "--verify-tokens", "1,4"]
+    cpu_plan = [] if device == "cuda" else ["--repeats", "1", "--grid", "3/1/4,2/2/4", "--max-new-tokens", "16"]
+    jobs = [
+        run("inspect target", ["inspect", t, "--json"]),
+        run("inspect drafter", ["inspect", d, "--json"]),
+        run("check --engine sglang", ["check", d, "--target", t, "--engine", "sglang", "--json"]),
+        run("check --engine vllm", ["check", d, "--target", t, "--engine", "vllm", "--json"]),
+        run("check --fix", ["check", d, "--target", t, "--fix", str(work / "fixed"), "--json"]),
+        vocab,
+        probe_equals_generate("(default flags)", [], required=False),  # bf16 on CUDA: agreement reported
+        probe_equals_generate("3/1/4", chain, required=False),
+        run("generate 5/4/8", ["generate", *pair_args, *cuda, *new, *tree, "--json"]),
+        run("generate T=0.7", ["generate", *pair_args, *cuda, *new, "--temperature", "0.7", "--seed", "0", "--json"]),
+        run("generate --batch-size 4", ["generate", *pair_args, *cuda, *new, "--batch-size", "4", "--json"]),
+        run("generate --no-draft", ["generate", "--target", t, "--prompts", str(prompts), "--no-draft", *cuda, *new,
+                                    "--json"]),
+        run("probe T=0.7", ["probe", *pair_args, *cuda, *new, "--temperature", "0.7", "--seed", "0", "--json"]),
+        given_and_features,
+        drift,
+        lambda: serve_and_bench(smoke, pair, target, drafter, prompts, work, device),
+        run("profile", ["profile", "--target", t, "--drafter", d, "--out", str(work / "profile.json"), *cpu_profile,
+                        "--json"]),
+        run("plan --target", ["plan", *pair_args, *cuda, *cpu_plan, "--json"]),
+    ]
+    if pair == "toy":  # the exactness claim, in float32
+        jobs.insert(8, probe_equals_generate("3/1/4 float32", [*chain, "--dtype", "float32"], required=True))
+    for job in jobs:
+        job.pair = pair
+    smoke.jobs(jobs, workers)
 
 
 def table(records: list[dict]) -> str:
     lines = ["| pair | command | result | seconds | note |", "|---|---|---|---|---|"]
-    for r in records:
+    for r in sorted(records, key=lambda r: r["_order"]):
         note = r.get("matching") or (f"rc {r['rc']}" if "rc" in r else "")
         if r.get("timings"):
             note += f"; timings {r['timings']}"
@@ -288,6 +328,7 @@ def main() -> int:
     parser.add_argument("--workdir", help="where the pairs' folders go (default: a temporary folder)")
     parser.add_argument("--out", help="write the records as JSON here")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: check the script itself")
+    parser.add_argument("--workers", type=int, default=4, help="commands run at once")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_smoke.py needs a CUDA device (or --device cpu to check the script)", file=sys.stderr)
@@ -306,11 +347,12 @@ def main() -> int:
         target, drafter = toy_pair(args.toy) if pair == "toy" else write_random_pair(pair, work / "models", args.device)
         smoke.record(pair, "build pair", True, time.perf_counter() - start)
         try:
-            smoke_pair(smoke, pair, target, drafter, work, args.device)
+            smoke_pair(smoke, pair, target, drafter, work, args.device, args.workers)
         except Exception as exc:  # record and go on to the next pair: the table is the point
             smoke.record(pair, "smoke script", False, 0.0, error=f"{type(exc).__name__}: {exc}")
     if args.out:
-        Path(args.out).write_text(json.dumps(smoke.records, indent=1))
+        Path(args.out).write_text(json.dumps([{k: v for k, v in r.items() if k != "_order"} for r in smoke.records],
+                                             indent=1))
     print(table(smoke.records))
     failed = [r for r in smoke.records if not r["ok"]]
     print(f"{len(smoke.records) - len(failed)}/{len(smoke.records)} ok")
