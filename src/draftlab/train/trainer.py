@@ -129,6 +129,7 @@ class _Run:
         if not opts.resume and self.out.exists():
             raise DraftlabError("already exists; choose a new output folder, or pass --resume to continue it",
                                 path=self.out)
+        barrier(world)  # every rank has looked before rank 0 creates OUT
         self.target_cfg = TargetConfig.from_dict(open_checkpoint(opts.target).config)
         aux = self.state["aux_layers"] if self.state else self._aux_layers()
         self.runner, self.heads = self._target(aux)
@@ -178,7 +179,7 @@ class _Run:
 
             return StartingDrafter(_master(drafter), self.state["t2d"], config, aux, self.state["vocab"])
         if o.init is not None:
-            staging = self.out.parent / f".{self.out.name}.staging"
+            staging = self.out.parent / f".{self.out.name}.staging{self.world.rank}"
             try:
                 return warm_start(o.init, o.target, self.heads, remap=o.remap, staging=staging)
             finally:
