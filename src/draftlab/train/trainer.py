@@ -32,7 +32,7 @@ from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import default_aux_layers, intended_aux_layers
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
-from draftlab.models.devices import parse_device
+from draftlab.models.devices import parse_device, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.train import checkpoints
 from draftlab.train.data import DataOrder, TrainRow, feature_rows, pad_batch, pad_features, tokenized_rows
@@ -121,7 +121,10 @@ class _Run:
     def __init__(self, opts: TrainOptions, world: World) -> None:
         _check_options(opts, world)
         self.opts, self.world = opts, world
-        self.device = parse_device(opts.device or "cpu")
+        device, self.device_map = resolve_placement(opts.device, opts.device_map)
+        if self.device_map is not None and (opts.features is not None or world.size > 1):
+            raise DraftlabError("--device-map splits a live target in one process; not with --features or torchrun")
+        self.device = parse_device(device or "cpu")  # with a device map: the target's first device, below
         if world.size > 1 and self.device.type == "cuda":
             self.device = torch.device("cuda", world.local_rank)
         self.out = Path(opts.out)
@@ -133,6 +136,8 @@ class _Run:
         self.target_cfg = TargetConfig.from_dict(open_checkpoint(opts.target).config)
         aux = self.state["aux_layers"] if self.state else self._aux_layers()
         self.runner, self.heads = self._target(aux)
+        if self.device_map is not None:  # the drafter sits with the split target's input embedding
+            self.device = self.runner.device
         self.rows = self._rows(aux)
         self.start = self._drafter(aux)
         self.drafter = self.start.drafter.place(torch.float32, self.device, keep_embedding=True)
@@ -154,7 +159,7 @@ class _Run:
         o = self.opts
         if o.features is None or o.eval_prompts is not None:
             runner = TargetRunner.load(o.target, aux_layers=aux, dtype=o.dtype, device=str(self.device),
-                                       device_map=o.device_map, cache="dynamic")
+                                       device_map=self.device_map, cache="dynamic")
             runner.embed_tokens.weight.requires_grad_(False)
             return runner, runner
         return None, TargetHeads(o.target, dtype=o.dtype, device=str(self.device))

@@ -82,10 +82,13 @@ def teacher_from_hidden(lm_head: torch.nn.Module, hidden: torch.Tensor, t2d: tor
     """The teacher from already-shifted final hidden states [B, n, T], a chunk of rows at a time,
     so [B, n, V] logits never exist at once."""
     b, n, _ = hidden.shape
-    parts = [teacher_from_logits(lm_head(hidden[:, s:s + chunk].to(lm_head.weight.device)),
-                                 t2d, loss_mask[:, s:s + chunk]) for s in range(0, n, chunk)]
-    return Teacher(torch.cat([p.target_p for p in parts], 1), torch.cat([p.target_ids for p in parts], 1),
-                   torch.cat([p.position_mask for p in parts], 1))
+    head = lm_head.weight.device
+    parts = [teacher_from_logits(lm_head(hidden[:, s:s + chunk].to(head)), t2d.to(head),
+                                 loss_mask[:, s:s + chunk].to(head)) for s in range(0, n, chunk)]
+    device = loss_mask.device
+    return Teacher(torch.cat([p.target_p for p in parts], 1).to(device),
+                   torch.cat([p.target_ids for p in parts], 1).to(device),
+                   torch.cat([p.position_mask for p in parts], 1).to(device))
 
 
 def make_batch(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tensor, final_hidden: torch.Tensor,
