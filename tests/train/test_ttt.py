@@ -151,3 +151,17 @@ def test_loss_equals_specforge_on_one_batch(monkeypatch):
     ours_acc = [float(c / n.clamp_min(1e-6)) for c, n in zip(ours.step_correct, ours.step_counted)]
     assert ours_acc == pytest.approx([float(a) for a in accs])
     assert DRAFT_VOCAB == theirs.lm_head.weight.shape[0]
+
+
+def test_bf16_autocast_path_runs_and_stays_close():
+    """The GPU trains under bf16 autocast over float32 weights: the same code on the CPU's autocast."""
+    drafter, t2d = tiny_drafter()
+    ids, mask, aux, logits = random_rows(B, N)
+    exact = ttt_loss(drafter, _batch(ids, mask, aux, logits, t2d), length=LENGTH).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = ttt_loss(drafter, _batch(ids, mask, aux, logits, t2d), length=LENGTH).loss
+    loss.backward()
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    torch.testing.assert_close(loss, exact, rtol=5e-2, atol=0)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in drafter.parameters() if p.requires_grad)
+    assert drafter.fc.weight.dtype == torch.float32
