@@ -10,7 +10,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TargetOption,
-    TopkOption, console, emit_json,
+    TopkOption, console, emit_json, parse_layer_ids,
 )
 
 
@@ -67,7 +67,7 @@ def train_command(
         target=target, out=out, data=data, init=init, features=features, remap=remap, max_steps=max_steps,
         epochs=epochs, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len, lr=lr, warmup=warmup,
         ttt_length=ttt_length, draft_vocab_size=draft_vocab_size,
-        aux_layers=None if aux_layers is None else _layer_ids(aux_layers),
+        aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers),
         eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
         save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
         dtype=dtype, device=device, device_map=device_map, progress=not json_out))
@@ -78,12 +78,3 @@ def train_command(
     if result.interrupted:
         raise typer.Exit(130)
 
-
-def _layer_ids(text: str) -> list[int]:
-    """``a,b,c`` as layer ids (0 is a layer), kept in the order given."""
-    from draftlab.errors import DraftlabError
-
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() for p in parts):
-        raise DraftlabError(f"--aux-layers {text!r}: expected layer numbers like 1,15,28")
-    return [int(p) for p in parts]

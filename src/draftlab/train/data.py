@@ -39,8 +39,10 @@ class TrainRow:
     final_hidden: torch.Tensor | None = None  # [n, T] the final (post-norm) state (--features)
 
 
-def tokenized_rows(data: str | Path, tokenizer, vocab_size: int, seq_len: int) -> list[TrainRow]:
-    """Every row of a JSONL file, tokenized and masked; a bad line raises naming file and line."""
+def tokenized_rows(data: str | Path, tokenizer, vocab_size: int, seq_len: int, *,
+                   drop_last: bool = True) -> list[TrainRow]:
+    """Every row of a JSONL file, tokenized and masked; a bad line raises naming file and line.
+    ``drop_last=False`` keeps each row's last position in the mask (captured features keep the data's mask)."""
     path = Path(data)
     if not path.is_file():
         raise DraftlabError("data file not found", path=path)
@@ -58,7 +60,7 @@ def tokenized_rows(data: str | Path, tokenizer, vocab_size: int, seq_len: int) -
             if ids and (min(ids) < 0 or max(ids) >= vocab_size):
                 raise DraftlabError(f"line {number}: token id outside the target vocabulary [0, {vocab_size})",
                                     path=path)
-            row = _finish(ids, mask, seq_len)
+            row = _finish(ids, mask, seq_len, drop_last=drop_last)
             if row is not None:
                 rows.append(row)
     if not rows:
@@ -83,12 +85,13 @@ def _tokenize(row, tokenizer, template: str | None, generation: bool) -> tuple[l
 
 
 def _finish(ids: list[int], mask: list[int], seq_len: int, aux: torch.Tensor | None = None,
-            final: torch.Tensor | None = None) -> TrainRow | None:
+            final: torch.Tensor | None = None, drop_last: bool = True) -> TrainRow | None:
     ids, mask = list(ids[:seq_len]), list(mask[:seq_len])
     if len(ids) < 2:
         return None
-    mask[-1] = 0
-    if not any(mask):
+    if drop_last:
+        mask[-1] = 0
+    if not any(mask[:-1]):
         return None
     return TrainRow(ids, mask, None if aux is None else aux[:seq_len], None if final is None else final[:seq_len])
 
