@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from draftlab.checkpoint import DrafterConfig
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, write_json_atomic
 from draftlab.models.devices import parse_dtype
@@ -22,11 +23,16 @@ from draftlab.models.drafter import Eagle3Drafter
 STATE_FILE = "training_state.pt"
 
 
-def export_drafter(out: Path, drafter: Eagle3Drafter, t2d: torch.Tensor, config: dict[str, Any]) -> None:
-    """The serving folder's two files; weights cast to the config's ``torch_dtype``."""
-    dtype = parse_dtype(str(config.get("torch_dtype") or "float32"))
+def export_drafter(out: Path, drafter: Eagle3Drafter, t2d: torch.Tensor, config: dict[str, Any], *,
+                   with_embedding: bool = False) -> None:
+    """The serving folder's two files; weights cast to the config's dtype. The embedding is
+    saved only when it is the drafter's own (hidden size unlike the target's: engines then read it)."""
+    dtype = parse_dtype(DrafterConfig.from_dict(config).dtype or "float32")
+    own = drafter.checkpoint_tensors()
+    if with_embedding:
+        own["embed_tokens.weight"] = drafter.embed_tokens.weight
     tensors = {k: (v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu()).contiguous()
-               for k, v in drafter.checkpoint_tensors().items()}
+               for k, v in own.items()}
     tensors["t2d"] = t2d.detach().cpu().to(torch.bool).contiguous()
     with atomic_path(out / "model.safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.train import checkpoints
 from draftlab.train.data import DataOrder, TrainRow, feature_rows, pad_batch, pad_features, tokenized_rows
 from draftlab.train.distributed import World, all_sum, barrier, close_world, init_world
-from draftlab.train.setup import StartingDrafter, from_scratch, warm_start
+from draftlab.train.setup import StartingDrafter, from_scratch, master_weights, warm_start
 from draftlab.train.ttt import make_batch, ttt_loss
 from draftlab.vocab.counts import TokenCounts
 
@@ -177,19 +178,16 @@ class _Run:
         o = self.opts
         if self.state is not None:
             config = self.state["config"]
-            drafter = Eagle3Drafter(DrafterConfig.from_dict(config), embed_tokens=self.heads.embed_tokens)
-            own = {k: v for k, v in self.state["weights"].items()}
-            drafter.load_state_dict({**drafter.state_dict(), **own})
-            from draftlab.train.setup import _master
-
-            return StartingDrafter(_master(drafter), self.state["t2d"], config, aux, self.state["vocab"])
+            cfg = DrafterConfig.from_dict(config)
+            shared = "embed_tokens.weight" not in self.state["weights"]
+            drafter = Eagle3Drafter(cfg, embed_tokens=self.heads.embed_tokens if shared else None)
+            drafter.load_state_dict({**drafter.state_dict(), **self.state["weights"]})
+            return StartingDrafter(master_weights(drafter), self.state["t2d"], config, aux, self.state["vocab"])
         if o.init is not None:
             staging = self.out.parent / f".{self.out.name}.staging{self.world.rank}"
             try:
                 return warm_start(o.init, o.target, self.heads, remap=o.remap, staging=staging)
             finally:
-                import shutil
-
                 shutil.rmtree(staging, ignore_errors=True)
         return from_scratch(o.target, self.heads.embed_tokens, self._counts(), o.draft_vocab_size, o.aux_layers,
                             o.seed)
@@ -334,9 +332,10 @@ class _Run:
         if not self.world.main:
             barrier(self.world)
             return
+        shared = self.drafter.embed_tokens is self.heads.embed_tokens
         weights = {k: v.detach().cpu().clone() for k, v in self.drafter.state_dict().items()
-                   if not k.startswith("embed_tokens.")}
-        checkpoints.export_drafter(self.out, self.drafter, self.start.t2d, self.start.config)
+                   if not (shared and k.startswith("embed_tokens."))}
+        checkpoints.export_drafter(self.out, self.drafter, self.start.t2d, self.start.config, with_embedding=not shared)
         checkpoints.save_state(self.out, {
             "step": step, "tokens": tokens, "log": log, "weights": weights, "t2d": self.start.t2d.cpu(),
             "config": self.start.config, "aux_layers": self.start.aux_layers, "vocab": self.start.vocab,
