@@ -283,8 +283,9 @@ class _Run:
             chunk = rows[(a * world.size + world.rank) * size:][:size]
             batch = self._batch(chunk, width)
             sync = nullcontext() if a == o.grad_accum - 1 or world.size == 1 else module.no_sync()
-            with sync, self._autocast():
-                loss, step_losses, correct, counted = module(batch)
+            with sync:
+                with self._autocast():
+                    loss, step_losses, correct, counted = module(batch)
                 (loss / o.grad_accum).backward()
             loss_sum += float(loss.detach())
             sums += torch.stack([step_losses.double().cpu(), correct.double().cpu(), counted.double().cpu()])
