@@ -259,6 +259,7 @@ class _Run:
                     break
                 if o.save_every and step % o.save_every == 0 and step < total:
                     self._checkpoint(step, tokens, log, optimizer, scheduler, order)
+        rate = run_tokens / max(time.perf_counter() - started, 1e-9)  # training only: not the final save
         if evaluate is not None and not interrupted and log and "eval" not in log[-1]:
             log[-1]["eval"] = evaluate(self.drafter)
         self._checkpoint(step, tokens, log, optimizer, scheduler, order)
@@ -266,7 +267,7 @@ class _Run:
             from draftlab.train.plot import plot_training
 
             plot_training(log, self.out / PLOT_FILE)
-        return self._result(step, tokens, run_tokens / max(time.perf_counter() - started, 1e-9), log, interrupted)
+        return self._result(step, tokens, rate, log, interrupted)
 
     def _step(self, module: nn.Module, optimizer: torch.optim.Optimizer, params: list[torch.Tensor],
               picked: list[int]) -> tuple[dict[str, Any], int]:
