@@ -144,8 +144,8 @@ def table(rows: list[dict]) -> str:
         if r.get("oom"):
             lines.append(f"{r['seq_len']:>6} out of memory")
             continue
-        lines.append(f"{r['seq_len']:>6} {r['step_s']:>8.3f} {r['tokens_per_second']:>10.0f} {r['tflop_per_step']:>8.2f} "
-                     f"{r['mfu']:>6.1%} {r.get('peak_memory_gib', float('nan')):>9.2f}")
+        lines.append(f"{r['seq_len']:>6} {r['step_s']:>8.3f} {r['tokens_per_second']:>10.0f} "
+                     f"{r['tflop_per_step']:>8.2f} {r['mfu']:>6.1%} {r.get('peak_memory_gib', float('nan')):>9.2f}")
     return "\n".join(lines)
 
 

@@ -65,7 +65,8 @@ def main() -> None:
                                  ttt_length=3, **kw))
         result[name] = {"steps": out.steps, "seconds": round(time.perf_counter() - start, 1),
                         "tokens_per_second": round(out.tokens_per_second), "final_loss": out.final_loss,
-                        "accuracy_by_step": out.accuracy_by_step, "accept_length_on_v2": accept(work / name, v2, prompts)}
+                        "accuracy_by_step": out.accuracy_by_step,
+                        "accept_length_on_v2": accept(work / name, v2, prompts)}
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

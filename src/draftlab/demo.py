@@ -274,8 +274,8 @@ def finetune_section(demo: Demo) -> None:
         torch.set_num_threads(threads)
     demo.refit = probe(v2, out, _prompts_file(demo.workdir), steps=3, topk=1, num_draft_tokens=4, max_new_tokens=64)
     f = demo.finetuned
-    demo.console.print(f"{f.steps} steps over {f.tokens} tokens ({f.tokens_per_second:.0f} tok/s), vocabulary {f.vocab} "
-                       f"bit for bit; teacher-forced accuracy by TTT step "
+    demo.console.print(f"{f.steps} steps over {f.tokens} tokens ({f.tokens_per_second:.0f} tok/s), vocabulary "
+                       f"{f.vocab} bit for bit; teacher-forced accuracy by TTT step "
                        f"{' / '.join(f'{a:.2f}' for a in f.accuracy_by_step)}.")
     demo.console.print(f"Exact accept length on version 2 (3/1/4): [bold]{demo.drift.accept_length_b:.2f}[/] before, "
                        f"[bold]{demo.refit.mean_accept_length:.2f}[/] after fine-tuning "

@@ -15,7 +15,8 @@ from draftlab.train.trainer import TrainOptions, train
 
 def _rows(tmp_path):
     data = tmp_path / "chats.jsonl"
-    convs = [[{"role": "user", "content": f"say {i}"}, {"role": "assistant", "content": "def f(x):\n    return x" * (1 + i % 3)}]
+    reply = "def f(x):\n    return x"
+    convs = [[{"role": "user", "content": f"say {i}"}, {"role": "assistant", "content": reply * (1 + i % 3)}]
              for i in range(7)]
     data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in convs))
     return data

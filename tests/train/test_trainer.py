@@ -94,7 +94,8 @@ def test_resume_after_a_stop_reproduces_the_uninterrupted_run(toy_pair, data, tm
 
     assert losses(tmp_path / "split") == losses(tmp_path / "whole")
     assert len(set(losses(tmp_path / "whole"))) == 6  # a curve, not a constant
-    a, b = load_file(str(tmp_path / "whole" / "model.safetensors")), load_file(str(tmp_path / "split" / "model.safetensors"))
+    a = load_file(str(tmp_path / "whole" / "model.safetensors"))
+    b = load_file(str(tmp_path / "split" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert whole.final_loss == resumed.final_loss
 

@@ -10,7 +10,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, TargetOption, console, emit_json,
-    parse_layer_ids,
+    main_process, parse_layer_ids,
 )
 
 
@@ -36,9 +36,12 @@ def capture_command(
     """Capture a dataset's hidden states for train --features and probe --features (resumable, sharded)."""
     from draftlab.train.capture import capture
 
-    result = capture(target, data, out, drafter=drafter, aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers),
+    layers = None if aux_layers is None else parse_layer_ids(aux_layers)
+    result = capture(target, data, out, drafter=drafter, aux_layers=layers,
                      engine=engine, seq_len=seq_len, batch_size=batch_size, shard=shard, resume=resume, dtype=dtype,
                      device=device, device_map=device_map, progress=not json_out)
+    if not main_process():
+        return
     if json_out:
         emit_json(result)
     else:

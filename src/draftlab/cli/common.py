@@ -65,6 +65,13 @@ def parse_ints(option: str, text: str) -> list[int]:
     return values
 
 
+def main_process() -> bool:
+    """False on the other ranks of a ``torchrun`` job: only rank 0 prints the result."""
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
 def parse_layer_ids(text: str) -> list[int]:
     """``--aux-layers a,b,c`` as target layer ids (0 is a layer), in the order given."""
     parts = [p.strip() for p in text.split(",")]

@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import DeviceMapOption, DeviceOption, DtypeOption, JsonOption, console, emit_json
+from draftlab.cli.common import (
+    DeviceMapOption, DeviceOption, DtypeOption, JsonOption, console, emit_json, main_process,
+)
 
 
 @app.command("regenerate")
@@ -36,6 +38,8 @@ def regenerate_command(
     result = regenerate(data, out, target=target, base_url=base_url, model=model, concurrency=concurrency,
                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, batch_size=batch_size,
                         resume=resume, dtype=dtype, device=device, device_map=device_map)
+    if not main_process():
+        return
     if json_out:
         emit_json(result)
     else:

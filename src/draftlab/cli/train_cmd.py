@@ -10,7 +10,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TargetOption,
-    TopkOption, console, emit_json, parse_layer_ids,
+    TopkOption, console, emit_json, main_process, parse_layer_ids,
 )
 
 
@@ -71,9 +71,9 @@ def train_command(
         eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
         save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
         dtype=dtype, device=device, device_map=device_map, progress=not json_out))
-    if json_out:
+    if main_process() and json_out:
         emit_json(train_document(result))
-    else:
+    elif main_process():
         render_train(result, console)
     if result.interrupted:
         raise typer.Exit(130)

@@ -136,7 +136,8 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
         losses.append(loss)
         total = total + decay ** i * loss
         if i < length - 1:
-            input_ids, loss_mask, position_mask = shift_left(input_ids), shift_left(loss_mask), shift_left(position_mask)
+            input_ids, loss_mask = shift_left(input_ids), shift_left(loss_mask)
+            position_mask = shift_left(position_mask)
     return TTTResult(total, losses, correct, counted)
 
 
