@@ -49,7 +49,7 @@ def load_state(out: Path) -> dict[str, Any]:
     if not path.is_file():
         raise DraftlabError(f"has no {STATE_FILE} to resume from (was it written by draftlab train?)", path=out)
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or foreign file: say which
         raise DraftlabError(f"cannot read {STATE_FILE} ({type(exc).__name__}: {exc})", path=out) from None
 
