@@ -20,6 +20,9 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert demo.probe.mean_accept_length > 1.5 and demo.probe.target_disagreement == 0.0
     assert demo.drift.accept_length_b < demo.drift.accept_length_a
     assert "next-token agreement" in text and "drafter accept length" in text
+    assert demo.finetuned.vocab == "kept" and demo.finetuned.steps == 30
+    assert demo.refit.mean_accept_length > demo.drift.accept_length_b + 0.3  # fine-tuning recovers acceptance
+    assert "after fine-tuning" in text
     assert demo.generated.mean_accept_length > 1.2 and "mean accept length" in text
     assert [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
     spec = demo.benched["EAGLE-3 3/1/4"]

@@ -33,3 +33,6 @@ from draftlab.cli import serve_cmd  # noqa: E402,F401
 from draftlab.cli import probe_cmd  # noqa: E402,F401
 from draftlab.cli import drift_cmd  # noqa: E402,F401
 from draftlab.cli import sweep_cmd  # noqa: E402,F401
+from draftlab.cli import train_cmd  # noqa: E402,F401
+from draftlab.cli import capture_cmd  # noqa: E402,F401
+from draftlab.cli import regenerate_cmd  # noqa: E402,F401

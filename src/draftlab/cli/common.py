@@ -66,6 +66,21 @@ def parse_ints(option: str, text: str) -> list[int]:
     return values
 
 
+def main_process() -> bool:
+    """False on the other ranks of a ``torchrun`` job: only rank 0 prints the result."""
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
+def parse_layer_ids(text: str) -> list[int]:
+    """``--aux-layers a,b,c`` as target layer ids (0 is a layer), in the order given."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise DraftlabError(f"--aux-layers {text!r}: expected layer numbers like 1,15,28")
+    return [int(p) for p in parts]
+
+
 def to_jsonable(obj: Any) -> Any:
     """Turn result dataclasses (and paths, tuples) into plain JSON values."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

@@ -1,0 +1,49 @@
+"""``draftlab capture``: aux and final hidden states of a dataset, into feature files train and probe read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from draftlab.cli.app import app
+from draftlab.cli.common import (
+    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, TargetOption, console, emit_json,
+    main_process, parse_layer_ids,
+)
+
+
+@app.command("capture")
+def capture_command(
+    target: TargetOption,
+    data: Annotated[Path, typer.Option("--data", help="JSONL as vocab count reads it.")],
+    out: Annotated[Path, typer.Option("--out", help="New folder of SpecForge-layout data_{i}.ckpt files.")],
+    drafter: Annotated[Optional[Path], typer.Option(
+        "--drafter", help="Capture the aux layers this drafter reads (in --engine's convention).")] = None,
+    aux_layers: Annotated[Optional[str], typer.Option(
+        "--aux-layers", help="Target layers a,b,c to capture (default: the engines' default).")] = None,
+    engine: EngineOption = "sglang",
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per row (longer rows are cut).")] = 2048,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per target pass.")] = 4,
+    shard: Annotated[int, typer.Option("--shard", help="Files per rows_* folder.")] = 2000,
+    resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted capture in --out.")] = False,
+    dtype: DtypeOption = "float32",
+    device: DeviceOption = None,
+    device_map: DeviceMapOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Capture a dataset's hidden states for train --features and probe --features (resumable, sharded)."""
+    from draftlab.train.capture import capture
+
+    layers = None if aux_layers is None else parse_layer_ids(aux_layers)
+    result = capture(target, data, out, drafter=drafter, aux_layers=layers,
+                     engine=engine, seq_len=seq_len, batch_size=batch_size, shard=shard, resume=resume, dtype=dtype,
+                     device=device, device_map=device_map, progress=not json_out)
+    if not main_process():
+        return
+    if json_out:
+        emit_json(result)
+    else:
+        console.print(f"[bold]{result.out}[/]: {result.rows} rows, aux layers {result.aux_layers}; "
+                      f"{result.written} files written, {result.skipped} already there.")

@@ -1,0 +1,80 @@
+"""``draftlab train``: fine-tune a drafter (``--init``) or train one from scratch, evaluated by the exact probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from draftlab.cli.app import app
+from draftlab.cli.common import (
+    DeviceMapOption, DeviceOption, DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TargetOption,
+    TopkOption, console, emit_json, main_process, parse_layer_ids,
+)
+
+
+@app.command("train")
+def train_command(
+    target: TargetOption,
+    out: Annotated[Path, typer.Option("--out", help="New drafter folder (SpecForge layout; checkpoints too).")],
+    data: Annotated[Optional[Path], typer.Option(
+        "--data", help="JSONL as vocab count reads it (messages, conversations, text, input_ids + loss_mask); "
+                       "the target runs online.")] = None,
+    init: Annotated[Optional[Path], typer.Option(
+        "--init", help="Warm start from this drafter: every tensor, its vocabulary and aux layers kept.")] = None,
+    features: Annotated[Optional[Path], typer.Option(
+        "--features", help="Captured hidden states (the layouts probe --features reads, with the final state) "
+                           "instead of --data.")] = None,
+    remap: Annotated[Optional[Path], typer.Option(
+        "--remap", help="With --init: rebuild its vocabulary from these counts (vocab count) via vocab remap.")
+    ] = None,
+    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps to run.")] = None,
+    epochs: Annotated[Optional[float], typer.Option("--epochs", help="Passes over the data (or --max-steps).")
+                      ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per optimizer step (all processes).")] = 8,
+    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Micro-batches per optimizer step.")] = 1,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per row (longer rows are cut).")] = 2048,
+    lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = 1e-4,
+    warmup: Annotated[int, typer.Option("--warmup", help="Linear warm-up steps before the cosine decay.")] = 0,
+    ttt_length: Annotated[int, typer.Option("--ttt-length", help="Training-time-test steps unrolled.")] = 7,
+    draft_vocab_size: Annotated[int, typer.Option(
+        "--draft-vocab-size", help="From scratch: draft vocabulary size (built from the data's counts).")] = 32000,
+    aux_layers: Annotated[Optional[str], typer.Option(
+        "--aux-layers", help="From scratch: target layers a,b,c whose outputs the drafter fuses.")] = None,
+    eval_prompts: Annotated[Optional[Path], typer.Option(
+        "--eval-prompts", help="Held-out prompts (as probe reads them) for the exact accept length.")] = None,
+    eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every N steps (and at the end).")] = 0,
+    eval_max_new_tokens: Annotated[int, typer.Option(
+        "--eval-max-new-tokens", help="Continuation tokens per eval prompt.")] = 64,
+    save_every: Annotated[int, typer.Option("--save-every", help="Checkpoint every N steps (and at the end).")
+                          ] = 0,
+    steps: StepsOption = None,
+    topk: TopkOption = None,
+    num_draft_tokens: NumDraftTokensOption = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint.")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Initialisation and data-order seed.")] = 0,
+    dtype: DtypeOption = "float32",
+    device: DeviceOption = None,
+    device_map: DeviceMapOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Train an EAGLE-3 drafter with SpecForge's TTT loss; OUT loads in SGLang and vLLM."""
+    from draftlab.report.train import render_train, train_document
+    from draftlab.train.trainer import TrainOptions, train
+
+    result = train(TrainOptions(
+        target=target, out=out, data=data, init=init, features=features, remap=remap, max_steps=max_steps,
+        epochs=epochs, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len, lr=lr, warmup=warmup,
+        ttt_length=ttt_length, draft_vocab_size=draft_vocab_size,
+        aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers),
+        eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
+        save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
+        dtype=dtype, device=device, device_map=device_map, progress=not json_out))
+    if main_process() and json_out:
+        emit_json(train_document(result))
+    elif main_process():
+        render_train(result, console)
+    if result.interrupted:
+        raise typer.Exit(130)
+

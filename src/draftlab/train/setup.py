@@ -1,0 +1,123 @@
+"""The drafter a run starts from: built for the target from scratch, or an old drafter (warm start).
+
+From scratch the config is derived from the target (sizes, heads, RoPE, context, token ids; SpecForge's
+one-layer ``LlamaForCausalLMEagle3``), the draft vocabulary is built from the data's counts by
+``vocab build``'s rule, and the embedding is the target's, frozen (serving replaces it with the
+target's anyway). A warm start takes every tensor of the old drafter, its config and its aux layers;
+its d2t/t2d are kept bit for bit, unless ``remap`` counts are given: then the vocabulary is rebuilt
+from them and the old lm_head rows move with their tokens (``vocab remap``). Either way the config
+names the aux layers in both engines' fields.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from draftlab.checkpoint import DrafterConfig, TargetConfig, is_drafter, open_checkpoint, text_config
+from draftlab.checkpoint.synth import specforge_drafter_config
+from draftlab.engines import default_aux_layers, intended_aux_layers, written_aux_ids
+from draftlab.errors import DraftlabError
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.vocab.build import build_mapping
+from draftlab.vocab.counts import TokenCounts, read_counts
+from draftlab.vocab.mapping import VocabMapping
+from draftlab.vocab.remap import remap_drafter
+
+
+@dataclass
+class StartingDrafter:
+    drafter: Eagle3Drafter  # float32 master weights, embedding shared with the target and frozen
+    t2d: torch.Tensor  # bool [V]
+    config: dict[str, Any]  # the config.json OUT gets
+    aux_layers: list[int]  # canonical ids the target must capture
+    vocab: str  # "built", "kept" or "remapped"
+
+
+def with_aux_ids(config: dict[str, Any], aux: list[int]) -> dict[str, Any]:
+    """``config`` with ``aux`` written into SGLang's and vLLM's fields, each in its convention."""
+    out = copy.deepcopy(config)
+    eagle = dict(out.get("eagle_config") or {})
+    eagle["eagle_aux_hidden_state_layer_ids"] = written_aux_ids("sglang", aux)
+    eagle.setdefault("use_aux_hidden_state", True)
+    out["eagle_config"] = eagle
+    out["eagle_aux_hidden_state_layer_ids"] = written_aux_ids("vllm", aux)
+    return out
+
+
+def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: list[int] | None) -> dict[str, Any]:
+    """A SpecForge drafter config sized like the target (its MLP width, head size and RoPE)."""
+    raw = open_checkpoint(target_dir).config
+    target = TargetConfig.from_dict(raw)
+    if target.attention == "MLA":
+        raise DraftlabError("training a drafter from scratch for an MLA target is not supported (SpecForge's "
+                            "EAGLE-3 drafter is a Llama layer); start from an existing drafter with --init",
+                            path=target_dir)
+    if draft_vocab_size > target.vocab_size:
+        raise DraftlabError(f"--draft-vocab-size {draft_vocab_size} is larger than the target's "
+                            f"{target.vocab_size}-token vocabulary")
+    aux = list(aux_layers) if aux_layers is not None else default_aux_layers(target.num_layers)
+    bad = [k for k in aux if not 0 <= k < target.num_layers - 1]
+    if bad:
+        raise DraftlabError(f"--aux-layers: layer {bad[0]} cannot be captured from a {target.num_layers}-layer "
+                            f"target (0..{target.num_layers - 2})")
+    inter = text_config(raw).get("intermediate_size")
+    config = specforge_drafter_config(target, draft_vocab_size=draft_vocab_size,
+                                      intermediate_size=inter if isinstance(inter, int) else None,
+                                      head_dim=target.head_dim, target_hidden_size=target.hidden_size,
+                                      rms_norm_eps=float(text_config(raw).get("rms_norm_eps", 1e-6)))
+    return with_aux_ids(config, aux)
+
+
+def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCounts, draft_vocab_size: int,
+                 aux_layers: list[int] | None, seed: int) -> StartingDrafter:
+    config = scratch_config(target_dir, draft_vocab_size, aux_layers)
+    mapping = build_mapping(counts, draft_vocab_size, config["vocab_size"])
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        drafter = Eagle3Drafter(DrafterConfig.from_dict(config), embed_tokens=embed)
+    drafter.d2t.copy_(mapping.d2t)
+    aux = aux_layers if aux_layers is not None else config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    return StartingDrafter(master_weights(drafter), mapping.t2d.clone(), config, list(aux), "built")
+
+
+def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, remap: str | Path | None,
+               staging: Path) -> StartingDrafter:
+    """The old drafter ``init`` (only read); with ``remap`` its vocabulary rebuilt from those counts in a
+    copy under ``staging`` (through ``vocab remap``, new rows from the target's lm_head)."""
+    init = Path(init)
+    ckpt = open_checkpoint(init)
+    if not is_drafter(ckpt):
+        raise DraftlabError("is not an EAGLE-3 drafter", path=init)
+    cfg = DrafterConfig.from_dict(ckpt.config)
+    if cfg.layout != "specforge":
+        raise DraftlabError("warm start reads SpecForge-layout drafters; this one is in the speculators layout "
+                            "(convert it to SpecForge's layout first)", path=init)
+    target = TargetConfig.from_dict(open_checkpoint(target_dir).config)
+    aux = intended_aux_layers(cfg, target.num_layers).layers
+    source, vocab = init, "kept"
+    if remap is not None:
+        old = VocabMapping.from_drafter(init)
+        mapping = build_mapping(read_counts(remap), old.draft_size, old.vocab_size, source=remap)
+        source, vocab = staging / "remapped", "remapped"
+        remap_drafter(init, mapping, source, target=target_dir)
+    mapping = VocabMapping.from_drafter(source)
+    drafter = Eagle3Drafter.load(source, target=embed_owner, dtype="float32",
+                                 device=str(embed_owner.embed_tokens.weight.device))
+    config = with_aux_ids(open_checkpoint(source).config, aux)
+    return StartingDrafter(master_weights(drafter), mapping.t2d.clone(), config, aux, vocab)
+
+
+def master_weights(drafter: Eagle3Drafter) -> Eagle3Drafter:
+    """float32 trainable weights; the embedding (the target's, or the drafter's own) frozen."""
+    drafter.embed_tokens.weight.requires_grad_(False)
+    for name, p in drafter.named_parameters():
+        if not name.startswith("embed_tokens."):
+            p.data = p.data.float()
+            p.requires_grad_(True)
+    return drafter.train()
