@@ -7,9 +7,10 @@ CPU check of the script itself (a tiny random pair instead of the 8B one; minute
 Run it on a GPU machine whenever a change touches models/, spec/, probe/, cost/ or serve/, and record
 the last run in benchmarks/RESULTS.md ("GPU smoke run"). Every command runs in its own process
 (`python -m draftlab ...`, default flags plus `--device cuda` where the command takes one) and must
-exit 0: inspect, check (SGLang and vLLM), vocab (count, build, coverage, compare), generate (its
+exit 0: inspect, check (SGLang and vLLM, --fix), vocab (count, build, coverage, compare), generate (its
 default speculation flags, a chain, a tree, sampling, a batch, no drafter), probe (the target's own
-continuations, given responses, captured features), drift, serve + bench, profile and plan --target.
+continuations, sampled ones, given responses, captured features), drift, serve + bench, profile,
+plan --target, train (fine-tune with evaluation, from scratch) and capture.
 
 Pairs:
 - ``toy``: the trained toy pair (``--toy DIR`` holding ``target/`` and ``drafter/``, e.g. the
@@ -278,6 +279,29 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         smoke.run(pair, "drift", ["drift", "--target-a", t, "--target-b", other, "--prompts", str(prompts),
                                   "--drafter", d, *cuda, *new, "--json"])
 
+    def train() -> None:
+        """Fine-tune the drafter and train one from scratch for a few steps; capture features."""
+        data = work / "train.jsonl"
+        if pair == "toy":
+            from draftlab.toy.corpus import stdlib_text
+
+            text = stdlib_text("train", 16 * 256)
+            ids = [list(text[i:i + 256]) for i in range(0, len(text), 256)]
+        else:
+            ids = torch.randint(0, DRAFT_VOCAB[pair], (16, 256), generator=torch.Generator().manual_seed(2)).tolist()
+        data.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in ids))
+        steps = ["--max-steps", "4", "--batch-size", "4", "--seq-len", "256", *cuda]
+        smoke.run(pair, "train --init (fine-tune, eval)", ["train", "--target", t, "--data", str(data), "--init", d,
+                                                          "--out", str(work / "tuned"), *steps, "--eval-prompts",
+                                                          str(prompts), "--eval-every", "2", *chain, "--json"])
+        vocab_size = "64" if pair == "toy" else str(DRAFT_VOCAB[pair])
+        smoke.run(pair, "train (from scratch)", ["train", "--target", t, "--data", str(data), "--out",
+                                                 str(work / "scratch"), *steps, "--draft-vocab-size", vocab_size,
+                                                 "--json"])
+        smoke.run(pair, "check (trained drafter)", ["check", str(work / "tuned"), "--target", t, "--json"])
+        smoke.run(pair, "capture", ["capture", "--target", t, "--data", str(data), "--drafter", d, "--out",
+                                    str(work / "captured"), "--seq-len", "256", *cuda, "--json"])
+
     cpu_profile = [] if device == "cuda" else ["--device", "cpu", "--repeats", "2", "--verify-tokens", "1,4"]
     cpu_plan = [] if device == "cuda" else ["--repeats", "1", "--grid", "3/1/4,2/2/4", "--max-new-tokens", "16"]
     jobs = [
@@ -301,6 +325,7 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         run("profile", ["profile", "--target", t, "--drafter", d, "--out", str(work / "profile.json"), *cpu_profile,
                         "--json"]),
         run("plan --target", ["plan", *pair_args, *cuda, *cpu_plan, "--json"]),
+        train,
     ]
     if pair == "toy":  # the exactness claim, in float32
         jobs.insert(8, probe_equals_generate("3/1/4 float32", [*chain, "--dtype", "float32"], required=True))

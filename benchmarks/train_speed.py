@@ -164,7 +164,10 @@ def main() -> None:
     device = torch.device(args.device)
     torch.manual_seed(0)
     runner, drafter, t2d = build(args.shape, device)
-    rows = [measure(runner, drafter, t2d, args, int(n), device) for n in args.seq_lens.split(",")]
+    rows = []
+    for n in args.seq_lens.split(","):  # one line per length as it lands: a cut-off run keeps what it measured
+        rows.append(measure(runner, drafter, t2d, args, int(n), device))
+        print(json.dumps(rows[-1]), flush=True)
     result = {"shape": args.shape, "device": torch.cuda.get_device_name(device) if device.type == "cuda"
               else platform.processor() or platform.machine(), "torch": torch.__version__,
               "ttt_length": args.ttt_length, "draft_vocab": SHAPES[args.shape]["draft_vocab"],

@@ -81,9 +81,9 @@ def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCount
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         drafter = Eagle3Drafter(DrafterConfig.from_dict(config), embed_tokens=embed)
-    drafter.d2t.copy_(mapping.d2t)
+    drafter.d2t.copy_(torch.from_numpy(mapping.d2t))
     aux = aux_layers if aux_layers is not None else config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
-    return StartingDrafter(master_weights(drafter), mapping.t2d.clone(), config, list(aux), "built")
+    return StartingDrafter(master_weights(drafter), torch.from_numpy(mapping.t2d.copy()), config, list(aux), "built")
 
 
 def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, remap: str | Path | None,
@@ -110,7 +110,7 @@ def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, re
     drafter = Eagle3Drafter.load(source, target=embed_owner, dtype="float32",
                                  device=str(embed_owner.embed_tokens.weight.device))
     config = with_aux_ids(open_checkpoint(source).config, aux)
-    return StartingDrafter(master_weights(drafter), mapping.t2d.clone(), config, aux, vocab)
+    return StartingDrafter(master_weights(drafter), torch.from_numpy(mapping.t2d.copy()), config, aux, vocab)
 
 
 def master_weights(drafter: Eagle3Drafter) -> Eagle3Drafter:
