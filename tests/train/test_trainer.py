@@ -132,3 +132,27 @@ def test_bad_inputs_are_one_line_errors(toy_pair, data, tmp_path, capsys):
                  "--max-steps", "1", "--batch-size", "3", "--grad-accum", "2"])
     assert code == 2 and "--batch-size 3" in capsys.readouterr().err
     assert not (tmp_path / "n").exists()
+
+
+def test_input_ids_rows_need_no_tokenizer(toy_pair, tmp_path, capsys):
+    """A target folder without a tokenizer (a random 8B-shaped one, say) trains on input_ids rows, as
+    vocab count counts them; a text row then fails naming its line."""
+    import shutil
+
+    target = tmp_path / "target"
+    shutil.copytree(toy_pair.target_dir, target)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (target / name).unlink(missing_ok=True)
+    text = stdlib_text("train", 4_000)
+    rows = tmp_path / "ids.jsonl"
+    rows.write_text("".join(json.dumps({"input_ids": list(text[i:i + 96])}) + "\n" for i in range(0, len(text), 96)))
+    result = train(TrainOptions(target=target, data=rows, out=tmp_path / "out", max_steps=2, batch_size=4, seq_len=64,
+                                draft_vocab_size=64, aux_layers=[0, 1, 2], ttt_length=2))
+    assert result.steps == 2 and result.vocab == "built"
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(rows.read_text() + json.dumps({"text": "def f():"}) + "\n")
+    code = main(["train", "--target", str(target), "--data", str(mixed), "--out", str(tmp_path / "out2"),
+                 "--max-steps", "1", "--draft-vocab-size", "64", "--aux-layers", "0,1,2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert "line 43: a 'text' row needs the target's tokenizer" in err.strip().splitlines()[-1], err

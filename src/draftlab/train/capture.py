@@ -23,7 +23,7 @@ from draftlab.engines import aux_layers as engine_aux_layers
 from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, write_json_atomic
-from draftlab.train.data import pad_batch, tokenized_rows
+from draftlab.train.data import pad_batch, target_tokenizer, tokenized_rows
 from draftlab.train.distributed import barrier, close_world, init_world
 
 MANIFEST = "capture.json"
@@ -50,7 +50,6 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
     """Capture ``data``'s features into ``out`` (a new folder, or an unfinished one with ``resume``)."""
     from draftlab.models.devices import resolve_placement
     from draftlab.models.target import TargetRunner
-    from draftlab.vocab.tokenizer import load_tokenizer
 
     out = Path(out)
     if out.exists() and not resume:
@@ -66,7 +65,8 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
                                        target_cfg.num_layers).layers
         else:
             layers = list(aux_layers) if aux_layers is not None else default_aux_layers(target_cfg.num_layers)
-        rows = tokenized_rows(data, load_tokenizer(target), target_cfg.vocab_size, seq_len, drop_last=False)
+        tokenizer, why = target_tokenizer(target)
+        rows = tokenized_rows(data, tokenizer, target_cfg.vocab_size, seq_len, drop_last=False, no_tokenizer=why)
         mine = [i for i in range(len(rows)) if i % world.size == world.rank]
         todo = [i for i in mine if not feature_path(out, i, shard).is_file()]
         runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device or "cpu",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,14 +40,26 @@ class TrainRow:
     final_hidden: torch.Tensor | None = None  # [n, T] the final (post-norm) state (--features)
 
 
-def tokenized_rows(data: str | Path, tokenizer, vocab_size: int, seq_len: int, *,
-                   drop_last: bool = True) -> list[TrainRow]:
+def target_tokenizer(target: str | Path) -> tuple[Any | None, str]:
+    """The target folder's tokenizer, or None and why it did not load: ``input_ids`` rows need none
+    (as in ``vocab count``), so a target without a tokenizer still trains on them."""
+    from draftlab.vocab.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(target), ""
+    except DraftlabError as exc:
+        return None, str(exc)
+
+
+def tokenized_rows(data: str | Path, tokenizer: Any | None, vocab_size: int, seq_len: int, *,
+                   drop_last: bool = True, no_tokenizer: str = "no tokenizer was given") -> list[TrainRow]:
     """Every row of a JSONL file, tokenized and masked; a bad line raises naming file and line.
-    ``drop_last=False`` keeps each row's last position in the mask (captured features keep the data's mask)."""
+    ``drop_last=False`` keeps each row's last position in the mask (captured features keep the data's mask).
+    Without a ``tokenizer`` only ``input_ids`` rows are read; another row raises with ``no_tokenizer``."""
     path = Path(data)
     if not path.is_file():
         raise DraftlabError("data file not found", path=path)
-    template = template_text(tokenizer)
+    template = template_text(tokenizer) if tokenizer is not None else None
     generation = template is not None and has_generation_blocks(template)
     rows = []
     with path.open(encoding="utf-8") as lines:
@@ -54,7 +67,11 @@ def tokenized_rows(data: str | Path, tokenizer, vocab_size: int, seq_len: int, *
             if not line.strip():
                 continue
             try:
-                ids, mask = _tokenize(parse_row(line.lstrip("\ufeff")), tokenizer, template, generation)
+                row = parse_row(line.lstrip("\ufeff"))
+                if tokenizer is None and row.kind != "input_ids":
+                    raise BadRow(f"a {row.kind!r} row needs the target's tokenizer, but {no_tokenizer}; "
+                                 "give input_ids rows or a target folder with its tokenizer")
+                ids, mask = _tokenize(row, tokenizer, template, generation)
             except BadRow as exc:
                 raise DraftlabError(f"line {number}: {exc}", path=path) from None
             if ids and (min(ids) < 0 or max(ids) >= vocab_size):

@@ -36,7 +36,9 @@ from draftlab.errors import DraftlabError
 from draftlab.models.devices import parse_device, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.train import checkpoints
-from draftlab.train.data import DataOrder, TrainRow, feature_rows, pad_batch, pad_features, tokenized_rows
+from draftlab.train.data import (
+    DataOrder, TrainRow, feature_rows, pad_batch, pad_features, target_tokenizer, tokenized_rows,
+)
 from draftlab.train.distributed import World, all_sum, barrier, close_world, init_world
 from draftlab.train.setup import StartingDrafter, from_scratch, master_weights, warm_start
 from draftlab.train.ttt import make_batch, ttt_loss
@@ -170,9 +172,8 @@ class _Run:
         if o.features is not None:
             return feature_rows(o.features, hidden_size=self.target_cfg.hidden_size, num_aux=len(aux),
                                 seq_len=o.seq_len)
-        from draftlab.vocab.tokenizer import load_tokenizer
-
-        return tokenized_rows(o.data, load_tokenizer(o.target), self.target_cfg.vocab_size, o.seq_len)
+        tokenizer, why = target_tokenizer(o.target)
+        return tokenized_rows(o.data, tokenizer, self.target_cfg.vocab_size, o.seq_len, no_tokenizer=why)
 
     def _drafter(self, aux: list[int]) -> StartingDrafter:
         o = self.opts
