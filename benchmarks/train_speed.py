@@ -1,9 +1,9 @@
 """Speed of one ``draftlab train`` step with the target online: tokens/s, MFU and peak memory.
 
 GPU (the lead runs this on an H200):
-    python benchmarks/train_speed.py --device cuda --out train_speed.json
+    PYTHONPATH=src python benchmarks/train_speed.py --device cuda --out train_speed.json
 CPU smoke run (seconds):
-    python benchmarks/train_speed.py --device cpu --shape toy --seq-lens 64,128 --out /tmp/train_speed.json
+    PYTHONPATH=src python benchmarks/train_speed.py --device cpu --shape toy --seq-lens 64,128 --out /tmp/train_speed.json
 
 Models: a Llama-3.1-8B-shaped target with random bf16 weights built from its config (no download),
 and a from-scratch EAGLE-3 drafter for it (the config ``draftlab train`` derives: one layer of the
