@@ -96,7 +96,7 @@ def drafter_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
     return {
         "fc.weight": w(H, 3 * H), "norm.weight": norm(), "lm_head.weight": w(len(DRAFT_IDS), H),
         "embed_tokens.weight": torch.randn(VOCAB, H, generator=g),
-        "d2t": mapping.d2t.clone(), "t2d": mapping.t2d.clone(),
+        "d2t": torch.from_numpy(mapping.d2t.copy()), "t2d": torch.from_numpy(mapping.t2d.copy()),
         p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, 2 * H),
         p + "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, 2 * H),
         p + "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, 2 * H),
