@@ -75,6 +75,16 @@ class Demo:
     generated_alone: GenerateResult | None = None
     plan: Any = None  # AutoPlan of the toy pair on this machine (passes only)
     plan_checked: Any = None  # generate's measured run of 3/1/4, against the plan's prediction
+    results: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, JSON document) for the report
+    report: Path | None = None
+
+    def keep(self, name: str, result: Any, command: str) -> None:
+        """Keep ``result`` for the report, as the JSON document ``command`` would have printed."""
+        from draftlab.documents import document
+
+        doc = document(result)
+        doc["provenance"]["command"] = command
+        self.results.append((name, doc))
 
 
 def build(demo: Demo) -> None:
@@ -101,17 +111,21 @@ def check(demo: Demo) -> None:
     from draftlab.report.compat import render_check
 
     demo.check = check_pair(demo.drafter, demo.target, engine=ENGINE)
-    demo.console.print(f"$ draftlab check {demo.drafter.name} --target {demo.target.name} --engine {ENGINE}")
+    command = f"draftlab check {demo.drafter.name} --target {demo.target.name} --engine {ENGINE}"
+    demo.console.print(f"$ {command}")
     render_check(demo.check, demo.console)
+    demo.keep("check", demo.check, command)
 
 
 def fix(demo: Demo) -> None:
     from draftlab.report.compat import render_fix
 
     demo.fixed = demo.workdir / "drafter-fixed"
-    demo.console.print(f"$ draftlab check {demo.drafter.name} --target {demo.target.name} --fix {demo.fixed.name}")
+    command = f"draftlab check {demo.drafter.name} --target {demo.target.name} --fix {demo.fixed.name}"
+    demo.console.print(f"$ {command}")
     demo.fix = fix_pair(demo.drafter, demo.target, demo.fixed, engine=ENGINE)
     render_fix(demo.fix, demo.console)
+    demo.keep("fix", demo.fix, command)
     captured = demo.fix.after.aux_layers
     demo.console.print(f"SGLang now captures layers {captured}, the ones the drafter was trained on "
                        f"({'yes' if captured == TRAINED_AUX else 'NO'}); the original folder is unchanged.")
@@ -131,11 +145,13 @@ def speculative_decoding(demo: Demo) -> None:
     demo.console.print("The pair above has random weights and would accept nothing. draftlab's toy pair (a "
                        "byte-level Llama and an EAGLE-3 drafter trained for seconds on Python source, in "
                        f"{pair.target_dir.parent}) shows real speculative decoding:")
-    demo.console.print("$ draftlab generate --target target --drafter drafter --prompts prompts.jsonl "
-                       "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 48", soft_wrap=True)
+    command = ("draftlab generate --target target --drafter drafter --prompts prompts.jsonl "
+               "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 48")
+    demo.console.print(f"$ {command}", soft_wrap=True)
     demo.generated = generate(pair.target_dir, pair.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
                               max_new_tokens=48, engine=ENGINE)
     render_generate(demo.generated, demo.console)
+    demo.keep("generate", demo.generated, command)
     demo.generated_alone = generate(pair.target_dir, None, prompts, no_draft=True, max_new_tokens=48)
     same = [r.output_ids for r in demo.generated.results] == [r.output_ids for r in demo.generated_alone.results]
     demo.console.print(f"Decoded by the target alone (--no-draft): {'the same' if same else 'DIFFERENT'} tokens, "
@@ -178,6 +194,7 @@ def vocab(demo: Demo) -> None:
     on_code = build_mapping(counts_code, size)
     on_prose = build_mapping(counts_prose, size)
     result = compare_mappings(on_code, on_prose, counts_prose)
+    demo.keep("vocab-compare", result, f"draftlab vocab compare code-{size}/ prose-{size}/ --counts prose-counts.json")
     demo.console.print(
         f"$ draftlab vocab count --data {code.name} / {prose.name} --tokenizer toy-target; vocab build --size {size}\n"
         f"Two {size}-token draft vocabularies over the toy target's {on_code.vocab_size}-token byte vocabulary, "
@@ -204,11 +221,13 @@ def probe_section(demo: Demo) -> None:
 
     demo.toy = demo.toy or cached_toy_pair()
     prompts = _prompts_file(demo.workdir)
-    demo.console.print(f"$ draftlab probe --target toy-target --drafter toy-drafter --prompts {prompts.name} "
-                       "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
+    command = (f"draftlab probe --target toy-target --drafter toy-drafter --prompts {prompts.name} "
+               "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
+    demo.console.print(f"$ {command}")
     demo.probe = probe(demo.toy.target_dir, demo.toy.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
                        max_new_tokens=64)
     render_probe(demo.probe, demo.console)
+    demo.keep("probe", demo.probe, command)
     demo.console.print("These are the accept lengths greedy speculative decoding (draftlab generate, SGLang) "
                        "would report on these prompts, from one target pass instead of a decode loop.")
 
@@ -239,11 +258,13 @@ def drift_section(demo: Demo) -> None:
     demo.toy = demo.toy or cached_toy_pair()
     v2 = perturbed_copy(demo.toy.target_dir, demo.workdir / "toy-target-v2", scale=0.5)
     prompts = _prompts_file(demo.workdir)
-    demo.console.print(f"$ draftlab drift --target-a toy-target --target-b {v2.name} --prompts {prompts.name} "
-                       "--drafter toy-drafter --steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
+    command = (f"draftlab drift --target-a toy-target --target-b {v2.name} --prompts {prompts.name} "
+               "--drafter toy-drafter --steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
+    demo.console.print(f"$ {command}")
     demo.drift = drift(demo.toy.target_dir, v2, prompts, drafter=demo.toy.drafter_dir, steps=3, topk=1,
                        num_draft_tokens=4, max_new_tokens=64)
     render_drift(demo.drift, demo.console)
+    demo.keep("drift", demo.drift, command)
     demo.console.print("The drafter was trained on version 1's hidden states; version 2's have moved, and the "
                        "accept length falls with them: retrain (or fine-tune) the drafter on version 2.")
 
@@ -261,18 +282,27 @@ def finetune_section(demo: Demo) -> None:
     text = stdlib_text("train", 80_000).decode("utf-8", "replace")
     data.write_text("".join(json.dumps({"text": text[i:i + 256]}) + "\n" for i in range(0, len(text), 256)))
     out = demo.workdir / "toy-drafter-v2"
-    demo.console.print(f"$ draftlab train --target {v2.name} --init toy-drafter --data {data.name} --out {out.name} "
-                       "--max-steps 30 --batch-size 8 --seq-len 256 --ttt-length 3 --lr 1e-3 --warmup 3")
+    prompts = _prompts_file(demo.workdir)
+    command = (f"draftlab train --target {v2.name} --init toy-drafter --data {data.name} --out {out.name} "
+               "--max-steps 30 --batch-size 8 --seq-len 256 --ttt-length 3 --lr 1e-3 --warmup 3 "
+               f"--eval-prompts {prompts.name} --eval-every 10 --steps 3 --topk 1 --num-draft-tokens 4")
+    demo.console.print(f"$ {command}", soft_wrap=True)
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a toy model's ops are too small to gain from threads (and lose on a busy machine)
     try:
         demo.finetuned = train(TrainOptions(target=v2, data=data, out=out, init=demo.toy.drafter_dir, max_steps=30,
-                                            batch_size=8, seq_len=256, ttt_length=3, lr=1e-3, warmup=3))
+                                            batch_size=8, seq_len=256, ttt_length=3, lr=1e-3, warmup=3,
+                                            eval_prompts=prompts, eval_every=10, steps=3, topk=1, num_draft_tokens=4))
     finally:
         torch.set_num_threads(threads)
-    demo.refit = probe(v2, out, _prompts_file(demo.workdir), steps=3, topk=1, num_draft_tokens=4, max_new_tokens=64)
+    from draftlab.report.train import train_document
+
+    demo.keep("train", train_document(demo.finetuned), command)
+    demo.refit = probe(v2, out, prompts, steps=3, topk=1, num_draft_tokens=4, max_new_tokens=64)
+    demo.keep("probe-finetuned", demo.refit, f"draftlab probe --target {v2.name} --drafter {out.name} --prompts "
+              f"{prompts.name} --steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 64")
     f = demo.finetuned
     demo.console.print(f"{f.steps} steps over {f.tokens} tokens ({f.tokens_per_second:.0f} tok/s), vocabulary "
                        f"{f.vocab} bit for bit; teacher-forced accuracy by TTT step "
@@ -290,7 +320,10 @@ def serve_and_bench(demo: Demo) -> None:
     from rich.table import Table
 
     from draftlab.bench.client import BenchConfig
+    from draftlab.bench.compare import compare_results
     from draftlab.bench.run import run_bench
+    from draftlab.documents import document
+    from draftlab.fsutil import write_json_atomic
     from draftlab.bench.workload import Prompt
     from draftlab.serve.http import make_server
     from draftlab.serve.load import load_context
@@ -302,6 +335,7 @@ def serve_and_bench(demo: Demo) -> None:
                        "--num-draft-tokens 4] & draftlab bench --api sglang --concurrency 2 --max-tokens 48",
                        soft_wrap=True)
     table = Table("arm", "output tok/s", "TPOT p50 ms", "accept length")
+    files: list[Path] = []
     for arm, drafter in (("baseline", None), ("EAGLE-3 3/1/4", demo.toy.drafter_dir)):
         flags = {} if drafter is None else {"steps": 3, "topk": 1, "num_draft_tokens": 4}
         ctx = load_context(demo.toy.target_dir, drafter, **flags)
@@ -310,14 +344,17 @@ def serve_and_bench(demo: Demo) -> None:
         try:
             url = f"http://127.0.0.1:{server.server_address[1]}"
             result = run_bench(BenchConfig(base_url=url, api="sglang", max_tokens=48, warmup=1, concurrency=2,
-                                           temperature=0.0), prompts)
+                                           temperature=0.0, label=arm), prompts)
         finally:
             server.shutdown()
             ctx.engine.close()
         demo.benched[arm] = result
+        files.append(demo.workdir / f"bench-{'baseline' if drafter is None else 'eagle3'}.json")
+        write_json_atomic(files[-1], document(result))
         table.add_row(arm, f"{result.output_throughput:.0f}", f"{result.tpot_ms['p50']:.2f}",
                       "-" if result.accept_length is None else f"{result.accept_length:.2f}")
     demo.console.print(table)
+    demo.keep("bench-compare", compare_results(files), "draftlab bench compare " + " ".join(f.name for f in files))
     base, spec = demo.benched["baseline"], demo.benched["EAGLE-3 3/1/4"]
     speedup = spec.output_throughput / base.output_throughput
     demo.console.print(f"Speedup {speedup:.2f}x on this CPU at accept length {spec.accept_length:.2f}: on a "
@@ -336,14 +373,15 @@ def plan_section(demo: Demo) -> None:
 
     from draftlab.cost.auto_plan import auto_plan
     from draftlab.cost.model import SpecConfig
+    from draftlab.documents import to_jsonable
     from draftlab.report.plan import render_plan
     from draftlab.toy import cached_toy_pair
 
     demo.toy = demo.toy or cached_toy_pair()
     prompts = _prompts_file(demo.workdir)
-    demo.console.print(f"$ draftlab plan --target toy-target --drafter toy-drafter --prompts {prompts.name} "
-                       f"--grid {PLAN_GRID} --device cpu --max-new-tokens 64 --context 64 --repeats 5",
-                       soft_wrap=True)
+    command = (f"draftlab plan --target toy-target --drafter toy-drafter --prompts {prompts.name} "
+               f"--grid {PLAN_GRID} --device cpu --max-new-tokens 64 --context 64 --repeats 5")
+    demo.console.print(f"$ {command}", soft_wrap=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the toy gains nothing from threads; one keeps timings steady on a busy machine
     try:
@@ -355,6 +393,7 @@ def plan_section(demo: Demo) -> None:
     finally:
         torch.set_num_threads(threads)
     render_plan(demo.plan.plan, demo.console)
+    demo.keep("plan", {**to_jsonable(demo.plan.plan), "timings": demo.plan.timings}, command)
     chain = next(r for r in demo.plan.plan.configs if r.label == "3/1/4")
     own = demo.plan.profile.overhead[0]
     demo.console.print(
@@ -365,6 +404,25 @@ def plan_section(demo: Demo) -> None:
         f"{chain.tokens_per_second:.0f} tok/s; draftlab generate measures "
         f"{demo.plan_checked.tokens_per_second:.0f} tok/s.")
     demo.console.print("On a GPU the same command profiles the real passes; the verdict there is the one to act on.")
+
+
+def report_section(demo: Demo) -> None:
+    """Every result above as one HTML page, for the people who decide."""
+    from draftlab.fsutil import write_json_atomic
+    from draftlab.report.html.report import make_report
+
+    folder = demo.workdir / "results"
+    files = []
+    for i, (name, doc) in enumerate(demo.results, 1):
+        files.append(folder / f"{i:02d}-{name}.json")
+        write_json_atomic(files[-1], doc)
+    demo.report = demo.workdir / "report.html"
+    result = make_report(files, demo.report, "draftlab demo: a reused drafter on a new target version")
+    demo.console.print(f"$ draftlab report {folder.name}/*.json -o {demo.report.name}")
+    for s in result.sections:
+        demo.console.print(f"  {s['heading']}", markup=False)
+    demo.console.print(f"Open [bold]{demo.report}[/] in a browser: {len(files)} results, their figures and the "
+                       "commands that made them, in one self-contained page.")
 
 
 SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
@@ -379,6 +437,7 @@ SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
     ("Act on it: fine-tune the drafter on version 2", finetune_section),
     ("Serve and benchmark, with and without the drafter", serve_and_bench),
     ("Plan: which config pays off on this machine?", plan_section),
+    ("One page for the people who decide", report_section),
 ]
 
 

@@ -160,12 +160,15 @@ def commands(i: dict) -> dict[str, list[list[str]]]:
                                       "--allreduce-ms", "25", "--what-if", "accept_length=3.2", "--json"]],
         "plan --costs --probe": [["plan", "--costs", str(i["profile"]), "--probe", str(i["probe"]),
                                   "--plot", str(tmp / "plan.png"), "--json"]],
+        "report": [[*bench, "--label", "base", "-o", str(tmp / "rb.json")],
+                   [*bench, "--label", "eagle", "-o", str(tmp / "re.json")],
+                   ["report", str(tmp / "rb.json"), str(tmp / "re.json"), "-o", str(tmp / "report.html")]],
     }
 
 
 CASES = ("inspect", "inspect target", "check", "check --fix", "vocab coverage", "vocab build", "vocab compare",
          "vocab remap", "launch --dry-run", "sweep --dry-run", "bench", "bench compare", "plan from engine numbers",
-         "plan --costs --probe")
+         "plan --costs --probe", "report")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -178,7 +181,8 @@ def test_command_starts_without_torch(inputs: dict, case: str) -> None:
     tmp = inputs["tmp"]
     expected = {"check --fix": tmp / "fixed" / "config.json", "vocab build": tmp / "built.safetensors",
                 "vocab remap": tmp / "warm" / "model.safetensors", "bench": tmp / "base.json",
-                "bench compare": tmp / "c.png", "plan --costs --probe": tmp / "plan.png"}
+                "bench compare": tmp / "c.png", "plan --costs --probe": tmp / "plan.png",
+                "report": tmp / "report.html"}
     if case in expected:
         assert expected[case].is_file()  # the command did its work, not just started
 

@@ -8,7 +8,7 @@ from cost_fixtures import profile_doc
 from draftlab.cost.allreduce import measure_allreduce
 from draftlab.cost.plan import make_plan, parse_grid
 from draftlab.cost.profile import profile_from_dict
-from draftlab.cli.common import to_jsonable
+from draftlab.documents import to_jsonable
 from draftlab.errors import DraftlabError
 
 

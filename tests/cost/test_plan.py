@@ -84,7 +84,7 @@ def test_batch_size_subset(profile_file, probe_file):
 
 
 def test_json_contract_keys(profile_file, probe_file):
-    from draftlab.cli.common import to_jsonable
+    from draftlab.documents import to_jsonable
 
     doc = json.loads(json.dumps(to_jsonable(
         make_plan(load_profile(profile_file), load_probes([probe_file])))))

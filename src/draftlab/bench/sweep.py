@@ -14,7 +14,6 @@ summary of what ran; Ctrl-C stops the running engine and ends the sweep there.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from draftlab.engines.launch import (
     engine_command,
     local_architecture,
 )
+from draftlab.documents import document
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
 
@@ -244,7 +244,7 @@ def _run_entry(
         row.error = INTERRUPTED
         return row
     row.result_file = f"{stem}.json"
-    write_json_atomic(out / row.result_file, dataclasses.asdict(bench))
+    write_json_atomic(out / row.result_file, document(bench))
     _fill(row, bench, out / row.log_file)
     notify(index, entry, "failed" if row.error else "done")
     return row
@@ -279,7 +279,7 @@ def _write_summary(result: SweepResult, out: Path, *, plot: bool) -> None:
     if plot and any(r.error is None for r in result.rows):
         plot_sweep(result.rows, out / PLOT_NAME)
         result.plot = PLOT_NAME
-    write_json_atomic(out / SUMMARY_NAME, dataclasses.asdict(result))
+    write_json_atomic(out / SUMMARY_NAME, document(result))
 
 
 def _new_folder(out: Path) -> Path:

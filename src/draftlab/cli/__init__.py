@@ -34,7 +34,9 @@ def _click_exceptions() -> tuple[type[Exception], tuple[type[Exception], ...]]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``draftlab`` console script; returns the exit code."""
     from draftlab.cli.app import app
+    from draftlab.documents import record_command
 
+    record_command(sys.argv[1:] if argv is None else argv)
     click_exception, aborts = _click_exceptions()
     try:
         result = app(args=argv, prog_name="draftlab", standalone_mode=False)

@@ -11,8 +11,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     IgnoreEosOption, JsonOption, MaxTokensOption, PromptsOption, TemperatureOption, TimeoutOption, console, emit_json,
-    err_console, to_jsonable,
+    err_console,
 )
+from draftlab.documents import document
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
 from draftlab.report.bench import render_bench, render_bench_compare
@@ -67,7 +68,7 @@ def bench(
         task = progress.add_task("requests", total=total)
         result = run_bench(config, rows, on_done=lambda _r: progress.advance(task))
     if output is not None:
-        write_json_atomic(output, to_jsonable(result))
+        write_json_atomic(output, document(result))
     if json_out:
         emit_json(result)
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
+from draftlab.documents import document
 from draftlab.errors import DraftlabError
 
 console = Console(highlight=False)
@@ -81,20 +81,7 @@ def parse_layer_ids(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
-def to_jsonable(obj: Any) -> Any:
-    """Turn result dataclasses (and paths, tuples) into plain JSON values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
 def emit_json(obj: Any) -> None:
-    """Print one JSON document on stdout and nothing else."""
-    sys.stdout.write(json.dumps(to_jsonable(obj), indent=2) + "\n")
+    """Print one JSON document (with its provenance) on stdout and nothing else."""
+    sys.stdout.write(json.dumps(document(obj), indent=2) + "\n")
     sys.stdout.flush()

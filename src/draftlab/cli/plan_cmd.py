@@ -14,7 +14,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import JsonOption, console, emit_json, parse_ints, to_jsonable
+from draftlab.cli.common import JsonOption, console, emit_json, parse_ints
+from draftlab.documents import to_jsonable
 from draftlab.cost.engine_numbers import estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
 from draftlab.cost.probes import load_probes, save_probes

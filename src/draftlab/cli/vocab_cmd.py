@@ -11,7 +11,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json, err_console, to_jsonable
+from draftlab.cli.common import console, emit_json, err_console
+from draftlab.documents import to_jsonable
 from draftlab.report.vocab import (
     render_vocab_build, render_vocab_compare, render_vocab_count, render_vocab_coverage, render_vocab_remap,
 )

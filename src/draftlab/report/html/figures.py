@@ -1,0 +1,53 @@
+"""Figures as inline SVG drawn with matplotlib: text as paths, so the page needs no font; no
+date in the metadata and a fixed hash salt, so the same result gives the same page."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+STYLE = {
+    "svg.fonttype": "path",
+    "svg.hashsalt": "draftlab",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.prop_cycle": matplotlib.cycler(color=["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c",
+                                                "#0891b2", "#65a30d", "#db2777"]),
+}
+BASELINE = "#6b7280"  # the no-speculation reference line
+GOOD, BAD = "#16a34a", "#dc2626"
+
+
+@contextmanager
+def axes(ncols: int = 1, width: float = 6.4, height: float = 3.0) -> Iterator[tuple[Any, list[Any]]]:
+    """A figure of ``ncols`` axes side by side, in the report's style."""
+    with plt.rc_context(STYLE):
+        fig, grid = plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
+        try:
+            yield fig, list(grid[0])
+        finally:
+            plt.close(fig)
+
+
+def to_svg(fig: Any) -> str:
+    """The figure as an ``<svg>`` element, ready to inline (no XML prolog or doctype)."""
+    fig.tight_layout()
+    buf = io.StringIO()
+    with plt.rc_context(STYLE):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    # scale with the page up to the drawn size (96 px per inch): drop the fixed size in pt, keep the viewBox
+    width = f'class="plot" style="max-width: {fig.get_size_inches()[0] * 96:.0f}px"'
+    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', lambda m: f"<svg{m.group(1)} {width}", text, count=1)

@@ -1,0 +1,71 @@
+"""The pieces of a report page: a section, and escaped HTML for tables, figures and numbers."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Section:
+    """One result on the page. ``heading`` states the finding in plain text; ``body`` is HTML."""
+
+    kind: str  # what the result is ("probe", "plan", ...): the recognizer's name for it
+    heading: str
+    body: list[str] = field(default_factory=list)
+    source: str = ""  # the file it came from
+    provenance: dict[str, Any] | None = None  # command and versions, when the result carries them
+    figures: int = 0  # how many figures ``body`` holds
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def num(value: float | None, spec: str = ".2f", unit: str = "") -> str:
+    """``value`` formatted by ``spec`` (and ``unit``), or an en dash when there is none."""
+    if value is None:
+        return "–"
+    return format(value, spec) + unit
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}%}"
+
+
+def para(text: str) -> str:
+    """A paragraph of plain text."""
+    return f"<p>{esc(text)}</p>"
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, numeric: Sequence[bool] | None = None,
+          caption: str | None = None) -> str:
+    """An HTML table; cells are escaped; ``numeric`` columns are right-aligned."""
+    numeric = numeric or [False] * len(columns)
+    align = [' class="n"' if n else "" for n in numeric]
+    head = "".join(f"<th{a}>{esc(c)}</th>" for c, a in zip(columns, align))
+    body = "".join("<tr>" + "".join(f"<td{a}>{esc(v)}</td>" for v, a in zip(row, align)) + "</tr>" for row in rows)
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def key_values(pairs: Iterable[tuple[str, Any]]) -> str:
+    """A two-column table of names and values."""
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in pairs)
+    return f"<table class=\"kv\"><tbody>{rows}</tbody></table>"
+
+
+def pre(text: str) -> str:
+    return f"<pre>{esc(text)}</pre>"
+
+
+def figure(svg: str, caption: str, name: str) -> str:
+    """An inline SVG figure; ``name`` (``data-figure``) lets a test or a reader's stylesheet find it."""
+    return f"<figure data-figure=\"{esc(name)}\">{svg}<figcaption>{esc(caption)}</figcaption></figure>"
+
+
+def config_label(doc: dict[str, Any]) -> str:
+    """``steps/topk/num_draft_tokens`` as SGLang's flags name them, e.g. ``3/1/4``."""
+    return f"{doc['steps']}/{doc['topk']}/{doc['num_draft_tokens']}"
