@@ -35,3 +35,8 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert demo.plan_checked.mean_accept_length == chain.accept_length  # generate agrees with the probe
     assert "Predicted throughput per speculation config" in text and "draftlab generate measures" in " ".join(text.split())
     assert "At batch 1, " in text or "Speculation loses at batch 1" in text  # the verdicts
+    page = demo.report.read_text()  # the whole story on one page, one section per result kept
+    assert [name for name, _ in demo.results] == ["check", "fix", "vocab-compare", "generate", "probe", "drift",
+                                                  "train", "probe-finetuned", "bench-compare", "plan"]
+    assert page.count('<section class="result"') == len(demo.results) and str(demo.report) in " ".join(text.split())
+    assert page.count("<figure") >= 7 and "draftlab train --target toy-target-v2 --init toy-drafter" in page

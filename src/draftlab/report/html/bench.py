@@ -69,7 +69,8 @@ def compare_section(doc: dict[str, Any]) -> Section:
                 ax.set_xlabel(load_name)
                 ax.legend(fontsize=7)
         svg = figures.to_svg(fig)
-    section.body.append(figure(svg, "Throughput (left) and per-token latency (right) of each arm as the load grows.",
+    grows = " as the load grows" if len(loads) > 1 else ""
+    section.body.append(figure(svg, f"Throughput (left) and per-token latency (right) of each arm{grows}.",
                                "bench-compare"))
     section.figures += 1
     section.body.append(table(
