@@ -36,6 +36,7 @@ def recording(monkeypatch) -> list[bool]:
     monkeypatch.setattr(torch.cuda, "stream", contextmanager(lambda stream: (yield)))
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: type("Graph", (), {"replay": lambda self: None})())
     monkeypatch.setattr(graphs.torch.cuda, "graph", capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     return seen
 
 

@@ -26,3 +26,28 @@ def test_batched_pass_matches_single_sequence_pass_with_right_padding(family):
         torch.testing.assert_close(out.aux[row, :n], ref.aux, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(runner.lm_head(out.hidden[row, :n]).float(), ref.logits, atol=1e-5, rtol=1e-5)
     assert runner.cache_len == 7  # the batched pass left the runner's cache as the last forward made it
+
+
+def test_continuations_read_one_width_so_one_graph_per_shape_serves_every_step(monkeypatch):
+    """Each decode step reads the whole cache: on CUDA, one graph for all 150 steps, not one per 128 slots;
+    the tokens stay the target's greedy ones."""
+    from draftlab.models.static_kv import BatchKV
+    from draftlab.probe.continuations import target_continuations
+
+    runner = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3])
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+    widths: list[int] = []
+    begin = BatchKV.begin
+    monkeypatch.setattr(BatchKV, "begin", lambda self, slots, read_end: (widths.append(read_end),
+                                                                         begin(self, slots, read_end))[1])
+    tokens = target_continuations(runner, prompts, 150, batch_size=2)
+    assert len(widths) == 150 and len(set(widths)) == 1  # the prefill and 149 decode steps
+    reference = []
+    for prompt in prompts:  # the runner's own batch-1 decode
+        runner.reset()
+        out = runner.forward(torch.tensor(prompt))
+        row = [int(out.logits[-1].argmax())]
+        for _ in range(149):
+            row.append(int(runner.forward(torch.tensor([row[-1]])).logits[-1].argmax()))
+        reference.append(row)
+    assert tokens == reference

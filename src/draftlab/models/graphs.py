@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import time
 import weakref
 from collections.abc import Callable
 
@@ -19,6 +20,14 @@ import torch
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 Step = Callable[..., tuple[torch.Tensor, ...]]
+
+_capture_seconds = 0.0  # this process's total, for the timings the probe reports
+
+
+def capture_seconds() -> float:
+    """Seconds this process has spent capturing CUDA graphs (warm-up included): a cost a fresh process
+    pays once per shape, which a run's timings would otherwise hide in its phases."""
+    return _capture_seconds
 
 
 def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
@@ -58,6 +67,8 @@ class GraphSteps:
     def _capture(self, inputs: tuple[torch.Tensor, ...]):
         """Warm up on a side stream (the step's writes are the real call's own), then record with the
         cycle collector paused (it could free another object's graph mid-capture)."""
+        global _capture_seconds
+        began = time.perf_counter()
         static_in = tuple(t.clone() for t in inputs)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -74,6 +85,8 @@ class GraphSteps:
         finally:
             if collecting:
                 gc.enable()
+        torch.cuda.synchronize()
+        _capture_seconds += time.perf_counter() - began
         return graph, static_in, static_out
 
     def __len__(self) -> int:

@@ -86,14 +86,15 @@ class BatchKV:
     to :meth:`begin` (so a CUDA graph of it replays at any offset) and reads its used slots rounded up
     to ``read_bucket``: the mask's width (:meth:`pad`)."""
 
-    read_bucket = 128  # slots the reads round up to
+    READ_BUCKET = 128  # slots the reads round up to, by default
 
     def __init__(self, layers: int, batch_size: int, kv_heads: int, head_dim: int, capacity: int, *,
-                 dtype: torch.dtype, device: torch.device) -> None:
+                 dtype: torch.dtype, device: torch.device, read_bucket: int = READ_BUCKET) -> None:
         shape = (layers, batch_size, kv_heads, capacity + BUCKETS[-1], head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.capacity = capacity
+        self.read_bucket = read_bucket
         self.write_slots = torch.zeros(0, dtype=torch.long, device=device)  # set by begin()
         self.read_end = 0
 

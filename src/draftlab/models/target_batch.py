@@ -43,7 +43,11 @@ class BatchTargetStep:
 class BatchTarget:
     """B sequences of one target over a shared, padded KV cache of ``capacity`` slots per row."""
 
-    def __init__(self, runner: TargetRunner, batch_size: int, capacity: int) -> None:
+    def __init__(self, runner: TargetRunner, batch_size: int, capacity: int, *,
+                 read_bucket: int = BatchKV.READ_BUCKET) -> None:
+        """``read_bucket``: the slot count a forward's reads round up to; each one up to the capacity is
+        a CUDA graph of its own, so a caller that decodes the whole capacity (the probe's continuations)
+        may read all of it every step and capture one graph instead of one per 128 slots."""
         if batch_size < 1:
             raise DraftlabError(f"batch size must be >= 1, got {batch_size}")
         if capacity < 1:
@@ -59,7 +63,7 @@ class BatchTarget:
         if supports(model) and len(model_devices(model)) == 1:
             self._walk = LayerWalk(model, runner.aux_layers, runner._windows)
             self._kv = BatchKV(len(self._walk.layers), batch_size, *self._walk.kv_shape(), capacity,
-                               dtype=runner.dtype, device=self.device)
+                               dtype=runner.dtype, device=self.device, read_bucket=read_bucket)
             self._run_bucket = GraphSteps(self._step) if self.device.type == "cuda" else self._step
         self.reset()
 

@@ -3,7 +3,8 @@ or responses given in the data.
 
 Continuations are decoded in batches of left-padded prompts, on the batched target
 (:class:`~draftlab.models.target_batch.BatchTarget`): for the families it has them, over one
-preallocated KV cache and, on CUDA, as CUDA graphs, the same passes ``generate --batch-size`` runs;
+preallocated KV cache and, on CUDA, as CUDA graphs, the same passes ``generate --batch-size`` runs
+(each step reads the whole cache, so one decode graph serves every step);
 for others over HF's dynamic cache. So the runner's own mode (a target loaded for the static runtime
 included) never matters here. Prompts are grouped by length (less padding) and every group has the
 same batch size (the last one filled up with copies), so a group reuses the cache and graphs of the
@@ -37,7 +38,8 @@ def target_continuations(runner: TargetRunner, prompts: list[list[int]], num_tok
     gen.manual_seed(seed) if seed is not None else gen.seed()
     width = min(batch_size, len(prompts))
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    target = BatchTarget(runner, width, max(len(p) for p in prompts) + num_tokens)
+    capacity = max(len(p) for p in prompts) + num_tokens
+    target = BatchTarget(runner, width, capacity, read_bucket=capacity)  # one read width: one graph per shape
     out: dict[int, list[int]] = {}
     for start in range(0, len(order), width):
         group = order[start:start + width]

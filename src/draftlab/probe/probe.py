@@ -29,6 +29,7 @@ from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.graphs import capture_seconds
 from draftlab.models.pair import LoadedPair
 from draftlab.models.target import TargetRunner
 from draftlab.probe.batching import CPU_BATCH, auto_batch_size
@@ -205,6 +206,7 @@ class Clock:
     def __init__(self) -> None:
         self.start = self.last = time.perf_counter()
         self.laps: dict[str, float] = {}
+        self.captured = capture_seconds()
 
     def lap(self, name: str) -> None:
         if torch.cuda.is_initialized():
@@ -214,7 +216,10 @@ class Clock:
         self.last = now
 
     def timings(self) -> dict[str, float]:
-        return {**self.laps, "total_s": round(self.last - self.start, 4)}
+        """The laps and their total; on CUDA also ``graph_capture_s``, the part of them spent capturing graphs."""
+        captured = capture_seconds() - self.captured
+        return {**self.laps, "total_s": round(self.last - self.start, 4),
+                **({"graph_capture_s": round(captured, 4)} if captured else {})}
 
 
 def _check_run(responses: str, max_new_tokens: int, batch_size: int | None) -> None:
