@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,10 +64,17 @@ TOY_TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for ke
              "return self._", "class Config:\n    ", "    if not isinstance(", "# Copyright", "with open("]
 
 
-class Smoke:
-    """Runs commands and keeps one record per command, in the order the jobs were listed."""
+# commands whose JSON documents `draftlab report` renders (file-name prefixes of the kept documents)
+REPORTED = ("inspect", "check", "vocab_coverage", "vocab_compare", "generate", "probe", "drift", "bench", "profile",
+            "plan", "train")
 
-    def __init__(self) -> None:
+
+class Smoke:
+    """Runs commands and keeps one record per command, in the order the jobs were listed, and each
+    command's JSON document under ``root/PAIR/results`` (for the report at the end)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
         self.records: list[dict] = []
         self.lock = threading.Lock()
         self.job = threading.local()  # the running job's place in the list, for the table's order
@@ -98,6 +106,10 @@ class Smoke:
                 pass
         self.record(pair, name, out.returncode == expect, seconds, rc=out.returncode,
                     error=None if out.returncode == expect else out.stderr.strip()[-1500:])
+        if isinstance(doc, dict):
+            folder = self.root / pair / "results"
+            folder.mkdir(exist_ok=True)
+            (folder / (re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".json")).write_text(out.stdout)
         return doc
 
     def record(self, pair: str, name: str, ok: bool, seconds: float, **extra: object) -> None:
@@ -332,6 +344,10 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
     for job in jobs:
         job.pair = pair
     smoke.jobs(jobs, workers)
+    reported = sorted(p for p in (work / "results").glob("*.json") if p.stem.startswith(REPORTED))
+    doc = smoke.run(pair, "report", ["report", *map(str, reported), "-o", str(work / "report.html"), "--json"])
+    if doc is not None:
+        smoke.records[-1].update(sections=len(doc["sections"]), of=len(reported))
 
 
 def table(records: list[dict]) -> str:
@@ -340,6 +356,8 @@ def table(records: list[dict]) -> str:
         note = r.get("matching") or (f"rc {r['rc']}" if "rc" in r else "")
         if r.get("timings"):
             note += f"; timings {r['timings']}"
+        if "sections" in r:
+            note += f"; {r['sections']} sections from {r['of']} results"
         if r.get("error"):
             note += "; " + r["error"].splitlines()[-1][:160]
         lines.append(f"| {r['pair']} | {r['command']} | {'ok' if r['ok'] else 'FAILED'} | {r['seconds']} | {note} |")
@@ -363,8 +381,8 @@ def main() -> int:
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(json.dumps({"device": name, "torch": torch.__version__,
                       "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d")}), flush=True)
-    smoke = Smoke()
     root = Path(args.workdir or tempfile.mkdtemp(prefix="draftlab-smoke-"))
+    smoke = Smoke(root)
     for pair in args.pairs.split(","):
         work = root / pair
         work.mkdir(parents=True)

@@ -1,4 +1,5 @@
-"""``draftlab probe``: exact greedy accept lengths from one target pass, no serving engine."""
+"""``draftlab probe``: exact greedy accept lengths from one target pass, no serving engine (under
+``torchrun``, the prompts shared out among the ranks)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
-    StepsOption, TargetOption, TopkOption, console, emit_json,
+    StepsOption, TargetOption, TopkOption, console, emit_json, main_process,
 )
 
 
@@ -46,13 +47,19 @@ def probe_command(
     json_out: JsonOption = False,
 ) -> None:
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
+    from draftlab.distributed import leave
     from draftlab.probe.probe import probe
     from draftlab.report.probe import render_probe
 
-    result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                   max_new_tokens=max_new_tokens, responses=responses, features=features, temperature=temperature,
-                   seed=seed, batch_size=batch_size, dtype=dtype, device=device, device_map=device_map,
-                   engine=engine, progress=not json_out)
+    try:
+        result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
+                       max_new_tokens=max_new_tokens, responses=responses, features=features,
+                       temperature=temperature, seed=seed, batch_size=batch_size, dtype=dtype, device=device,
+                       device_map=device_map, engine=engine, progress=not json_out)
+    finally:
+        leave()
+    if not main_process():  # torchrun: every rank holds the result; rank 0 prints it
+        return
     if json_out:
         emit_json(result)
     else:

@@ -26,6 +26,7 @@ from rich.progress import Progress
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import ENGINES, aux_layers
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
+from draftlab.distributed import ONE, World, gather, init_world
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
@@ -94,9 +95,21 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     sampled.
 
     A live target runs on ``device`` (default cpu) or split across the GPUs by ``device_map``
-    ("auto"), not both; the drafter sits with the target's input embedding."""
+    ("auto"), not both; the drafter sits with the target's input embedding.
+
+    Under ``torchrun`` each rank decodes and probes its share of the prompts (on its own GPU with
+    ``--device cuda``) and every rank returns the whole result, the same one a single process gives
+    (greedy; sampled continuations differ with the split)."""
     device, device_map = resolve_placement(device, device_map)
     dtype = dtype or default_dtype(device, device_map)
+    world = init_world(device or "cpu")
+    if world.size > 1:
+        if device_map is not None:
+            raise DraftlabError("under torchrun every rank holds the whole target; drop --device-map (or run one "
+                                "process that splits it)")
+        if device == "cuda":
+            device = f"cuda:{world.local_rank}"
+        progress = progress and world.main
     if device_map is not None and features is not None:
         raise DraftlabError("--device-map splits a live target; with --features only its embedding and lm_head "
                             "load, so use --device")
@@ -121,7 +134,7 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
             clock.lap("load_s")
             samples, num_inputs, batch_size = _live_samples(runner, draft_model, target, prompts, target_cfg, [flags],
                                                             responses, max_new_tokens, batch_size, bar, temperature,
-                                                            seed)
+                                                            seed, world=world)
             lm_head, eos = runner.lm_head, runner.eos_token_ids
         else:
             runner, heads = None, TargetHeads(target, dtype=dtype, device=device)
@@ -138,9 +151,11 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
             "device_map": device_map, "target_devices": None if runner is None else model_devices(runner.model),
             "seed": seed,
         }
+        if world.size > 1:
+            config["ranks"] = world.size
         result = _run(runner, lm_head, eos, draft_model, samples, flags, batch_size=batch_size, context=context,
                       max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                      temperature=temperature)
+                      temperature=temperature, world=world)
     clock.lap("probe_s")
     return replace(result, timings=clock.timings())
 
@@ -240,26 +255,30 @@ def _check_topk(drafter: Eagle3Drafter, flags: SpecFlags) -> None:
 
 def _run(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], drafter: Eagle3Drafter,
          samples: list[_Sample], flags: SpecFlags, *, batch_size: int, context: int | None, max_new_tokens: int,
-         num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float = 0.0) -> ProbeResult:
+         num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float = 0.0,
+         world: World = ONE) -> ProbeResult:
     """Probe every sample, walk each continuation, and gather the figures."""
     _check_topk(drafter, flags)
     if temperature > 0:
         return _run_sampled(runner, lm_head, drafter, samples, [flags], batch_size=batch_size,
                             max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                            temperature=temperature)[0]
+                            temperature=temperature, world=world)[0]
     return _run_greedy(runner, lm_head, eos, drafter, samples, [flags], batch_size=batch_size, context=context,
-                       max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)[0]
+                       max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar, world=world)[0]
 
 
 def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], drafter: Eagle3Drafter,
                 samples: list[_Sample], configs: list[SpecFlags], *, batch_size: int, context: int | None,
-                max_new_tokens: int, num_inputs: int, config: dict[str, Any], bar: Progress) -> list[ProbeResult]:
-    """Every config over the same samples: one target pass per batch, then the drafter and walk per config."""
-    task = bar.add_task("probing", total=len(samples))
+                max_new_tokens: int, num_inputs: int, config: dict[str, Any], bar: Progress,
+                world: World = ONE) -> list[ProbeResult]:
+    """Every config over the same samples: one target pass per batch, then the drafter and walk per config
+    (each rank over its share of the samples, the figures then gathered from every rank)."""
+    mine = samples[world.rank::world.size]
+    task = bar.add_task("probing", total=len(mine))
     per_prompt: list[dict[int, ProbePromptResult]] = [{} for _ in configs]
     per_position: list[list[int]] = [[] for _ in configs]
     disagree, judged = 0, 0
-    for batch, accepted_by_config, argmax in _probe_batches(runner, lm_head, drafter, samples, configs, batch_size):
+    for batch, accepted_by_config, argmax in _probe_batches(runner, lm_head, drafter, mine, configs, batch_size):
         for row, (sample, top) in enumerate(zip(batch, argmax)):
             span = range(sample.prompt_len, sample.prompt_len + sample.max_new_tokens)
             off = None if top is None else sum(int(top[i - 1]) != sample.tokens[i] for i in span)
@@ -272,6 +291,11 @@ def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[
                 per_position[c] += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
                 _add(per_prompt[c], sample.index, lengths, len(span), off)
         bar.advance(task, len(batch))
+    if world.size > 1:
+        parts = gather(world, (per_prompt, per_position, disagree, judged))
+        per_prompt = [{i: r for part in parts for i, r in part[0][c].items()} for c in range(len(configs))]
+        per_position = [[n for part in parts for n in part[1][c]] for c in range(len(configs))]
+        disagree, judged = sum(part[2] for part in parts), sum(part[3] for part in parts)
 
     out = []
     for flags, prompts_of, positions in zip(configs, per_prompt, per_position):
@@ -295,8 +319,8 @@ def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[
 
 def _live_samples(runner: TargetRunner, drafter: Eagle3Drafter, target: str | Path, prompts: str | Path,
                   target_cfg: TargetConfig, configs: list[SpecFlags], responses: str, max_new_tokens: int,
-                  batch_size: int | None, bar: Progress, temperature: float = 0.0, seed: int | None = None
-                  ) -> tuple[list[_Sample], int, int]:
+                  batch_size: int | None, bar: Progress, temperature: float = 0.0, seed: int | None = None,
+                  world: World = ONE) -> tuple[list[_Sample], int, int]:
     """Prompts and their continuations (the target's greedy ones, or the file's), cut to the context; the
     number of prompts; the batch size (``batch_size``, or chosen from free memory when None)."""
     rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
@@ -315,9 +339,13 @@ def _live_samples(runner: TargetRunner, drafter: Eagle3Drafter, target: str | Pa
             for _, p in kept]
     longest = max((len(p) + r for (_, p), r in zip(kept, room)), default=1)
     batch_size = batch_size or auto_batch_size(runner, drafter, configs, longest, len(kept))
-    task = bar.add_task("target continuations", total=len(kept))
-    conts = target_continuations(runner, [p for _, p in kept], max(room, default=0), batch_size=batch_size,
+    mine = kept[world.rank::world.size]
+    task = bar.add_task("target continuations", total=len(mine))
+    conts = target_continuations(runner, [p for _, p in mine], max(room, default=0), batch_size=batch_size,
                                  temperature=temperature, seed=seed, advance=lambda n: bar.advance(task, n))
+    if world.size > 1:  # every rank's share, back in prompt order
+        parts = gather(world, conts)
+        conts = [parts[i % world.size][i // world.size] for i in range(len(kept))]
     samples = [_Sample(i, p + c[:r], len(p), min(max_new_tokens, r)) for (i, p), c, r in zip(kept, conts, room)]
     return samples, len(rows), batch_size
 
@@ -356,14 +384,16 @@ def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int
 
 def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
                  samples: list[_Sample], configs: list[SpecFlags], *, batch_size: int, max_new_tokens: int,
-                 num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float) -> list[ProbeResult]:
+                 num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float,
+                 world: World = ONE) -> list[ProbeResult]:
     """Temperature > 0: every config's expected acceptance of the draft tree rooted at every continuation
-    token; the target runs once per batch of samples."""
-    task = bar.add_task("probing (expected acceptance)", total=len(samples))
+    token; the target runs once per batch of samples (each rank's share, gathered)."""
+    mine = samples[world.rank::world.size]
+    task = bar.add_task("probing (expected acceptance)", total=len(mine))
     per_prompt: list[list[ProbePromptResult]] = [[] for _ in configs]
     rows: list[list[torch.Tensor]] = [[] for _ in configs]
-    for start in range(0, len(samples), batch_size):
-        batch = samples[start:start + batch_size]
+    for start in range(0, len(mine), batch_size):
+        batch = mine[start:start + batch_size]
         tokens, aux, hidden = _batch_inputs(runner, batch)
         if hidden is None:
             raise DraftlabError("temperature > 0 needs the target's distributions: captured features without a "
@@ -382,6 +412,13 @@ def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter:
                 per_prompt[c].append(ProbePromptResult(sample.index, [], 0, sample.max_new_tokens, None,
                                                        float(expected_accept_length(a).mean()) if a.numel() else None))
         bar.advance(task, len(batch))
+    if world.size > 1:  # back in prompt order: rows are per sample, so they follow their prompts
+        parts = gather(world, (per_prompt, [[r.cpu() for r in c] for c in rows]))
+        order = [i for r in range(world.size) for i in range(len(samples))[r::world.size]]
+        for c in range(len(configs)):
+            merged = sorted(zip(order, [p for part in parts for p in part[0][c]],
+                                [a for part in parts for a in part[1][c]]), key=lambda x: x[0])
+            per_prompt[c], rows[c] = [m[1] for m in merged], [m[2] for m in merged]
     bound = _vocab_bound(drafter, samples)
     results = []
     for flags, config_rows, prompts in zip(configs, rows, per_prompt):

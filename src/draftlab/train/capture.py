@@ -24,7 +24,7 @@ from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, write_json_atomic
 from draftlab.train.data import pad_batch, target_tokenizer, tokenized_rows
-from draftlab.train.distributed import barrier, close_world, init_world
+from draftlab.distributed import barrier, close_world, init_world
 
 MANIFEST = "capture.json"
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_text_atomic
-from draftlab.train.distributed import World, barrier, close_world, init_world
+from draftlab.distributed import World, barrier, close_world, init_world
 from draftlab.vocab.rows import BadRow, parse_row
 
 

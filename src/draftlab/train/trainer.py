@@ -39,7 +39,7 @@ from draftlab.train import checkpoints
 from draftlab.train.data import (
     DataOrder, TrainRow, feature_rows, pad_batch, pad_features, target_tokenizer, tokenized_rows,
 )
-from draftlab.train.distributed import World, all_sum, barrier, close_world, init_world
+from draftlab.distributed import World, all_sum, barrier, close_world, init_world
 from draftlab.train.setup import StartingDrafter, from_scratch, master_weights, warm_start
 from draftlab.train.ttt import make_batch, ttt_loss
 from draftlab.vocab.counts import TokenCounts

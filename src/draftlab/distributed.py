@@ -1,5 +1,6 @@
 """Data parallelism under ``torchrun``: rank and world size from its environment, gloo on the CPU,
-NCCL on GPUs. Without ``torchrun`` (no WORLD_SIZE, or 1) everything runs in this one process."""
+NCCL on GPUs. Without ``torchrun`` (no WORLD_SIZE, or 1) everything runs in this one process.
+Training, capture and regeneration shard their data by rank; so does the probe (its prompts)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ class World:
         return self.rank == 0
 
 
+ONE = World(0, 1, 0)  # a run without torchrun
+
+
 def init_world(device: str) -> World:
     """Join torchrun's process group (once) and return this process's place in it."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
-        return World(0, 1, 0)
+        return ONE
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
         cuda = device.startswith("cuda")
@@ -48,6 +52,21 @@ def all_sum(world: World, t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def gather(world: World, obj: object) -> list[object]:
+    """Every rank's ``obj``, in rank order (``[obj]`` with one process): small Python results, pickled."""
+    if world.size == 1:
+        return [obj]
+    out: list[object] = [None] * world.size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def close_world(world: World) -> None:
     if world.size > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def leave() -> None:
+    """Leave torchrun's process group, if this process joined one (a command's last step)."""
+    if dist.is_initialized():
         dist.destroy_process_group()
