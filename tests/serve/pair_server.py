@@ -38,14 +38,15 @@ class IdTokenizer:
         return [t for m in messages for t in self.encode(m["content"])]
 
 
-def build_context(*, drafted: bool, steps: int = 3, topk: int = 1, ndt: int = 4, seed: int = 3) -> ServeContext:
-    target, drafter = make_pair(VOCAB, seed=seed, eos={EOS})
+def build_context(*, drafted: bool, steps: int = 3, topk: int = 1, ndt: int = 4, seed: int = 3,
+                  context: int | None = None) -> ServeContext:
+    target, drafter = make_pair(VOCAB, seed=seed, eos={EOS}, context=context)
     flags = resolve_spec_flags(steps, topk, ndt) if drafted else None
     decoder = SpeculativeDecoder(target, drafter if drafted else None, flags)
     engine = ServeEngine(decoder, steps=flags.steps if flags else None,
                          num_draft_tokens=flags.num_draft_tokens if flags else None)
     spec = {"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": ndt} if drafted else None
-    return ServeContext(engine, IdTokenizer(), "toy-table", "toy-table", spec, {EOS})
+    return ServeContext(engine, IdTokenizer(), "toy-table", "toy-table", spec, {EOS}, context, VOCAB)
 
 
 def start(ctx: ServeContext):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from draftlab import jsonio
 from draftlab.bench.client import BenchConfig, RunOutcome
 from draftlab.bench.stats import summarize_ms
 from draftlab.engines.metrics import SpecSummary
@@ -76,7 +77,7 @@ def load_result(path: str | Path) -> BenchResult:
     if not path.is_file():
         raise DraftlabError("result file not found; write one with draftlab bench -o FILE", path=path)
     try:
-        data = json.loads(path.read_text())
+        data = jsonio.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise DraftlabError(f"not valid JSON ({exc.msg} at line {exc.lineno})", path=path) from None
     missing = [k for k in CONTRACT_KEYS if not isinstance(data, dict) or k not in data]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from draftlab import jsonio
 from draftlab.errors import DraftlabError
 
 APIS = ("openai-chat", "openai", "sglang")
@@ -37,7 +38,7 @@ def load_prompts(path: str | Path) -> list[Prompt]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = jsonio.loads(line)
         except json.JSONDecodeError as exc:
             raise DraftlabError(f"line {lineno} is not valid JSON ({exc.msg}); one JSON object per line", path=path) from None
         prompts.append(_prompt_from_row(row, path, lineno))

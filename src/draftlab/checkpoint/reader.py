@@ -18,6 +18,7 @@ from array import array
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from draftlab import jsonio
 from draftlab.checkpoint.safetensors_header import FLOAT_DTYPES, TORCH_NAMES, TensorInfo, read_header
 from draftlab.errors import DraftlabError
 
@@ -169,7 +170,7 @@ def read_json(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise DraftlabError(f"cannot read ({exc})", path=path) from None
     try:
-        return json.loads(text)
+        return jsonio.loads(text)
     except json.JSONDecodeError as exc:
         raise DraftlabError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=path) from None
 
@@ -239,13 +240,11 @@ def _check_index_matches(folder: Path, weight_map: dict[str, str], tensors: dict
 
 
 def load_pickled(file: Path) -> dict[str, torch.Tensor]:
-    import pickle
-
     import torch
 
     try:
         state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - corrupt pickles fail inside torch.load in many ways (IndexError, KeyError...)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DraftlabError(f"cannot load as a weights-only PyTorch file ({first})", path=file) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):

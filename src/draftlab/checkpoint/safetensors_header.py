@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftlab import jsonio
 from draftlab.errors import DraftlabError
 
 # Bytes per element of each safetensors dtype.
@@ -83,7 +84,7 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     except OSError as exc:
         raise DraftlabError(f"cannot read ({exc.strerror or exc})", path=path) from None
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = jsonio.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DraftlabError(f"malformed safetensors header (not valid JSON: {exc})", path=path) from None
     if not isinstance(header, dict):
@@ -105,7 +106,7 @@ def _parse_entry(path: Path, name: str, entry: object, base: int, data_len: int)
     if not isinstance(entry, dict):
         raise DraftlabError(f"malformed safetensors header (entry {name!r} is not an object)", path=path)
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in DTYPE_SIZES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
         raise DraftlabError(f"tensor {name!r} has unknown dtype {dtype!r}", path=path)
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise DraftlabError(f"tensor {name!r} has an invalid shape {shape!r}", path=path)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -64,6 +66,34 @@ def parse_ints(option: str, text: str) -> list[int]:
     if min(values) < 1:
         raise DraftlabError(f"{option} {text!r}: values must be positive")
     return values
+
+
+# what the allocators say when memory runs out: torch.OutOfMemoryError (CUDA), the CPU allocator's
+# RuntimeError, and RuntimeErrors of other backends and older torch
+_OOM_PHRASES = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True when ``exc`` is an allocator running out of memory (no torch import needed)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(exc, RuntimeError) and any(p in str(exc).lower() for p in _OOM_PHRASES)
+
+
+@contextmanager
+def lower_on_oom(**flags: Any) -> Iterator[None]:
+    """Turn an out-of-memory error inside the block into one line naming the flags to lower.
+
+    ``flags`` maps option names (``batch_size`` for ``--batch-size``) to their current values, in
+    the order worth trying; the allocator's own first line stays in the message (device, size)."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        lower = " or ".join(f"--{k.replace('_', '-')} (now {v})" for k, v in flags.items())
+        raise DraftlabError(f"out of memory ({detail}); lower {lower}") from None
 
 
 def main_process() -> bool:

@@ -9,7 +9,7 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TopkOption, console, emit_json,
+    DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TopkOption, console, emit_json, lower_on_oom,
 )
 from draftlab.errors import DraftlabError
 
@@ -39,9 +39,10 @@ def drift_command(
     from draftlab.probe.drift import drift
     from draftlab.report.drift import render_drift
 
-    result = drift(target_a, target_b, prompts, layers=_parse_layers(layers), drafter=drafter,
-                   max_new_tokens=max_new_tokens, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                   batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=not json_out)
+    with lower_on_oom(batch_size=batch_size, max_new_tokens=max_new_tokens):
+        result = drift(target_a, target_b, prompts, layers=_parse_layers(layers), drafter=drafter,
+                       max_new_tokens=max_new_tokens, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
+                       batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=not json_out)
     if json_out:
         emit_json(result)
     else:

@@ -9,7 +9,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
-    StepsOption, TargetOption, TemperatureOption, TopkOption, console, emit_json,
+    StepsOption, TargetOption, TemperatureOption, TopkOption, console, emit_json, lower_on_oom,
 )
 
 
@@ -38,12 +38,13 @@ def generate_command(
     from draftlab.report.generate import render_generate
     from draftlab.spec.generate import generate
 
-    result = generate(
-        target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,
-        dtype=dtype, device=device, device_map=device_map, engine=engine, progress=not json_out, batch_size=batch_size,
-        ignore_eos=ignore_eos,
-    )
+    with lower_on_oom(batch_size=batch_size, max_new_tokens=max_new_tokens):
+        result = generate(
+            target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
+            max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,
+            dtype=dtype, device=device, device_map=device_map, engine=engine, progress=not json_out,
+            batch_size=batch_size, ignore_eos=ignore_eos,
+        )
     if json_out:
         emit_json(result)
     else:

@@ -11,7 +11,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
-    StepsOption, TargetOption, TopkOption, console, emit_json, main_process,
+    StepsOption, TargetOption, TopkOption, console, emit_json, lower_on_oom, main_process,
 )
 
 
@@ -52,10 +52,11 @@ def probe_command(
     from draftlab.report.probe import render_probe
 
     try:
-        result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                       max_new_tokens=max_new_tokens, responses=responses, features=features,
-                       temperature=temperature, seed=seed, batch_size=batch_size, dtype=dtype, device=device,
-                       device_map=device_map, engine=engine, progress=not json_out)
+        with lower_on_oom(batch_size="auto" if batch_size is None else batch_size, max_new_tokens=max_new_tokens):
+            result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
+                           max_new_tokens=max_new_tokens, responses=responses, features=features,
+                           temperature=temperature, seed=seed, batch_size=batch_size, dtype=dtype, device=device,
+                           device_map=device_map, engine=engine, progress=not json_out)
     finally:
         leave()
     if not main_process():  # torchrun: every rank holds the result; rank 0 prints it

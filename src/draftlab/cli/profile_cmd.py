@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import DtypeOption, JsonOption, console, emit_json, parse_ints
+from draftlab.cli.common import DtypeOption, JsonOption, console, emit_json, lower_on_oom, parse_ints
 from draftlab.cost.profile import ModelInfo, Profile, save_profile
 from draftlab.errors import DraftlabError
 from draftlab.report.profile import render_profile
@@ -42,41 +42,42 @@ def profile(
     if drafter is not None and target is None:
         raise DraftlabError("--drafter needs --target (the drafter reads the target's features)")
     result = Profile(model=ModelInfo(), verify=[])
-    if target is not None:
-        from draftlab.cost.profiler import profile_costs
-        from draftlab.cost.runtime_workload import runtime_workload
-        from draftlab.models.drafter import Eagle3Drafter
-        from draftlab.models.devices import default_dtype
-        from draftlab.models.target import TargetRunner
+    with lower_on_oom(batch_sizes=batch_sizes, context=context, verify_tokens=verify_tokens):
+        if target is not None:
+            from draftlab.cost.profiler import profile_costs
+            from draftlab.cost.runtime_workload import runtime_workload
+            from draftlab.models.drafter import Eagle3Drafter
+            from draftlab.models.devices import default_dtype
+            from draftlab.models.target import TargetRunner
 
-        dtype = dtype or default_dtype(device)
-        runner = TargetRunner.load(target, dtype=dtype, device=device)
-        draft = None if drafter is None else Eagle3Drafter.load(
-            drafter, target=runner, dtype=dtype, device=device)
-        workload = runtime_workload(runner, draft, context_tokens=context,
-                                    target_name=str(target), drafter_name=drafter and str(drafter))
-        result = profile_costs(
-            workload, batch_sizes=batches, verify_tokens=tokens,
-            draft_rows=parse_ints("--draft-rows", draft_rows),
-            extend_tokens=parse_ints("--extend-tokens", extend_tokens),
-            warmup=warmup, repeats=repeats, overhead_ms=overhead_ms,
-        )
-        hidden_size, num_layers = result.model.hidden_size, result.model.num_layers
-    if tp >= 2:
-        from dataclasses import replace
+            dtype = dtype or default_dtype(device)
+            runner = TargetRunner.load(target, dtype=dtype, device=device)
+            draft = None if drafter is None else Eagle3Drafter.load(
+                drafter, target=runner, dtype=dtype, device=device)
+            workload = runtime_workload(runner, draft, context_tokens=context,
+                                        target_name=str(target), drafter_name=drafter and str(drafter))
+            result = profile_costs(
+                workload, batch_sizes=batches, verify_tokens=tokens,
+                draft_rows=parse_ints("--draft-rows", draft_rows),
+                extend_tokens=parse_ints("--extend-tokens", extend_tokens),
+                warmup=warmup, repeats=repeats, overhead_ms=overhead_ms,
+            )
+            hidden_size, num_layers = result.model.hidden_size, result.model.num_layers
+        if tp >= 2:
+            from dataclasses import replace
 
-        from draftlab.cost.allreduce import measure_allreduce
-        from draftlab.cost.profiler import environment
+            from draftlab.cost.allreduce import measure_allreduce
+            from draftlab.cost.profiler import environment
 
-        if hidden_size is None or num_layers is None:
-            raise DraftlabError("--tp without --target needs --hidden-size and --num-layers")
-        ar = measure_allreduce(tp=tp, hidden_size=hidden_size, num_layers=num_layers,
-                               batch_sizes=batches, tokens=tokens, warmup=warmup,
-                               repeats=repeats, dtype=dtype or "bfloat16")
-        result = replace(result, allreduce=ar, environment=result.environment or environment())
-        if target is None:
-            result = replace(result, model=ModelInfo(hidden_size=hidden_size, num_layers=num_layers),
-                             warmup=warmup, repeats=repeats)
+            if hidden_size is None or num_layers is None:
+                raise DraftlabError("--tp without --target needs --hidden-size and --num-layers")
+            ar = measure_allreduce(tp=tp, hidden_size=hidden_size, num_layers=num_layers,
+                                   batch_sizes=batches, tokens=tokens, warmup=warmup,
+                                   repeats=repeats, dtype=dtype or "bfloat16")
+            result = replace(result, allreduce=ar, environment=result.environment or environment())
+            if target is None:
+                result = replace(result, model=ModelInfo(hidden_size=hidden_size, num_layers=num_layers),
+                                 warmup=warmup, repeats=repeats)
     save_profile(result, out)
     if json_out:
         emit_json(result)

@@ -10,7 +10,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TargetOption,
-    TopkOption, console, emit_json, main_process, parse_layer_ids,
+    TopkOption, console, emit_json, lower_on_oom, main_process, parse_layer_ids,
 )
 
 
@@ -63,14 +63,16 @@ def train_command(
     from draftlab.report.train import render_train, train_document
     from draftlab.train.trainer import TrainOptions, train
 
-    result = train(TrainOptions(
+    options = TrainOptions(
         target=target, out=out, data=data, init=init, features=features, remap=remap, max_steps=max_steps,
         epochs=epochs, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len, lr=lr, warmup=warmup,
         ttt_length=ttt_length, draft_vocab_size=draft_vocab_size,
         aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers),
         eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
         save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
-        dtype=dtype, device=device, device_map=device_map, progress=not json_out))
+        dtype=dtype, device=device, device_map=device_map, progress=not json_out)
+    with lower_on_oom(batch_size=batch_size, seq_len=seq_len, ttt_length=ttt_length):
+        result = train(options)
     if main_process() and json_out:
         emit_json(train_document(result))
     elif main_process():

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from draftlab import jsonio
 from draftlab.cost.model import SpecConfig
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
@@ -53,7 +54,7 @@ def load_probes(paths: list[str | Path]) -> list[AcceptLength]:
 
 def _load_one(path: Path) -> list[AcceptLength]:
     try:
-        doc = json.loads(path.read_text())
+        doc = jsonio.loads(path.read_text())
     except FileNotFoundError:
         raise DraftlabError("no such file; write one with draftlab probe --json", path=path) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -75,7 +76,7 @@ def _result(item: Any, source: str) -> AcceptLength:
     cfg = item["config"]
     try:
         config = SpecConfig(int(cfg["steps"]), int(cfg["topk"]), int(cfg["num_draft_tokens"]))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
         raise DraftlabError(
             f"{source}: config needs integer steps, topk and num_draft_tokens, got {cfg!r}"
         ) from None

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftlab import jsonio
 from draftlab.cost.model import CycleBreakdown, SpecConfig, cycle_breakdown
 from draftlab.cost.overhead import Overhead
 from draftlab.cost.measurement import Measurement
@@ -198,7 +200,7 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate PROFILE.json."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = jsonio.loads(path.read_text())
     except FileNotFoundError:
         raise DraftlabError("no such file; write one with draftlab profile", path=path) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -230,7 +232,7 @@ def profile_from_dict(doc: Any, *, source: str | Path = "profile") -> Profile:
             points=_points(doc, "allreduce.points", ar.get("points"), source),
         )
     overhead = doc.get("overhead_ms", 0.0)
-    if not isinstance(overhead, (int, float)) or overhead < 0:
+    if not isinstance(overhead, (int, float)) or isinstance(overhead, bool) or not 0 <= overhead < math.inf:
         raise DraftlabError(f"overhead_ms must be a number >= 0, got {overhead!r}", path=source)
     model = doc.get("model") or {}
     if not isinstance(model, dict):
@@ -244,11 +246,11 @@ def profile_from_dict(doc: Any, *, source: str | Path = "profile") -> Profile:
         allreduce=allreduce,
         overhead_ms=float(overhead),
         overhead=_overheads(doc.get("overhead") or [], source),
-        context_tokens=int(doc.get("context_tokens", 0)),
+        context_tokens=_int({"v": doc.get("context_tokens", 0)}, "v", "context_tokens", source, minimum=0),
         timer=str(doc.get("timer", "")),
-        warmup=int(doc.get("warmup", 0)),
-        repeats=int(doc.get("repeats", 0)),
-        environment=dict(doc.get("environment") or {}),
+        warmup=_int({"v": doc.get("warmup", 0)}, "v", "warmup", source, minimum=0),
+        repeats=_int({"v": doc.get("repeats", 0)}, "v", "repeats", source, minimum=0),
+        environment=_object(doc.get("environment") or {}, "environment", source),
     )
 
 
@@ -269,13 +271,14 @@ def _points(doc: dict, name: str, raw: Any, source: str | Path) -> list[Measurem
         times = {}
         for key in _POINT_TIMES:
             value = p.get(key, p.get("median_ms"))
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
                 raise DraftlabError(
                     f"{where}.{key} is {value!r}; times must be positive numbers "
                     "(re-run draftlab profile)", path=source,
                 )
             times[key] = float(value)
-        out.append(Measurement(b, t, repeats=int(p.get("repeats", 1)), **times))
+        repeats = _int({"v": p.get("repeats", 1)}, "v", where + ".repeats", source, minimum=1)
+        out.append(Measurement(b, t, repeats=repeats, **times))
     return out
 
 
@@ -292,11 +295,17 @@ def _overheads(raw: Any, source: str | Path) -> list[Overhead]:
             if key == "tree_ms" and key not in o:  # profiles written before trees were calibrated
                 continue
             value = o.get(key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
                 raise DraftlabError(f"{where}.{key} is {value!r}; it must be a number >= 0", path=source)
             times[key] = float(value)
         out.append(Overhead(_int(o, "batch_size", where + ".batch_size", source, minimum=1), **times))
     return out
+
+
+def _object(value: Any, where: str, source: str | Path) -> dict:
+    if not isinstance(value, dict):
+        raise DraftlabError(f"{where} must be an object, got {value!r}", path=source)
+    return dict(value)
 
 
 def _int(obj: dict, key: str, where: str, source: str | Path, *, minimum: int) -> int:

@@ -19,13 +19,11 @@ Which layers were captured is the capture's business: the probe checks only thei
 
 from __future__ import annotations
 
-import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from draftlab.errors import DraftlabError
@@ -112,8 +110,9 @@ def _load(path: Path) -> dict:
         if path.suffix == ".safetensors":
             return load_file(str(path))
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError, SafetensorError, pickle.UnpicklingError) as exc:
-        raise DraftlabError(f"cannot read feature file ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})",
+    except Exception as exc:  # noqa: BLE001 - corrupt files fail inside torch.load/safetensors in many ways (IndexError...)
+        first = (str(exc).strip().splitlines() or [""])[0][:120]  # an EOFError has no message
+        raise DraftlabError(f"cannot read feature file ({type(exc).__name__}: {first})",
                             path=path) from None
     if not isinstance(data, dict):
         raise DraftlabError("is not a feature file (expected a dict of tensors)", path=path)

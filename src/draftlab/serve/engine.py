@@ -4,11 +4,13 @@ The decoder is batch 1, so concurrency is queueing: every HTTP handler thread su
 reads that job's commits as the single worker thread produces them. The worker also keeps the
 lifetime speculation counters the metrics endpoints expose (cycles, accepted drafts, per-position
 acceptance), the way the engines count them: one verify cycle is one "draft", its accept length
-counts the bonus token.
+counts the bonus token. Requests are counted by how they ended (``stop``, ``length``, ``abort`` when
+the client left first), as vLLM's ``request_success`` does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Iterator
@@ -50,6 +52,8 @@ class SpecCounters:
     num_accepted_tokens: int = 0  # accepted draft tokens (bonus excluded)
     accepted_per_pos: list[int] = field(default_factory=list)  # by depth along the accepted path
     generation_tokens: int = 0
+    prompt_tokens: int = 0  # of every request the decoder prefilled
+    requests: dict[str, int] = field(default_factory=dict)  # finished requests by finish reason
 
     def observe(self, accept_length: int, drafted: int) -> None:
         accepted = accept_length - 1
@@ -114,11 +118,15 @@ class ServeEngine:
         self._jobs.put(None)
         self._worker.join(timeout=30)
 
+    def finished(self, reason: str) -> None:
+        """Count one request that ended: ``stop``, ``length`` or ``abort`` (the client left)."""
+        with self.lock:
+            self.counters.requests[reason] = self.counters.requests.get(reason, 0) + 1
+
     def snapshot(self) -> SpecCounters:
         with self.lock:
             c = self.counters
-            return SpecCounters(c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens, list(c.accepted_per_pos),
-                                c.generation_tokens)
+            return dataclasses.replace(c, accepted_per_pos=list(c.accepted_per_pos), requests=dict(c.requests))
 
     def _run(self) -> None:
         while True:
@@ -130,10 +138,14 @@ class ServeEngine:
                 continue
             job = stream.job
             try:
+                prefilled = False
                 for commit in self.decoder.stream(job.input_ids, max_new_tokens=job.max_new_tokens,
                                                   temperature=job.temperature, ignore_eos=job.ignore_eos,
                                                   seed=job.seed):
                     with self.lock:
+                        if not prefilled:
+                            self.counters.prompt_tokens += len(job.input_ids)
+                            prefilled = True
                         self.counters.generation_tokens += len(commit.tokens)
                         if self.speculative and commit.accept_length is not None:
                             self.counters.observe(commit.accept_length, self.drafted_per_cycle)

@@ -2,7 +2,9 @@
 
 A thread per connection parses and tokenizes; decoding happens on the engine's single worker, so
 a request waits in line while another decodes. Streams use chunked transfer encoding and SSE
-``data:`` lines ending with ``data: [DONE]``, like SGLang and vLLM.
+``data:`` lines ending with ``data: [DONE]``, like SGLang and vLLM. Bad requests (malformed JSON, wrong
+fields, token ids outside the vocabulary, prompts or ``max_tokens`` past the context) get 400 with an
+OpenAI-style error body before anything is queued; a client that hangs up mid-stream cancels its decode.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from draftlab.serve import protocol
 from draftlab.serve.engine import Job, ServeEngine
 
 ROUTES = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/generate": "generate"}
+MAX_BODY_BYTES = 64 << 20  # a request body past this is refused unread (413)
 
 
 @dataclass
@@ -33,6 +36,8 @@ class ServeContext:
     model_path: str
     spec: dict[str, int] | None  # num_steps, eagle_topk, num_draft_tokens when speculating
     eos_token_ids: set[int]
+    context_len: int | None = None  # the target's max_position_embeddings (None: unlimited)
+    vocab_size: int | None = None
 
 
 class _Output:
@@ -84,7 +89,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(obj).encode(), "application/json")
 
     def _error(self, status: int, message: str) -> None:
-        kind = "BadRequestError" if status == 400 else "InternalServerError"
+        kind = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError"}.get(status, "InternalServerError")
         self._json(status, {"error": {"message": message, "type": kind, "code": status}, "object": "error"})
 
     def _event(self, obj: Any) -> None:
@@ -113,8 +118,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         api = ROUTES.get(self.path.split("?")[0])
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
-        except (ValueError, json.JSONDecodeError):
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True  # the body stays unread, so the connection cannot carry another request
+            self._error(413 if length > MAX_BODY_BYTES else 400,
+                        f"Content-Length must be 0 to {MAX_BODY_BYTES} bytes, got {self.headers.get('Content-Length')}")
+            return
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+        except (ValueError, RecursionError):  # JSONDecodeError and bad UTF-8 are ValueErrors; RecursionError: nesting
             self._error(400, "the request body is not valid JSON")
             return
         if api is None:
@@ -126,6 +140,7 @@ class Handler(BaseHTTPRequestHandler):
         except protocol.BadRequest as exc:
             self._error(400, str(exc))
             return
+        self._ended = False
         stream = self.server.ctx.engine.submit(job)
         commits = iter(stream)
         try:
@@ -143,7 +158,15 @@ class Handler(BaseHTTPRequestHandler):
                 self._complete(request, job, first, commits)
         except (BrokenPipeError, ConnectionResetError):
             stream.cancel()  # the client left; the decoder stops at its next commit
+            if not self._ended:
+                self.server.ctx.engine.finished("abort")
             self.close_connection = True
+
+    def _end(self, reason: str) -> None:
+        """Count the request as finished once its decode has ended, before its last bytes leave (a
+        client that has read its response finds it counted)."""
+        self._ended = True
+        self.server.ctx.engine.finished(reason)
 
     def _job(self, request: protocol.ParsedRequest) -> Job:
         tok = self.server.ctx.tokenizer
@@ -159,6 +182,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise protocol.BadRequest(f"cannot apply the chat template: {exc}") from None
         else:
             ids = tok.encode(request.text, add_special_tokens=True)
+        protocol.check_tokens(ids, request.max_new_tokens, self.server.ctx.context_len, self.server.ctx.vocab_size)
         return Job(ids, request.max_new_tokens, request.temperature, request.ignore_eos, request.seed)
 
     def _complete(self, request: protocol.ParsedRequest, job: Job, first: Any, commits: Any) -> None:
@@ -166,7 +190,9 @@ class Handler(BaseHTTPRequestHandler):
         out.add(first.tokens, first.accept_length)
         for commit in commits:
             out.add(commit.tokens, commit.accept_length)
-        self._json(200, self._final(request, job, out))
+        final = self._final(request, job, out)
+        self._end(out.finish(job)[0])
+        self._json(200, final)
 
     def _final(self, request: protocol.ParsedRequest, job: Job, out: _Output) -> dict[str, Any]:
         ctx = self.server.ctx
@@ -205,6 +231,7 @@ class Handler(BaseHTTPRequestHandler):
                                                   first=is_first))
             is_first = False
         finish, sg_finish = out.finish(job)  # the end is known only once the decoder stops
+        self._end(finish)
         if request.api == "generate":
             self._event({"text": out.text, "output_ids": list(out.ids), "index": 0,
                          "meta_info": self._meta(rid, job, out, sg_finish)})
@@ -221,6 +248,7 @@ class Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # listen backlog: socketserver's 5 drops connections when many clients arrive at once
 
     def __init__(self, address: tuple[str, int], ctx: ServeContext) -> None:
         self.ctx = ctx

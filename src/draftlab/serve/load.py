@@ -43,7 +43,7 @@ def load_context(
     serve_engine = ServeEngine(decoder, steps=flags.steps if flags else None,
                                num_draft_tokens=flags.num_draft_tokens if flags else None)
     return ServeContext(serve_engine, _tokenizer(Path(target)), Path(target).name, str(target), spec,
-                        set(runner.eos_token_ids))
+                        set(runner.eos_token_ids), runner.config.max_position_embeddings, runner.config.vocab_size)
 
 
 def _tokenizer(folder: Path) -> Any | None:

@@ -9,6 +9,7 @@ max_tokens 16 and temperature 1.0, SGLang max_new_tokens 128 and temperature 1.0
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ def _number(body: dict[str, Any], key: str, default: float, *, integer: bool = F
     if value is None:
         value = default
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < low:
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < low:
         raise BadRequest(f"'{key}' must be a {'whole ' if integer else ''}number >= {low}, got {value!r}")
     return value
 
@@ -99,10 +100,29 @@ def parse_request(api: str, body: Any) -> ParsedRequest:
         seed = body.get("seed")
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage", False)) if isinstance(options, dict) else False
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise BadRequest(f"the seed must be an integer, got {seed!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        raise BadRequest(f"the seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
     return ParsedRequest(api, text, messages, input_ids, max_new, float(temperature), ignore_eos, seed,
                          bool(body.get("stream", False)), include_usage)
+
+
+def check_tokens(input_ids: list[int], max_new_tokens: int, context: int | None, vocab_size: int | None) -> None:
+    """Refuse what the target cannot run, as SGLang does (HTTP 400): token ids outside its vocabulary,
+    a prompt that fills its context, a prompt plus ``max_new_tokens`` that reaches it."""
+    if vocab_size is not None and any(t >= vocab_size for t in input_ids):
+        bad = next(t for t in input_ids if t >= vocab_size)
+        raise BadRequest(f"token id {bad} is outside the model's vocabulary of {vocab_size} tokens")
+    if context is None:
+        return
+    if len(input_ids) >= context:
+        raise BadRequest(f"The input ({len(input_ids)} tokens) is longer than the model's context length "
+                         f"({context} tokens).")
+    if len(input_ids) + max_new_tokens >= context:
+        raise BadRequest(
+            f"Requested token count exceeds the model's maximum context length of {context} tokens. You requested "
+            f"a total of {len(input_ids) + max_new_tokens} tokens: {len(input_ids)} tokens from the input messages "
+            f"and {max_new_tokens} tokens for the completion. Please reduce the number of tokens in the input "
+            "messages or the completion to fit within the limit.")
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -167,11 +187,18 @@ def server_info(model_path: str, spec: dict[str, int] | None, counters: SpecCoun
 
 
 def prometheus_metrics(model: str, counters: SpecCounters, speculative: bool) -> str:
-    """vLLM's spec-decode counters (``_total`` suffix) plus the generated-token counter."""
+    """vLLM's spec-decode counters (``_total`` suffix) plus its token and finished-request counters."""
     label = f'model_name="{model}"'
-    lines = ["# HELP vllm:generation_tokens Number of generation tokens processed.",
+    lines = ["# HELP vllm:prompt_tokens Number of prefill tokens processed.",
+             "# TYPE vllm:prompt_tokens counter",
+             f"vllm:prompt_tokens_total{{{label}}} {counters.prompt_tokens}",
+             "# HELP vllm:generation_tokens Number of generation tokens processed.",
              "# TYPE vllm:generation_tokens counter",
-             f"vllm:generation_tokens_total{{{label}}} {counters.generation_tokens}"]
+             f"vllm:generation_tokens_total{{{label}}} {counters.generation_tokens}",
+             "# HELP vllm:request_success Count of successfully processed requests.",
+             "# TYPE vllm:request_success counter"]
+    lines += [f'vllm:request_success_total{{{label},finished_reason="{reason}"}} {counters.requests.get(reason, 0)}'
+              for reason in ("stop", "length", "abort")]
     if speculative:
         for name, value, help_ in (
             (VLLM_NUM_DRAFTS, counters.num_drafts, "Number of spec decoding drafts."),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from draftlab import jsonio
 from draftlab.errors import DraftlabError
 
 KINDS = ("input_ids", "prompt", "messages")
@@ -60,7 +61,7 @@ def read_prompts(path: str | Path, *, tokenizer_dir: str | Path, vocab_size: int
 
 def _parse_row(text: str, where: str) -> dict[str, Any]:
     try:
-        row = json.loads(text)
+        row = jsonio.loads(text)
     except json.JSONDecodeError as exc:
         raise DraftlabError(f"{where}: invalid JSON ({exc.msg}); write one JSON object a line") from None
     kinds = [k for k in KINDS if isinstance(row, dict) and k in row]

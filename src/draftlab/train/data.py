@@ -62,17 +62,17 @@ def tokenized_rows(data: str | Path, tokenizer: Any | None, vocab_size: int, seq
     template = template_text(tokenizer) if tokenizer is not None else None
     generation = template is not None and has_generation_blocks(template)
     rows = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            if not raw.strip():
                 continue
             try:
-                row = parse_row(line.lstrip("\ufeff"))
+                row = parse_row(raw.decode("utf-8").lstrip("\ufeff"))
                 if tokenizer is None and row.kind != "input_ids":
                     raise BadRow(f"a {row.kind!r} row needs the target's tokenizer, but {no_tokenizer}; "
                                  "give input_ids rows or a target folder with its tokenizer")
                 ids, mask = _tokenize(row, tokenizer, template, generation)
-            except BadRow as exc:
+            except (BadRow, UnicodeDecodeError) as exc:
                 raise DraftlabError(f"line {number}: {exc}", path=path) from None
             if ids and (min(ids) < 0 or max(ids) >= vocab_size):
                 raise DraftlabError(f"line {number}: token id outside the target vocabulary [0, {vocab_size})",

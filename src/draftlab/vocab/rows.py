@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from draftlab import jsonio
+
 ROW_KINDS = ("messages", "conversations", "text", "input_ids")
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
                    "assistant": "assistant", "system": "system"}
@@ -34,7 +36,7 @@ class Row:
 def parse_row(line: str) -> Row:
     """One JSONL line as a :class:`Row`; raises :class:`BadRow` when it is not one of the kinds."""
     try:
-        obj = json.loads(line)
+        obj = jsonio.loads(line)
     except json.JSONDecodeError as exc:
         raise BadRow(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(obj, dict):

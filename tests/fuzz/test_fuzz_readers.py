@@ -1,0 +1,128 @@
+"""Every reader of published files, fuzzed: each input ends in a result or one DraftlabError (exit 2),
+never another exception. Inputs are structure-aware mutations of valid files (fuzz_targets.py); the
+``@example`` cases are the crashes this fuzzing found, kept as regressions. Example counts per target:
+fuzz_profiles.py (150 in CI; DRAFTLAB_FUZZ_PROFILE=long for 5000)."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from fuzz_profiles import FUZZ
+from fuzz_targets import (BY_NAME, TARGET_CONFIG, VALID_DATA, VALID_HEADER, VALID_INDEX,
+                          VALID_PROBE, VALID_PROFILE, deep, run_target, safetensors_bytes)
+from hypothesis import example, given
+
+from draftlab.errors import DraftlabError
+
+
+def _holds(name: str, value) -> None:
+    """The contract: a result, or a DraftlabError whose message is one line."""
+    try:
+        run_target(BY_NAME[name], value)
+    except DraftlabError as exc:
+        assert "\n" not in str(exc), str(exc)
+
+
+@FUZZ
+@given(BY_NAME["safetensors header"].strategy)
+@example(struct.pack("<Q", 2**60) + b"{}")  # a length claiming 2^60 bytes must not allocate
+@example(struct.pack("<Q", 100_000) + b"[" * 100_000)  # nesting past Python's recursion limit
+@example(safetensors_bytes({"x": {"dtype": "F32", "shape": [10**400], "data_offsets": [0, 0]}}, b""))
+@example(safetensors_bytes({"x": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4))  # unhashable
+def test_safetensors_header(blob):
+    _holds("safetensors header", blob)
+
+
+@FUZZ
+@given(BY_NAME["config.json (target, drafter)"].strategy)
+@example(json.dumps(TARGET_CONFIG).replace('"hidden_size": 64', '"hidden_size": ' + "9" * 5000))  # past int()'s limit
+@example(deep(100_000))
+def test_configs(text):
+    _holds("config.json (target, drafter)", text)
+
+
+@FUZZ
+@given(BY_NAME["model.safetensors.index.json"].strategy)
+@example(json.dumps({**VALID_INDEX, "weight_map": {"d2t": "../outside.safetensors"}}))
+@example(deep(100_000))
+def test_index(text):
+    _holds("model.safetensors.index.json", text)
+
+
+@FUZZ
+@given(BY_NAME["prompts (spec/prompts.py)"].strategy)
+@example(b'{"input_ids": [' + b"9" * 5000 + b"]}")
+@example(deep(100_000).encode())
+def test_prompts(blob):
+    _holds("prompts (spec/prompts.py)", blob)
+
+
+@FUZZ
+@given(BY_NAME["vocab count rows (vocab/rows.py)"].strategy)
+@example(b'{"input_ids": [' + b"9" * 5000 + b"]}")
+@example(deep(100_000).encode())
+def test_vocab_count_rows(blob):
+    _holds("vocab count rows (vocab/rows.py)", blob)
+
+
+@FUZZ
+@given(BY_NAME["train rows (train/data.py)"].strategy)
+@example(b'{"input_ids": [' + b"9" * 5000 + b"]}")
+@example(b"\xff\xfe")
+@example(deep(100_000).encode())
+def test_train_rows(blob):
+    _holds("train rows (train/data.py)", blob)
+
+
+@FUZZ
+@given(BY_NAME["feature files (probe/features.py)"].strategy)
+@example(("data_0.pt", b""))  # torch.load's EOFError carries no message
+@example(("data_0.ckpt", b"\x80\x02}q\x00(X"))  # a cut pickle: IndexError inside the unpickler
+def test_feature_files(named):
+    _holds("feature files (probe/features.py)", named)
+
+
+@FUZZ
+@given(BY_NAME["d2t/t2d mapping file (vocab/mapping.py)"].strategy)
+@example(safetensors_bytes(VALID_HEADER, VALID_DATA))
+@example(safetensors_bytes({"d2t": {"dtype": {}, "shape": [4], "data_offsets": [0, 32]}}, VALID_DATA[:32]))
+def test_mapping_file(blob):
+    _holds("d2t/t2d mapping file (vocab/mapping.py)", blob)
+
+
+@FUZZ
+@given(BY_NAME["drafter d2t/t2d (reader, arrays.py, d2t.py)"].strategy)
+@example(safetensors_bytes(VALID_HEADER, VALID_DATA))
+def test_drafter_mapping(blob):
+    _holds("drafter d2t/t2d (reader, arrays.py, d2t.py)", blob)
+
+
+@FUZZ
+@given(BY_NAME["PROFILE.json (plan)"].strategy)
+@example(json.dumps({**VALID_PROFILE, "context_tokens": "many"}))
+@example(json.dumps({**VALID_PROFILE, "environment": [1, 2]}))
+@example(deep(100_000))
+def test_profile(text):
+    _holds("PROFILE.json (plan)", text)
+
+
+@FUZZ
+@given(BY_NAME["probe JSON (plan)"].strategy)
+@example(json.dumps({**VALID_PROBE, "config": {"steps": float("inf"), "topk": 1, "num_draft_tokens": 4}}))
+@example(deep(100_000))
+def test_probes(text):
+    _holds("probe JSON (plan)", text)
+
+
+def test_valid_inputs_are_results():
+    """The seeds of the mutations are valid: the fuzzing starts from inputs that read."""
+    assert run_target(BY_NAME["config.json (target, drafter)"], json.dumps(TARGET_CONFIG)) is not None
+    assert run_target(BY_NAME["model.safetensors.index.json"], json.dumps(VALID_INDEX)).keys() == {"d2t", "t2d"}
+    assert run_target(BY_NAME["d2t/t2d mapping file (vocab/mapping.py)"], safetensors_bytes(VALID_HEADER, VALID_DATA)) == []
+    assert run_target(BY_NAME["PROFILE.json (plan)"], json.dumps(VALID_PROFILE)).verify
+    assert run_target(BY_NAME["probe JSON (plan)"], json.dumps(VALID_PROBE))[0].accept_length == 2.5
+    assert len(run_target(BY_NAME["train rows (train/data.py)"], b'{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}'))
+    with pytest.raises(DraftlabError):
+        run_target(BY_NAME["safetensors header"], struct.pack("<Q", 2**60))
