@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from builders import DROP, SEEN_AUX, folder_hash, make_pair
@@ -164,3 +165,42 @@ def test_cli_json_and_refusals(tmp_path, pair, capsys):
     assert main(["convert", str(drafter), "--to", "eagle", "-o", str(tmp_path / "o2")]) == 2
     assert "specforge, speculators" in capsys.readouterr().err
     assert folder_hash(drafter) == before and not (tmp_path / "o2").exists()
+
+
+REFERENCE = Path("/work/shared/reference/configs")
+REAL_CONFIGS = sorted((REFERENCE / "specforge-drafters").glob("*.json")) + [
+    REFERENCE / "aq-medai-kimi-k2-instruct-eagle3.config.json"]
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="the reference configs are not on this machine")
+@pytest.mark.parametrize("path", REAL_CONFIGS, ids=[p.stem for p in REAL_CONFIGS])
+def test_real_specforge_configs_round_trip_in_meaning(tmp_path, path):
+    """Every drafter config SpecForge ships (and AQ-MedAI's Kimi-K2 one, aux ids [2, 30, 58]): rope,
+    context, fc_norm, draft vocabulary and aux ids survive SpecForge -> speculators -> SpecForge."""
+    from draftlab.checkpoint.synth import write_config, write_safetensors
+
+    drafter = tmp_path / "in"
+    write_config(drafter, json.loads(path.read_text()))
+    write_safetensors(drafter / "model.safetensors", {"midlayer.input_layernorm.weight": ("BF16", (4,))})
+    convert_drafter(drafter, "speculators", tmp_path / "spec")
+    convert_drafter(tmp_path / "spec", "specforge", tmp_path / "back")
+    assert meaning(tmp_path / "spec") == meaning(drafter) == meaning(tmp_path / "back")
+    original, back = (json.loads((f / "config.json").read_text()) for f in (drafter, tmp_path / "back"))
+    for key in ("rope_scaling", "rope_theta", "max_position_embeddings", "fc_norm", "draft_vocab_size"):
+        assert back.get(key) == original.get(key), key
+
+
+def test_specforge_with_layers0_names_is_renamed_for_sglang(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], layer_prefix="layers.0.",
+                                architectures=["Eagle3LlamaForCausalLM"])
+    result = convert_drafter(drafter, "specforge", tmp_path / "out", target=target)
+    assert len(result.renamed) == 10 and all(v.startswith("midlayer.") for v in result.renamed.values())
+    assert result.check.ok and "weight-names" not in {f.code for f in result.check.findings}
+
+
+def test_a_drafter_without_aux_features_is_refused_for_speculators(tmp_path, target_configs, capsys):
+    drafter, _ = make_pair(tmp_path, target_configs["llama"], eagle_config={"use_aux_hidden_state": False})
+    assert main(["convert", str(drafter), "--to", "speculators", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "use_aux_hidden_state" in err[0] and str(drafter / "config.json") in err[0]
+    assert not (tmp_path / "out").exists()

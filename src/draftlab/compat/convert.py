@@ -201,6 +201,10 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
               top["eagle_aux_hidden_state_layer_ids"], f"vLLM and speculators read these as inputs of layers "
               f"(canonical + 1): the outputs of layers {aux}")
     if isinstance(config.get("eagle_config"), dict):
+        if config["eagle_config"].get("use_aux_hidden_state") is False:
+            raise DraftlabError("sets eagle_config.use_aux_hidden_state false (a drafter without fc over aux "
+                                "features); the speculators layout has no such drafter, so it cannot be converted",
+                                path=ckpt.config_path)
         _note(changes, "eagle_config", config["eagle_config"], None,
               "SGLang's field; a speculators config carries the ids at the top level only")
     if "norm_output" in config:
