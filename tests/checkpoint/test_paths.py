@@ -156,7 +156,7 @@ def test_a_failed_write_leaves_no_output_and_is_one_line(tmp_path, target_config
 
 def test_disk_full_in_the_middle_of_the_weights(tmp_path, target_configs, capsys, monkeypatch):
     """ENOSPC while the renamed safetensors data is copied: the half-written folder is removed."""
-    drafter, target = make_pair(tmp_path, target_configs["llama"], layer_prefix="layers.0.")
+    drafter, _ = make_pair(tmp_path, target_configs["llama"], layer_prefix="layers.0.")
 
     def full(src, dst, length=0):
         dst.write(src.read(100))

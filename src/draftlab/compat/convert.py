@@ -91,7 +91,7 @@ def convert_drafter(drafter: str | Path, to: str, out: str | Path, *,
     engine = NATIVE_ENGINE[to]
     check = check_pair(out, target, engine) if target is not None else None
     return ConvertResult(out, d.layout, to, ckpt.format, len(ckpt.tensors), renames, changes,
-                         config_diff(ckpt.config, config), engine, check)
+                         config_diff(ckpt.config, config, "config.json (converted)"), engine, check)
 
 
 def _note(changes: list[ConfigChange], name: str, before: Any, after: Any, why: str) -> None:
@@ -142,8 +142,8 @@ def _to_specforge(ckpt: Checkpoint, d: DrafterConfig, changes: list[ConfigChange
         _note(changes, "eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"),
               written_aux_ids("vllm", aux), f"vLLM reads these as inputs of layers {written_aux_ids('vllm', aux)} "
               f"(canonical + 1): the outputs of layers {aux}")
-    elif flat.get("eagle_aux_hidden_state_layer_ids", 0) is None:
-        del flat["eagle_aux_hidden_state_layer_ids"]
+    elif "eagle_aux_hidden_state_layer_ids" in flat and flat["eagle_aux_hidden_state_layer_ids"] is None:
+        del flat["eagle_aux_hidden_state_layer_ids"]  # speculators writes null for "the default"
     if d.layout == "speculators" and (d.norm_before_residual or "norm_before_residual" in config):
         _note(changes, "norm_before_residual", config.get("norm_before_residual"), d.norm_before_residual,
               "written out: vLLM reads a missing value as true in a speculators config, false in a flat one")

@@ -171,8 +171,8 @@ def _fc_target_hidden(pair: Pair) -> int | None:
     return pair.target.hidden_size if fits else None
 
 
-def config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """A unified diff of two configs as pretty JSON."""
+def config_diff(old: dict[str, Any], new: dict[str, Any], label: str = "config.json (fixed)") -> str:
+    """A unified diff of two configs as pretty JSON; ``label`` names the new one."""
     a = json.dumps(old, indent=2).splitlines(keepends=True)
     b = json.dumps(new, indent=2).splitlines(keepends=True)
-    return "".join(difflib.unified_diff(a, b, "config.json", "config.json (fixed)"))
+    return "".join(difflib.unified_diff(a, b, "config.json", label))
