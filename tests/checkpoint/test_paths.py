@@ -107,7 +107,7 @@ def test_fix_and_remap_refuse_outputs_inside_their_inputs(tmp_path, target_confi
     assert (folder_hash(drafter), folder_hash(target)) == hashes and not out.exists()
 
 
-def test_train_and_capture_refuse_outputs_inside_their_inputs(tmp_path, target_configs):
+def test_train_capture_regenerate_refuse_outputs_inside_their_inputs(tmp_path, target_configs):
     from draftlab.train.capture import capture
     from draftlab.train.trainer import TrainOptions, train
 
@@ -122,6 +122,10 @@ def test_train_and_capture_refuse_outputs_inside_their_inputs(tmp_path, target_c
         capture(target, data, target / "features")
     with pytest.raises(DraftlabError, match="is --data itself"):
         capture(target, data, data, resume=True)
+    from draftlab.train.regenerate import regenerate
+
+    with pytest.raises(DraftlabError, match="inside --target"):
+        regenerate(data, target / "answers.jsonl", target=target)
     assert not (target / "run").exists() and not (target / "features").exists()
 
 
@@ -167,3 +171,22 @@ def test_disk_full_in_the_middle_of_the_weights(tmp_path, target_configs, capsys
     line = one_line(capsys)
     assert "No space left on device" in line and str(tmp_path / "out") in line
     assert not (tmp_path / "out").exists() and _siblings(tmp_path) == []
+
+
+def test_file_writers_refuse_to_write_over_their_inputs(tmp_path, target_configs, capsys):
+    """vocab count -o over its data (or into the tokenizer folder), vocab build -o over its counts."""
+    _, target = make_pair(tmp_path, target_configs["llama"])
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"input_ids": [1, 2, 3]}) + "\n")
+    before = data.read_bytes()
+    assert main(["vocab", "count", "--data", str(data), "--vocab-size", "512", "-o", str(data)]) == 2
+    assert "itself" in one_line(capsys) and data.read_bytes() == before
+    assert main(["vocab", "count", "--data", str(data), "--tokenizer", str(target), "-o",
+                 str(target / "counts.json")]) == 2
+    assert "inside --tokenizer" in one_line(capsys) and not (target / "counts.json").exists()
+    counts = tmp_path / "counts.json"
+    assert main(["vocab", "count", "--data", str(data), "--vocab-size", "512", "-o", str(counts)]) == 0
+    capsys.readouterr()
+    before = counts.read_bytes()
+    assert main(["vocab", "build", "--counts", str(counts), "--size", "4", "-o", str(counts)]) == 2
+    assert "is --counts itself" in one_line(capsys) and counts.read_bytes() == before
