@@ -37,14 +37,19 @@ def _plain_mode(path: Path, full: int) -> None:
 
 
 def _write_failed(dest: Path, exc: OSError, tmp: Path | None) -> DraftlabError:
-    """One line for an OSError while writing ``dest`` (through ``tmp``); nothing of the output was left."""
+    """One line for an OSError while writing ``dest`` (through ``tmp``); nothing of the output was left.
+
+    An error on a file that is not part of the output (an input read while writing) is named.
+    """
+    name = Path(exc.filename) if exc.filename else None
+    ours = (name is None or name == dest or dest.is_relative_to(name) or name.name.startswith(f".{dest.name}.")
+            or (tmp is not None and name.is_relative_to(tmp)))
     why = exc.strerror or str(exc)
-    if exc.errno == errno.ENOSPC:
+    if ours and exc.errno == errno.ENOSPC:
         why += " (free some space or write elsewhere)"
-    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    elif ours and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         why += " (write somewhere you may write)"
-    inside = exc.filename is None or (tmp is not None and str(exc.filename).startswith(str(tmp)))
-    where = "" if inside else f" ({exc.filename})"
+    where = "" if ours else f" ({exc.filename})"
     return DraftlabError(f"cannot write: {why}{where}; nothing was written", path=dest)
 
 
