@@ -136,6 +136,7 @@ def test_speculators_without_ids_or_residual_flag_keeps_their_meaning(tmp_path, 
     assert "target_hidden_size" not in flat and "norm_output" not in flat
     assert meaning(tmp_path / "out") == meaning(drafter)
     assert "norm-before-residual" in {f.code for f in result.check.findings}  # SGLang cannot run it: said
+    assert main(["convert", str(drafter), "--to", "specforge", "-o", str(tmp_path / "cli"), "-t", str(target)]) == 1
 
 
 def test_without_target_the_verifier_is_null_and_said(tmp_path, target_configs):
