@@ -39,3 +39,24 @@ def test_fixed_drafter_is_readable_by_others(tmp_path, target_configs, umask):
     fix_pair(drafter, target, tmp_path / "fixed", "sglang")
     assert mode(tmp_path / "fixed") == 0o777 & ~umask
     assert mode(tmp_path / "fixed" / "config.json") == 0o666 & ~umask
+
+
+def test_a_failed_write_names_what_failed_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    from draftlab.errors import DraftlabError
+    from draftlab.fsutil import atomic_dir, write_text_atomic
+
+    dest = tmp_path / "out"
+    with pytest.raises(DraftlabError, match=r"No space left on device \(free some space"):
+        with atomic_dir(dest) as tmp:
+            (tmp / "a").write_text("x")
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "a"))
+    with pytest.raises(DraftlabError, match=r"Permission denied \(/data/input.bin\); nothing was written"):
+        with atomic_dir(dest):
+            raise OSError(errno.EACCES, "Permission denied", "/data/input.bin")  # an input, named
+    monkeypatch.setattr("draftlab.fsutil.tempfile.mkstemp", lambda **kw: (_ for _ in ()).throw(
+        PermissionError(errno.EACCES, "Permission denied", str(tmp_path / ".f.json.x.tmp"))))
+    with pytest.raises(DraftlabError, match=r"\(write somewhere you may write\)"):
+        write_text_atomic(tmp_path / "f.json", "{}")
+    assert list(tmp_path.iterdir()) == []

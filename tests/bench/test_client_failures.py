@@ -95,7 +95,7 @@ def test_bench_cli_json_contract_and_compare(bad_url, tmp_path, capsys):
                      "-o", str(out), "--json"])
         assert code == 0
         printed = json.loads(capsys.readouterr().out)  # exactly one JSON document on stdout
-        assert tuple(printed) == CONTRACT_KEYS and json.loads(out.read_text()) == printed
+        assert tuple(printed) == (*CONTRACT_KEYS, "provenance") and json.loads(out.read_text()) == printed
         files.append(out)
     plot = tmp_path / "cmp.png"
     result = compare_results(files, plot=plot)

@@ -139,6 +139,9 @@ def commands(i: dict) -> dict[str, list[list[str]]]:
         "inspect target": [["inspect", t, "--json"]],
         "check": [["check", d, "--target", t, "--json"]],
         "check --fix": [["check", str(i["renamed"]), "--target", t, "--fix", str(tmp / "fixed"), "--json"]],
+        "convert": [["convert", str(i["renamed"]), "--to", "speculators", "-o", str(tmp / "spec"), "--target", t,
+                     "--json"],
+                    ["convert", str(tmp / "spec"), "--to", "specforge", "-o", str(tmp / "flat"), "--json"]],
         "vocab coverage": [["vocab", "coverage", d, "--counts", str(i["counts"]), "--json"]],
         "vocab build": [["vocab", "build", "--counts", str(i["counts"]), "--size", "64", "-o", mapping]],
         "vocab compare": [["vocab", "build", "--counts", str(i["counts"]), "--size", "128", "-o",
@@ -166,7 +169,7 @@ def commands(i: dict) -> dict[str, list[list[str]]]:
     }
 
 
-CASES = ("inspect", "inspect target", "check", "check --fix", "vocab coverage", "vocab build", "vocab compare",
+CASES = ("inspect", "inspect target", "check", "check --fix", "convert", "vocab coverage", "vocab build", "vocab compare",
          "vocab remap", "launch --dry-run", "sweep --dry-run", "bench", "bench compare", "plan from engine numbers",
          "plan --costs --probe", "report")
 
@@ -179,7 +182,8 @@ def test_command_starts_without_torch(inputs: dict, case: str) -> None:
     for step in report:
         assert_none_of(HEAVY if case not in ("inspect", "inspect target") else STARTUP, step)
     tmp = inputs["tmp"]
-    expected = {"check --fix": tmp / "fixed" / "config.json", "vocab build": tmp / "built.safetensors",
+    expected = {"check --fix": tmp / "fixed" / "config.json", "convert": tmp / "flat" / "model.safetensors",
+                "vocab build": tmp / "built.safetensors",
                 "vocab remap": tmp / "warm" / "model.safetensors", "bench": tmp / "base.json",
                 "bench compare": tmp / "c.png", "plan --costs --probe": tmp / "plan.png",
                 "report": tmp / "report.html"}

@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 
 from draftlab.checkpoint.synth import write_target
 from draftlab.compat import fix_pair
+from draftlab.compat.convert import convert_drafter
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.vocab import VocabMapping, remap_drafter
 
@@ -178,6 +179,18 @@ def _remap(layout: str) -> Callable[[Path, Path], Path]:
     return build
 
 
+def _convert(layout: str) -> Callable[[Path, Path], Path]:
+    """``convert --to layout`` of a SpecForge drafter (to speculators) or of speculators' own converter
+    output, with the aux ids restored by ``check --fix --aux-layers`` (to specforge)."""
+    def build(root: Path, target: Path) -> Path:
+        if layout == SPECULATORS:
+            src = write_flat_drafter(root / "in-convert")
+        else:
+            src = fix_pair(_converted(root, target), target, root / "converted-ids", "vllm", aux_layers=AUX).out
+        return convert_drafter(src, layout, root / f"convert-{layout}", target=target).out
+    return build
+
+
 KINDS = (
     Kind("check --fix, SpecForge layout -> sglang", FLAT, None, _fix_specforge),
     Kind("check --fix --aux-layers, speculators layout -> sglang (flattened)", FLAT, "speculators",
@@ -185,6 +198,8 @@ KINDS = (
     Kind("check --fix --aux-layers, speculators layout -> vllm", SPECULATORS, "speculators", _fix_speculators("vllm")),
     Kind("vocab remap, SpecForge layout", FLAT, None, _remap(FLAT)),
     Kind("vocab remap, speculators layout", SPECULATORS, "speculators", _remap(SPECULATORS)),
+    Kind("convert --to speculators, from SpecForge layout", SPECULATORS, None, _convert(SPECULATORS)),
+    Kind("convert --to specforge, from speculators layout", FLAT, "speculators", _convert(FLAT)),
 )
 
 

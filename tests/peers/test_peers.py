@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 from peer_kinds import (
-    AUX, FLAT, KINDS, SPECULATORS, VOCAB, draftlab_logits, inputs, make_target, peer_import_error, peer_load,
-    skip_reason, speculators_convert, write_flat_drafter,
+    AUX, DRAFT_IDS, FLAT, KINDS, SPECULATORS, VOCAB, _quiet, draftlab_logits, inputs, make_target,
+    peer_import_error, peer_load, skip_reason, speculators_convert, write_flat_drafter,
 )
 
 from draftlab.compat import check_pair, fix_pair
@@ -115,3 +115,35 @@ def test_vocab_build_equals_specforges_mapping_and_its_pt_loads(tmp_path):
                                                num_key_value_heads=2, vocab_size=VOCAB, draft_vocab_size=10))
     model.load_vocab_mapping(str(tmp_path / "map.pt"))
     assert torch.equal(model.d2t, d2t) and torch.equal(model.t2d, t2d)
+
+
+def test_converted_speculators_folder_loads_in_speculators_classes_with_every_weight(tmp_path):
+    """speculators' own config class reads our config (verifier, proposal, aux ids, vocab, rope) and its
+    model holds exactly the file's tensors."""
+    need("speculators")
+    from safetensors.torch import load_file
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+
+    from draftlab.compat.convert import convert_drafter
+
+    target = make_target(tmp_path)
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 256}
+    src = write_flat_drafter(tmp_path / "ours", rope_scaling=rope, max_position_embeddings=512)
+    out = convert_drafter(src, "speculators", tmp_path / "spec", target=target).out
+    with _quiet():
+        config = Eagle3SpeculatorConfig.from_pretrained(str(out))
+        model = Eagle3DraftModel.from_pretrained(str(out)).eval()
+    assert config.speculators_config.verifier.name_or_path == str(target)
+    assert config.speculators_config.verifier.architectures == ["LlamaForCausalLM"]
+    assert config.speculators_config.default_proposal_method == "greedy"
+    assert config.eagle_aux_hidden_state_layer_ids == [k + 1 for k in AUX]
+    assert config.draft_vocab_size == len(DRAFT_IDS) and config.norm_before_residual is False
+    layer = config.transformer_layer_config
+    assert layer.max_position_embeddings == 512 and layer.vocab_size == VOCAB
+    assert {k: v for k, v in layer.rope_parameters.items() if k != "rope_theta"} == rope
+    stored = load_file(str(out / "model.safetensors"))
+    state = model.state_dict()
+    assert set(stored) <= set(state)
+    for name, tensor in stored.items():
+        assert torch.equal(state[name], tensor), name

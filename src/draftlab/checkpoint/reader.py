@@ -6,6 +6,11 @@ Supported weight sets, in the order they are looked for:
 come from safetensors headers; ``.bin`` files are opened only with
 ``torch.load(weights_only=True, mmap=True)``, which never unpickles arbitrary objects and reads
 no tensor bytes until they are touched.
+
+Every file read (config, index, weights) must lie inside the checkpoint folder once symlinks are
+resolved, or, in a Hugging Face cache snapshot (``.../snapshots/REV``), in that repository's
+``blobs`` folder: a published checkpoint cannot make draftlab read (or ``check --fix`` and
+``convert`` copy) a file from elsewhere on the machine.
 """
 
 from __future__ import annotations
@@ -140,7 +145,9 @@ def _open(path: Path) -> Checkpoint:
     else:
         folder = path
         files, fmt, weight_map = _find_weight_files(folder)
-    config = read_json(folder / "config.json")
+    config = read_json(inside_checkpoint(folder, folder / "config.json"))
+    for file in files:
+        inside_checkpoint(folder, file)
     if not isinstance(config, dict):
         raise DraftlabError("config must be a JSON object", path=folder / "config.json")
 
@@ -188,7 +195,7 @@ def _find_weight_files(folder: Path) -> tuple[list[Path], str, dict[str, str] | 
                             ("pytorch_model.bin.index.json", "pytorch")):
         index = folder / index_name
         if index.exists():
-            weight_map = _read_index(index)
+            weight_map = _read_index(inside_checkpoint(folder, index))
             return _files_from_index(folder, index, weight_map), fmt, weight_map
     for single, fmt in (("model.safetensors", "safetensors"), ("pytorch_model.bin", "pytorch")):
         if (folder / single).exists():
@@ -228,6 +235,24 @@ def _files_from_index(folder: Path, index: Path, weight_map: dict[str, str]) -> 
             raise DraftlabError(f"weight_map names {name!r}, which does not exist", path=index)
         files.append(file)
     return files
+
+
+def inside_checkpoint(folder: Path, file: Path) -> Path:
+    """``file``, refused when it resolves outside ``folder`` (a symlink out of the checkpoint).
+
+    A Hugging Face cache snapshot's files are symlinks into ``../../blobs``: those are accepted.
+    A file that does not exist is returned as is (the caller reports it).
+    """
+    if file.parent == folder and not file.is_symlink():
+        return file
+    root, real = folder.resolve(), file.resolve()
+    allowed = [root]
+    if root.parent.name == "snapshots":
+        allowed.append(root.parent.parent / "blobs")
+    if not any(real.is_relative_to(a) for a in allowed):
+        raise DraftlabError(f"resolves to {real}, outside the checkpoint folder {root}; refusing to read it "
+                            "(copy the file into the folder if it is meant to be there)", path=file)
+    return file
 
 
 def _check_index_matches(folder: Path, weight_map: dict[str, str], tensors: dict[str, TensorInfo]) -> None:

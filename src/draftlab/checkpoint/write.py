@@ -3,6 +3,8 @@
 A file whose tensor names stay the same is hard-linked (or copied where links are impossible).
 A safetensors file with renamed tensors gets a new header naming the same dtypes, shapes and
 offsets, followed by the original data buffer copied byte for byte: no tensor is decoded.
+:func:`write_as_safetensors` also turns pickled ``.bin`` weights into safetensors files holding
+the same bytes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import shutil
 import struct
 from pathlib import Path
 
-from draftlab.checkpoint.reader import INDEX_NAMES, Checkpoint, load_pickled
+from draftlab.checkpoint.reader import INDEX_NAMES, Checkpoint, inside_checkpoint, load_pickled
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
@@ -61,3 +63,43 @@ def _rename_pickled(src: Path, dst: Path, renames: dict[str, str]) -> None:
 
     state = load_pickled(src)
     torch.save({renames.get(k, k): v for k, v in state.items()}, dst)
+
+
+def write_as_safetensors(ckpt: Checkpoint, out: Path, renames: dict[str, str]) -> None:
+    """Write ``ckpt``'s weights into ``out`` as safetensors with ``renames`` applied: safetensors files
+    as :func:`write_weights` does, each ``.bin`` file as a safetensors file of the same tensor bytes
+    (``pytorch_model*.bin`` -> ``model*.safetensors``, with a ``model.safetensors.index.json`` when the
+    checkpoint had an index)."""
+    if ckpt.format == "safetensors":
+        write_weights(ckpt, out, renames)
+        return
+    from safetensors.torch import save_file
+
+    weight_map: dict[str, str] = {}
+    total = 0
+    for file in ckpt.weight_files:
+        name = safetensors_name(file)
+        state = load_pickled(file)
+        # contiguous copies: safetensors refuses tensors that share storage (tied weights)
+        tensors = {renames.get(k, k): v.contiguous().clone() for k, v in state.items()}
+        save_file(tensors, str(out / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, name))
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+    if (ckpt.path / "pytorch_model.bin.index.json").exists():
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+def safetensors_name(file: Path) -> str:
+    """The safetensors file name for a pickled weights file (``pytorch_model-00001-of-00002.bin`` ->
+    ``model-00001-of-00002.safetensors``)."""
+    return file.stem.replace("pytorch_model", "model") + ".safetensors" if file.suffix != ".safetensors" else file.name
+
+
+def copy_other_files(ckpt: Checkpoint, out: Path) -> None:
+    """Tokenizer files, generation config, README...: every file beside config and weights, each
+    checked to stay inside the checkpoint folder (a symlink out of it is refused)."""
+    skip = {"config.json", *INDEX_NAMES, *(f.name for f in ckpt.weight_files)}
+    for item in ckpt.path.iterdir():
+        if item.is_file() and item.name not in skip and not (out / item.name).exists():
+            link_or_copy(inside_checkpoint(ckpt.path, item), out / item.name)

@@ -23,6 +23,7 @@ def _root() -> None:
 # transformers and the modules that load them only inside the commands that load a model, so --help and
 # every other command start at once (tests/cli/test_start_imports.py).
 from draftlab.cli import compat_cmds  # noqa: E402,F401
+from draftlab.cli import convert_cmd  # noqa: E402,F401
 from draftlab.cli import plan_cmd  # noqa: E402,F401
 from draftlab.cli import profile_cmd  # noqa: E402,F401
 from draftlab.cli import vocab_cmd  # noqa: E402,F401

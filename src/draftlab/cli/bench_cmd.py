@@ -67,10 +67,11 @@ def bench(
                   console=err_console, transient=True) as progress:
         task = progress.add_task("requests", total=total)
         result = run_bench(config, rows, on_done=lambda _r: progress.advance(task))
+    doc = document(result)  # one provenance for the file and stdout
     if output is not None:
-        write_json_atomic(output, document(result))
+        write_json_atomic(output, doc)
     if json_out:
-        emit_json(result)
+        emit_json(doc)
     else:
         render_bench(result, console, output)
     if result.config["interrupted"]:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from draftlab.checkpoint.layouts import flatten_speculators
-from draftlab.checkpoint.reader import INDEX_NAMES
-from draftlab.checkpoint.write import link_or_copy, write_weights
+from draftlab.checkpoint.write import copy_other_files, write_weights
 from draftlab.compat.check import check_pair, open_pair, run_rules
 from draftlab.compat.findings import CheckResult, Finding
 from draftlab.compat.pair import Pair, layer_dict
@@ -24,7 +23,7 @@ from draftlab.engines import ENGINES, capturable, written_aux_ids
 from draftlab.engines.loading import bound_name, engine_loading, weight_fate
 from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
-from draftlab.fsutil import atomic_dir
+from draftlab.fsutil import atomic_dir, refuse_overlap
 
 
 @dataclass
@@ -127,9 +126,7 @@ def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: s
         check_aux_layers(pair, aux_layers)
     before = run_rules(pair, Path(drafter), Path(target))
     out = Path(out)
-    src = pair.drafter_ckpt.path.resolve()
-    if out.resolve() == src or out.resolve().is_relative_to(src):
-        raise DraftlabError("is inside the drafter's folder; write the fixed drafter somewhere else", path=out)
+    refuse_overlap(out, {"the drafter's folder": pair.drafter_ckpt.path, "the target's folder": pair.target_ckpt.path})
     fixed = before.fixable
     edit = _Edit(pair, copy.deepcopy(pair.drafter_ckpt.config), {}, aux_layers)
     for code, fixer in FIXERS.items():
@@ -142,7 +139,7 @@ def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: s
     with atomic_dir(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(edit.config, indent=2) + "\n")
         write_weights(pair.drafter_ckpt, tmp, edit.renames)
-        _copy_other_files(pair, tmp)
+        copy_other_files(pair.drafter_ckpt, tmp)
     return FixResult(out, before, check_pair(out, target, engine), fixed, edit.renames,
                      config_diff(pair.drafter_ckpt.config, edit.config))
 
@@ -174,16 +171,8 @@ def _fc_target_hidden(pair: Pair) -> int | None:
     return pair.target.hidden_size if fits else None
 
 
-def config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """A unified diff of two configs as pretty JSON."""
+def config_diff(old: dict[str, Any], new: dict[str, Any], label: str = "config.json (fixed)") -> str:
+    """A unified diff of two configs as pretty JSON; ``label`` names the new one."""
     a = json.dumps(old, indent=2).splitlines(keepends=True)
     b = json.dumps(new, indent=2).splitlines(keepends=True)
-    return "".join(difflib.unified_diff(a, b, "config.json", "config.json (fixed)"))
-
-
-def _copy_other_files(pair: Pair, out: Path) -> None:
-    """Tokenizer files, generation config, README...: everything beside config and weights."""
-    skip = {"config.json", *INDEX_NAMES, *(f.name for f in pair.drafter_ckpt.weight_files)}
-    for item in pair.drafter_ckpt.path.iterdir():
-        if item.is_file() and item.name not in skip and not (out / item.name).exists():
-            link_or_copy(item, out / item.name)
+    return "".join(difflib.unified_diff(a, b, "config.json", label))

@@ -37,16 +37,17 @@ class AuxLayers:
 
 def aux_layers(engine: str, drafter: DrafterConfig, num_target_layers: int) -> AuxLayers:
     """Which target layers ``engine`` will capture for ``drafter``."""
+    return _configured(engine, drafter) or AuxLayers(default_aux_layers(num_target_layers), "default", None)
+
+
+def _configured(engine: str, drafter: DrafterConfig) -> AuxLayers | None:
+    """The layers named in the field ``engine`` reads, None when that field is unset."""
     if engine == "sglang":
         raw = drafter.eagle_config_aux_ids
-        if raw is None:
-            return AuxLayers(default_aux_layers(num_target_layers), "default", None)
-        return AuxLayers(list(raw), "eagle_config", raw)
+        return None if raw is None else AuxLayers(list(raw), "eagle_config", raw)
     if engine == "vllm":
         raw = drafter.top_level_aux_ids
-        if raw is None:
-            return AuxLayers(default_aux_layers(num_target_layers), "default", None)
-        return AuxLayers([i - 1 for i in raw], "top-level", raw)
+        return None if raw is None else AuxLayers([i - 1 for i in raw], "top-level", raw)
     raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
@@ -78,17 +79,18 @@ def capturable(num_layers: int) -> range:
     return range(0, num_layers - 1)
 
 
-def intended_aux_layers(drafter: DrafterConfig, num_target_layers: int) -> AuxLayers:
-    """The layers the drafter was trained on, as far as its config says.
+def configured_aux_layers(drafter: DrafterConfig) -> AuxLayers | None:
+    """The layers the drafter's config says it was trained on, None when it names none.
 
     The field of the engine native to the drafter's layout wins (SpecForge drafters are trained
-    through SGLang's convention, speculators drafters through vLLM's); else the other field; else
-    the default both engines share.
+    through SGLang's convention, speculators drafters through vLLM's); else the other field.
     """
     native = NATIVE_ENGINE[drafter.layout]
     other = "vllm" if native == "sglang" else "sglang"
-    for engine in (native, other):
-        found = aux_layers(engine, drafter, num_target_layers)
-        if found.source != "default":
-            return found
-    return aux_layers(native, drafter, num_target_layers)
+    return _configured(native, drafter) or _configured(other, drafter)
+
+
+def intended_aux_layers(drafter: DrafterConfig, num_target_layers: int) -> AuxLayers:
+    """The layers the drafter was trained on, as far as its config says: its configured layers,
+    else the default both engines share."""
+    return configured_aux_layers(drafter) or aux_layers(NATIVE_ENGINE[drafter.layout], drafter, num_target_layers)

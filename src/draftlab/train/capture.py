@@ -22,7 +22,7 @@ from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import aux_layers as engine_aux_layers
 from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
-from draftlab.fsutil import atomic_path, write_json_atomic
+from draftlab.fsutil import atomic_path, refuse_overlap, write_json_atomic
 from draftlab.train.data import pad_batch, target_tokenizer, tokenized_rows
 from draftlab.distributed import barrier, close_world, init_world
 
@@ -52,6 +52,7 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
     from draftlab.models.target import TargetRunner
 
     out = Path(out)
+    refuse_overlap(out, {"--target": target, "--data": data, "--drafter": drafter})
     if out.exists() and not resume:
         raise DraftlabError("already exists; choose a new folder, or pass --resume to finish it", path=out)
     if drafter is not None and aux_layers is not None:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftlab.errors import DraftlabError
-from draftlab.fsutil import write_text_atomic
 from draftlab.distributed import World, barrier, close_world, init_world
+from draftlab.errors import DraftlabError
+from draftlab.fsutil import refuse_overlap, write_text_atomic
 from draftlab.vocab.rows import BadRow, parse_row
 
 
@@ -69,6 +69,7 @@ def regenerate(data: str | Path, out: str | Path, *, target: str | Path | None =
     if (target is None) == (base_url is None):
         raise DraftlabError("give --target (run the target here) or --base-url (an OpenAI-compatible server)")
     out = Path(out)
+    refuse_overlap(out, {"--data": data, "--target": target})
     if out.exists():
         raise DraftlabError("already exists; choose a new output file", path=out)
     prompts = conversation_prompts(data)

@@ -33,6 +33,7 @@ from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import default_aux_layers, intended_aux_layers
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
+from draftlab.fsutil import refuse_overlap
 from draftlab.models.devices import parse_device, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.train import checkpoints
@@ -131,6 +132,9 @@ class _Run:
         if world.size > 1 and self.device.type == "cuda":
             self.device = torch.device("cuda", world.local_rank)
         self.out = Path(opts.out)
+        refuse_overlap(self.out, {"--target": opts.target, "--data": opts.data, "--init": opts.init,
+                                  "--features": opts.features, "--remap": opts.remap,
+                                  "--eval-prompts": opts.eval_prompts})
         self.state = checkpoints.load_state(self.out) if opts.resume else None
         if not opts.resume and self.out.exists():
             raise DraftlabError("already exists; choose a new output folder, or pass --resume to continue it",

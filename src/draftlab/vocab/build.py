@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from draftlab.errors import DraftlabError
+from draftlab.fsutil import refuse_overlap
 from draftlab.vocab.counts import TokenCounts, read_counts
 from draftlab.vocab.mapping import MAPPING_FORMATS, VocabMapping
 
@@ -71,6 +72,7 @@ def build_mapping_file(counts_path: str | Path, size: int, output: str | Path,
                        vocab_size: int | None = None, fmt: str | None = None) -> BuildResult:
     """Read counts, build the mapping and write it atomically (format from ``fmt`` or the suffix)."""
     output = Path(output)
+    refuse_overlap(output, {"--counts": counts_path})
     fmt = fmt or ("pt" if output.suffix == ".pt" else "safetensors")
     if fmt not in MAPPING_FORMATS:
         raise DraftlabError(f"unknown --format {fmt!r}; choose one of {', '.join(MAPPING_FORMATS)}")

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from draftlab.errors import DraftlabError
+from draftlab.fsutil import refuse_overlap
 from draftlab.vocab.assistant_spans import (
     assistant_char_spans,
     generation_mask,
@@ -300,6 +301,7 @@ def count_to_file(data: list[str | Path], tokenizer_dir: str | Path | None, outp
                   vocab_size: int | None = None, skip_bad_lines: bool = False, workers: int | None = None,
                   progress: Callable[[int, int], None] | None = None) -> CountResult:
     """Count ``data`` and write the counts file atomically."""
+    refuse_overlap(output, {**{f"--data {d}": d for d in data}, "--tokenizer": tokenizer_dir})
     started = time.perf_counter()
     counts = count_tokens(data, tokenizer_dir, vocab_size=vocab_size, skip_bad_lines=skip_bad_lines,
                           workers=workers, progress=progress)

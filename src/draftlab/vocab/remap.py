@@ -28,7 +28,7 @@ from draftlab.checkpoint import DrafterConfig, TargetConfig, is_drafter, open_ch
 from draftlab.checkpoint.arrays import from_float32, read_arrays, save_arrays, to_float32
 from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
-from draftlab.fsutil import atomic_dir
+from draftlab.fsutil import atomic_dir, refuse_overlap
 from draftlab.vocab.mapping import VocabMapping
 
 INIT_METHODS = ("target-lm-head", "mean", "zeros")
@@ -66,6 +66,7 @@ def remap_drafter(drafter: str | Path, mapping: VocabMapping, output: str | Path
         raise DraftlabError("already exists; choose a new output folder", path=output)
 
     ckpt = open_checkpoint(drafter)
+    refuse_overlap(output, {"the drafter's folder": ckpt.path, "--target": target})
     if not is_drafter(ckpt):
         raise DraftlabError("is not an EAGLE-3 drafter (no drafter architecture or fc/midlayer tensors)",
                             path=ckpt.path)

@@ -1,0 +1,218 @@
+"""``draftlab convert``: a drafter rewritten in the other layout, SpecForge (SGLang) <-> speculators (vLLM).
+
+Tensors are renamed (``midlayer.*`` <-> ``layers.0.*``) and written bit for bit, ``.bin`` weights as
+safetensors holding the same bytes; the config is translated field by field: the decoder layer nested
+under ``transformer_layer_config`` or flattened, the verifier named in ``speculators_config``, aux ids
+written in the convention of the engine that reads each field, ``rope_scaling`` and
+``max_position_embeddings`` kept as they are. Every change that is more than a move is listed in
+:attr:`ConvertResult.config_changes`. The output is written atomically to a new folder; the input is
+never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draftlab.checkpoint import Checkpoint, DrafterConfig, drafter_config, is_drafter, open_checkpoint
+from draftlab.checkpoint.layouts import flatten_speculators, layer_renames, nest_speculators
+from draftlab.checkpoint.write import copy_other_files, write_as_safetensors
+from draftlab.compat.check import check_pair
+from draftlab.compat.findings import CheckResult
+from draftlab.compat.fix import config_diff
+from draftlab.compat.pair import layer_dict
+from draftlab.engines import NATIVE_ENGINE, configured_aux_layers, written_aux_ids
+from draftlab.engines.loading import engine_loading
+from draftlab.engines.written_config import loadable_config
+from draftlab.errors import DraftlabError
+from draftlab.fsutil import atomic_dir, refuse_overlap
+
+LAYOUTS = ("specforge", "speculators")
+
+
+@dataclass
+class ConfigChange:
+    field: str  # dotted, in the written config
+    before: Any  # the input's value (None when absent)
+    after: Any  # the written value (None when dropped)
+    why: str
+
+
+@dataclass
+class ConvertResult:
+    out: Path
+    from_layout: str  # "specforge" or "speculators"
+    to_layout: str
+    weights_from: str  # the input's weight format: "safetensors" or "pytorch" (.bin, written as safetensors)
+    tensors: int  # tensors written, bytes unchanged
+    renamed: dict[str, str] = field(default_factory=dict)
+    config_changes: list[ConfigChange] = field(default_factory=list)
+    config_diff: str = ""
+    engine: str = ""  # the engine the written layout is for: sglang (specforge), vllm (speculators)
+    check: CheckResult | None = None  # ``check`` of the written folder against --target in that engine
+
+
+def convert_drafter(drafter: str | Path, to: str, out: str | Path, *,
+                    target: str | Path | None = None) -> ConvertResult:
+    """Write ``out``: ``drafter`` in the ``to`` layout ("specforge" or "speculators").
+
+    ``target`` (a target folder) names the verifier in a speculators config and is what the written
+    folder is checked against; without it a SpecForge drafter's verifier is unknown (written null).
+    """
+    if to not in LAYOUTS:
+        raise DraftlabError(f"unknown --to {to!r}; choose one of {', '.join(LAYOUTS)}")
+    ckpt = open_checkpoint(drafter)
+    if not is_drafter(ckpt):
+        raise DraftlabError("is not an EAGLE-3 drafter (no Eagle3 architecture, speculators config or fc + "
+                            "midlayer weights)", path=drafter)
+    d = drafter_config(ckpt)
+    target_ckpt = open_checkpoint(target) if target is not None else None
+    if target_ckpt is not None and is_drafter(target_ckpt):
+        raise DraftlabError("is an EAGLE-3 drafter; --target must be the target model", path=target)
+    out = Path(out)
+    refuse_overlap(out, {"the drafter's folder": ckpt.path,
+                         "the target's folder": target_ckpt.path if target_ckpt is not None else None})
+    if out.exists():
+        raise DraftlabError("already exists; choose a new output path", path=out)
+
+    changes: list[ConfigChange] = []
+    if to == "specforge":
+        config = _to_specforge(ckpt, d, changes)
+    else:
+        config = _to_speculators(ckpt, d, _verifier(target, target_ckpt), changes)
+    renames = layer_renames(ckpt.tensors, to)
+    with atomic_dir(out) as tmp:
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        write_as_safetensors(ckpt, tmp, renames)
+        copy_other_files(ckpt, tmp)
+    engine = NATIVE_ENGINE[to]
+    check = check_pair(out, target, engine) if target is not None else None
+    return ConvertResult(out, d.layout, to, ckpt.format, len(ckpt.tensors), renames, changes,
+                         config_diff(ckpt.config, config, "config.json (converted)"), engine, check)
+
+
+def _note(changes: list[ConfigChange], name: str, before: Any, after: Any, why: str) -> None:
+    if before != after:
+        changes.append(ConfigChange(name, copy.deepcopy(before), copy.deepcopy(after), why))
+
+
+def _fc_target_hidden(ckpt: Checkpoint, d: DrafterConfig, num_aux: int) -> int:
+    """The target hidden size fc was trained on: its input width over the aux layers it takes."""
+    fc = ckpt.tensors.get("fc.weight") or ckpt.tensors.get("model.fc.weight")
+    if fc is not None and len(fc.shape) == 2 and fc.shape[1] % num_aux == 0:
+        return fc.shape[1] // num_aux
+    return d.target_hidden_size
+
+
+def _aux(d: DrafterConfig) -> list[int] | None:
+    found = configured_aux_layers(d)
+    return found.layers if found is not None else None
+
+
+def _to_specforge(ckpt: Checkpoint, d: DrafterConfig, changes: list[ConfigChange]) -> dict[str, Any]:
+    """The flat config SGLang and SpecForge read, with both engines' aux fields written."""
+    config = ckpt.config
+    architecture = engine_loading("sglang").architecture
+    if d.layout == "speculators":
+        flat = flatten_speculators(config, architecture)
+        verifier = (config.get("speculators_config") or {}).get("verifier")
+        _note(changes, "transformer_layer_config", "nested", "flattened",
+              "SGLang and SpecForge read one flat config; speculators_config (verifier "
+              f"{verifier.get('name_or_path') if isinstance(verifier, dict) else None}) has no SpecForge field")
+        if config.get("norm_output") is not None:
+            _note(changes, "norm_output", config["norm_output"], None,
+                  "speculators' norm_output (feed the normed hidden across draft steps) means something else "
+                  "in SpecForge (apply the final norm), so it is not carried over")
+    else:
+        flat = copy.deepcopy(config)
+    _note(changes, "architectures", config.get("architectures"), [architecture], "the class SGLang loads")
+    flat["architectures"] = [architecture]
+    aux = _aux(d)
+    if aux is not None:
+        eagle = flat.get("eagle_config") if isinstance(flat.get("eagle_config"), dict) else {}
+        flat["eagle_config"] = {**eagle, "eagle_aux_hidden_state_layer_ids": written_aux_ids("sglang", aux)}
+        flat["eagle_aux_hidden_state_layer_ids"] = written_aux_ids("vllm", aux)
+        before = ((config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+                  if isinstance(config.get("eagle_config"), dict) else None)
+        _note(changes, "eagle_config.eagle_aux_hidden_state_layer_ids", before, written_aux_ids("sglang", aux),
+              f"SGLang reads these as outputs of layers {aux} (canonical ids)")
+        _note(changes, "eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"),
+              written_aux_ids("vllm", aux), f"vLLM reads these as inputs of layers {written_aux_ids('vllm', aux)} "
+              f"(canonical + 1): the outputs of layers {aux}")
+    elif "eagle_aux_hidden_state_layer_ids" in flat and flat["eagle_aux_hidden_state_layer_ids"] is None:
+        del flat["eagle_aux_hidden_state_layer_ids"]  # speculators writes null for "the default"
+    if d.layout == "speculators" and (d.norm_before_residual or "norm_before_residual" in config):
+        _note(changes, "norm_before_residual", config.get("norm_before_residual"), d.norm_before_residual,
+              "written out: vLLM reads a missing value as true in a speculators config, false in a flat one")
+        flat["norm_before_residual"] = d.norm_before_residual
+    hidden = _fc_target_hidden(ckpt, d, len(aux) if aux else 3)
+    written = loadable_config(flat, target_hidden_size=hidden, source_layout=d.layout)
+    _note(changes, "target_hidden_size", config.get("target_hidden_size"), written.get("target_hidden_size"),
+          "SGLang, vLLM and SpecForge size fc from it whenever the key exists (null fails); set only when "
+          "the target's hidden size differs from the drafter's")
+    return written
+
+
+def _verifier(target: str | Path | None, target_ckpt: Checkpoint | None) -> dict[str, Any] | None:
+    """speculators' VerifierConfig fields for ``--target``: the path as given and its architectures."""
+    if target is None or target_ckpt is None:
+        return None
+    architectures = target_ckpt.config.get("architectures")
+    if not isinstance(architectures, list):
+        architectures = []
+    return {"name_or_path": str(target), "architectures": architectures}
+
+
+def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any] | None,
+                    changes: list[ConfigChange]) -> dict[str, Any]:
+    """The speculators config vLLM and speculators read; a speculators config gets only its verifier set."""
+    config = ckpt.config
+    if d.layout == "speculators":
+        out = copy.deepcopy(config)
+        if verifier is not None:
+            spec = out.setdefault("speculators_config", {})
+            _note(changes, "speculators_config.verifier", spec.get("verifier"), verifier, "from --target")
+            spec["verifier"] = verifier
+        return out
+    if verifier is None:
+        verifier = {"name_or_path": None, "architectures": []}
+        _note(changes, "speculators_config.verifier", None, verifier,
+              "a SpecForge config names no verifier; pass --target TARGET to name it (vllm serve DRAFTER loads it)")
+    else:
+        _note(changes, "speculators_config.verifier", None, verifier, "from --target")
+    aux = _aux(d)
+    hidden = _fc_target_hidden(ckpt, d, len(aux) if aux else 3)
+    top: dict[str, Any] = {
+        "draft_vocab_size": d.draft_vocab_size,
+        "target_hidden_size": hidden if hidden != d.hidden_size else None,
+        "norm_before_residual": d.norm_before_residual,
+        "eagle_aux_hidden_state_layer_ids": written_aux_ids("vllm", aux) if aux is not None else None,
+    }
+    top.update({k: config[k] for k in ("fc_norm", "norm_before_fc", "embed_requires_grad") if k in config})
+    _note(changes, "draft_vocab_size", config.get("draft_vocab_size"), d.draft_vocab_size,
+          "speculators reads a missing draft_vocab_size as 32000; written out")
+    _note(changes, "norm_before_residual", config.get("norm_before_residual"), d.norm_before_residual,
+          "written out: vLLM reads a missing value as true in a speculators config")
+    if aux is not None:
+        _note(changes, "eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"),
+              top["eagle_aux_hidden_state_layer_ids"], f"vLLM and speculators read these as inputs of layers "
+              f"(canonical + 1): the outputs of layers {aux}")
+    if isinstance(config.get("eagle_config"), dict):
+        if config["eagle_config"].get("use_aux_hidden_state") is False:
+            raise DraftlabError("sets eagle_config.use_aux_hidden_state false (a drafter without fc over aux "
+                                "features); the speculators layout has no such drafter, so it cannot be converted",
+                                path=ckpt.config_path)
+        _note(changes, "eagle_config", config["eagle_config"], None,
+              "SGLang's field; a speculators config carries the ids at the top level only")
+    if "norm_output" in config:
+        _note(changes, "norm_output", config["norm_output"], None,
+              "SpecForge's norm_output (apply the final norm before lm_head; vLLM always applies it) means "
+              "something else in speculators, so it is not carried over")
+    _note(changes, "architectures", config.get("architectures"), ["Eagle3Speculator"],
+          "speculators' class (vLLM picks its EAGLE-3 model from speculators_model_type)")
+    if "model_type" not in layer_dict(config):
+        _note(changes, "transformer_layer_config.model_type", None, "llama", "speculators builds the layer from it")
+    return nest_speculators(config, verifier=verifier, top=top)
