@@ -81,6 +81,24 @@ def test_warm_start_with_no_learning_keeps_every_tensor_bit_identical(toy_pair, 
         assert old[name].dtype == new[name].dtype and torch.equal(old[name], new[name]), name
 
 
+def test_warm_start_from_speculators_layout_trains_as_from_specforge(toy_pair, data, tmp_path):
+    """vLLM's layout (speculators_config, layers.0.*) starts the same run: convert's copy, input untouched."""
+    from draftlab.compat.convert import convert_drafter
+
+    rows, _ = data
+    spec = convert_drafter(toy_pair.drafter_dir, "speculators", tmp_path / "spec", target=toy_pair.target_dir).out
+    assert json.loads((spec / "config.json").read_text()).get("speculators_config")
+    before = _digest(spec)
+    runs = {}
+    for name, init in (("specforge", toy_pair.drafter_dir), ("speculators", spec)):
+        runs[name] = train(_options(toy_pair, rows, tmp_path / name, init=init, max_steps=3))
+    assert runs["speculators"].vocab == "kept" and _digest(spec) == before
+    assert runs["speculators"].final_loss == runs["specforge"].final_loss
+    a, b = (load_file(str(tmp_path / n / "model.safetensors")) for n in ("specforge", "speculators"))
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert check_pair(tmp_path / "speculators", toy_pair.target_dir, "sglang").ok
+
+
 def test_resume_after_a_stop_reproduces_the_uninterrupted_run(toy_pair, data, tmp_path):
     rows, _ = data
     whole = train(_options(toy_pair, rows, tmp_path / "whole", init=toy_pair.drafter_dir))

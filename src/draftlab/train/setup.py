@@ -88,18 +88,20 @@ def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCount
 
 def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, remap: str | Path | None,
                staging: Path) -> StartingDrafter:
-    """The old drafter ``init`` (only read); with ``remap`` its vocabulary rebuilt from those counts in a
-    copy under ``staging`` (through ``vocab remap``, new rows from the target's lm_head)."""
+    """The old drafter ``init`` (only read; a speculators-layout one through ``convert`` into a copy
+    under ``staging``); with ``remap`` its vocabulary rebuilt from those counts in a copy under
+    ``staging`` (through ``vocab remap``, new rows from the target's lm_head)."""
     init = Path(init)
     ckpt = open_checkpoint(init)
     if not is_drafter(ckpt):
         raise DraftlabError("is not an EAGLE-3 drafter", path=init)
     cfg = DrafterConfig.from_dict(ckpt.config)
-    if cfg.layout != "specforge":
-        raise DraftlabError("warm start reads SpecForge-layout drafters; this one is in the speculators layout "
-                            "(convert it to SpecForge's layout first)", path=init)
     target = TargetConfig.from_dict(open_checkpoint(target_dir).config)
     aux = intended_aux_layers(cfg, target.num_layers).layers
+    if cfg.layout != "specforge":  # speculators' layout (vLLM's): the same tensors, renamed, in a copy
+        from draftlab.compat.convert import convert_drafter
+
+        init = convert_drafter(init, "specforge", staging / "specforge", target=target_dir).out
     source, vocab = init, "kept"
     if remap is not None:
         old = VocabMapping.from_drafter(init)
