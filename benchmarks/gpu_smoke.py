@@ -349,6 +349,7 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
     for job in jobs:
         job.pair = pair
     smoke.jobs(jobs, workers)
+    smoke.job.key = (len(jobs), 0)  # the report's row goes last in the table
     reported = sorted(p for p in (work / "results").glob("*.json") if p.stem.startswith(REPORTED))
     doc = smoke.run(pair, "report", ["report", *map(str, reported), "-o", str(work / "report.html"), "--json"])
     if doc is not None:

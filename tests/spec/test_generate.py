@@ -63,7 +63,9 @@ def test_json_contract(toy_pair, prompts_file, capsys):
     out = capsys.readouterr().out
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"config", "mean_accept_length", "tokens_per_second", "results", "row_busy_fraction"}
+    assert set(doc) == {"config", "mean_accept_length", "tokens_per_second", "results", "row_busy_fraction",
+                        "provenance"}
+    assert doc["provenance"]["command"].startswith("draftlab generate --target ")
     assert doc["row_busy_fraction"] == 1.0  # one prompt at a time
     assert doc["config"]["steps"] == 3 and doc["config"]["num_draft_tokens"] == 4
     assert isinstance(doc["mean_accept_length"], float) and doc["tokens_per_second"] > 0

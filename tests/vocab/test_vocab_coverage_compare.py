@@ -68,7 +68,7 @@ def test_cli_coverage_and_compare_on_drafters(tmp_path: Path, target_chat: Path,
     assert main(["vocab", "compare", str(a), str(tmp_path / "b.safetensors"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"a_size", "b_size", "shared_tokens", "jaccard", "differing_d2t_entries",
-                        "only_in_a", "only_in_b"}
+                        "only_in_a", "only_in_b", "provenance"}
     assert doc["shared_tokens"] == 44 and doc["differing_d2t_entries"] == 64
     assert main(["vocab", "compare", str(a), str(tmp_path / "b.safetensors"), "--counts", str(counts),
                  "--json"]) == 0

@@ -72,7 +72,6 @@ def compare_section(doc: dict[str, Any]) -> Section:
     grows = " as the load grows" if len(loads) > 1 else ""
     section.body.append(figure(svg, f"Throughput (left) and per-token latency (right) of each arm{grows}.",
                                "bench-compare"))
-    section.figures += 1
     section.body.append(table(
         ["arm", load_name, "ok", "failed", "output tok/s", "speedup", "TTFT p50 ms", "TPOT mean ms", "accept length"],
         [(r["label"], num(r[load_key], "g"), r["completed"], r["failed"], num(r["output_throughput"], ".1f"),
@@ -120,7 +119,6 @@ def sweep_section(doc: dict[str, Any]) -> Section:
             svg = figures.to_svg(fig)
         section.body.append(figure(svg, "Each speculation config against the baseline as the batch grows.",
                                    "sweep"))
-        section.figures += 1
     section.body.append(table(
         ["config", "batch", "output tok/s", "speedup", "accept length", "TTFT p50 ms", "TPOT p50 ms", "error"],
         [(r["config"], r["batch"], num(r.get("output_throughput"), ".1f"), num(r.get("speedup"), ".2f", "x"),

@@ -48,7 +48,9 @@ def generate_section(doc: dict[str, Any]) -> Section:
         return section
     label = config_label(cfg)
     mean = doc["mean_accept_length"]
-    section = Section("generate", f"{label} decodes {mean:.2f} tokens per target pass, {num(rate, '.1f')} tok/s")
+    how = "".join([f" at temperature {cfg['temperature']:g}" if cfg["temperature"] else "",
+                   f", batch {cfg['batch_size']}" if (cfg.get("batch_size") or 1) > 1 else ""])
+    section = Section("generate", f"{label} decodes {mean:.2f} tokens per target pass, {num(rate, '.1f')} tok/s{how}")
     section.body.append(para(
         f"Speculative decoding with flags {label} ({cfg.get('flags_source', 'given')}) at temperature "
         f"{cfg['temperature']:g}, up to {cfg['max_new_tokens']} new tokens per prompt, on {cfg.get('device')} in "
@@ -83,4 +85,3 @@ def _accept_figures(section: Section, histogram: list[int], by_step: list[float 
         svg = figures.to_svg(fig)
     section.body.append(figure(svg, "Left: how many tokens each verify cycle committed. Right: the chance that "
                                     "draft token k was accepted once token k-1 was.", "accept-lengths"))
-    section.figures += 1

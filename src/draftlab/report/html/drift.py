@@ -38,7 +38,6 @@ def drift_section(doc: dict[str, Any]) -> Section:
         svg = figures.to_svg(fig)
     section.body.append(figure(svg, "Per-layer drift of the hidden states the drafter reads (aux layers) "
                                     "and the others measured.", "drift-layers"))
-    section.figures += 1
     section.body.append(table(["layer", "cosine", "relative L2", "CKA"],
                               [(layer["layer"], num(layer["cosine"], ".4f"), num(layer["relative_l2"], ".4f"),
                                 num(layer["cka"], ".4f")) for layer in layers], numeric=[True] * 4))

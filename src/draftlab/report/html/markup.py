@@ -17,7 +17,11 @@ class Section:
     body: list[str] = field(default_factory=list)
     source: str = ""  # the file it came from
     provenance: dict[str, Any] | None = None  # command and versions, when the result carries them
-    figures: int = 0  # how many figures ``body`` holds
+
+    @property
+    def figures(self) -> int:
+        """How many figures ``body`` holds."""
+        return sum(part.startswith("<figure") for part in self.body)
 
 
 def esc(value: Any) -> str:

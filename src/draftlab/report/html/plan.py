@@ -27,7 +27,6 @@ def plan_section(doc: dict[str, Any]) -> Section:
     section.body.append(para(doc["verdict"]))
     section.body.append(_throughput_figure(rows, doc["baseline_tokens_per_second"], batches))
     section.body.append(_split_figure(rows))
-    section.figures += 2
     section.body.append(table(
         ["config", "batch", "accept length", "break-even", "cycle ms", "tok/s", "speedup", "accept length from"],
         [(config_label(r), r["batch_size"], num(r["accept_length"]), num(r["break_even_accept_length"]),
@@ -102,7 +101,6 @@ def engine_estimate_section(doc: dict[str, Any]) -> Section:
         svg = figures.to_svg(fig)
     section.body.append(figure(svg, "The engine's measured run and each what-if, against plain decoding.",
                                "plan-engine"))
-    section.figures += 1
     section.body.append(table(
         ["scenario", "accept length", "cycle ms", "decode ms", "tok/s", "break-even"],
         [("measured", num(doc["accept_length"]), num(doc["cycle_ms"], ".2f"), num(doc["decode_ms"], ".2f"),
@@ -118,6 +116,7 @@ def profile_section(doc: dict[str, Any]) -> Section:
     """``profile``: the measured pass costs the plan is made of."""
     env, model = doc.get("environment", {}), doc.get("model", {})
     where = env.get("gpus") or env.get("device") or env.get("cpu") or "this machine"
+    where = ", ".join(map(str, where)) if isinstance(where, list) else where
     first = min(doc["verify"], key=lambda m: (m["batch_size"], m["tokens"]), default=None)
     heading = f"Measured costs on {where}"
     if first:

@@ -45,9 +45,7 @@ KINDS: list[tuple[str, Callable[[dict[str, Any]], bool], Callable[[dict[str, Any
     ("sweep", lambda d: _has("rows", "engine", "max_running_requests")(d), bench.sweep_section),
     ("bench compare", lambda d: _has("rows", "baseline")(d), bench.compare_section),
     ("bench", _has("config", "completed", "failed", "output_throughput", "ttft_ms", "tpot_ms"), bench.bench_section),
-    ("train", _has("out", "vocab", "steps", "accuracy_by_step", "eval"),
-     lambda d: train.train_section(d, train.read_log(Path(d["out"]) / train.LOG_FILE)
-                                   if Path(d["out"], train.LOG_FILE).is_file() else None)),
+    ("train", _has("out", "vocab", "steps", "accuracy_by_step", "eval"), train.train_doc_section),
 ]
 NAMES = ", ".join(kind for kind, _, _ in KINDS)
 

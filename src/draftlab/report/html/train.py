@@ -27,6 +27,12 @@ def read_log(path: Path) -> list[dict[str, Any]] | None:
     return entries
 
 
+def train_doc_section(doc: dict[str, Any]) -> Section:
+    """``train --json``, with the curves from its OUT/train_log.jsonl when that is still there."""
+    log = Path(doc["out"]) / LOG_FILE
+    return train_section(doc, read_log(log) if log.is_file() else None)
+
+
 def train_section(doc: dict[str, Any] | None, log: list[dict[str, Any]] | None) -> Section:
     """A ``train --json`` document and/or its OUT/train_log.jsonl (whichever there is)."""
     evals = [e for e in (doc or {}).get("eval", [])] or [{"step": e["step"], **e["eval"]} for e in log or []
@@ -47,7 +53,6 @@ def train_section(doc: dict[str, Any] | None, log: list[dict[str, Any]] | None) 
             + ". Accept lengths are the exact probe's on the held-out eval prompts; accuracy is teacher-forced."))
     if log:
         section.body.append(_curves(log, evals))
-        section.figures += 1
     accuracy = doc["accuracy_by_step"] if doc else log[-1]["accuracy_by_step"]
     section.body.append(table(["TTT step", "teacher-forced accuracy"],
                               [(i, pct(a)) for i, a in enumerate(accuracy)], numeric=[True, True],
