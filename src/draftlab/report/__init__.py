@@ -1,1 +1,2 @@
-"""Rendering results for people: terminal tables (and later plots and HTML)."""
+"""Rendering results for people: terminal tables (one module per command), and the HTML page of
+``draftlab report`` (:mod:`draftlab.report.html`)."""
