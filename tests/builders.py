@@ -64,6 +64,23 @@ def folder_hash(folder: Path) -> str:
     return h.hexdigest()
 
 
+def stored_tensor_bytes(folder: Path) -> dict[str, bytes]:
+    """Each tensor's stored bytes (safetensors: the bytes at its offsets; .bin: torch's own bytes)."""
+    from draftlab.checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(folder)
+    if ckpt.format != "safetensors":
+        import torch
+
+        return {k: v.contiguous().view(torch.uint8).numpy().tobytes() for k, v in ckpt.load().items()}
+    out = {}
+    for name, info in ckpt.tensors.items():
+        with info.file.open("rb") as f:
+            f.seek(info.data_start)
+            out[name] = f.read(info.data_end - info.data_start)
+    return out
+
+
 def as_speculators(drafter: Path, **top: Any) -> Path:
     """Rewrite ``drafter``'s flat config in the speculators layout, with the top-level fields speculators'
     converter writes (``target_hidden_size`` and ``norm_output`` as it leaves them), then ``top``."""

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import DROP, SEEN_AUX, folder_hash, make_pair
+from builders import DROP, SEEN_AUX, folder_hash, make_pair, stored_tensor_bytes
 
 from draftlab.checkpoint import DrafterConfig, open_checkpoint
 from draftlab.cli import main
@@ -17,21 +17,6 @@ from draftlab.engines import configured_aux_layers
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 1024}
-
-
-def raw_tensors(folder) -> dict[str, bytes]:
-    """Each tensor's stored bytes (safetensors: the bytes at its offsets; .bin: torch's own bytes)."""
-    ckpt = open_checkpoint(folder)
-    if ckpt.format != "safetensors":
-        import torch
-
-        return {k: v.contiguous().view(torch.uint8).numpy().tobytes() for k, v in ckpt.load().items()}
-    out = {}
-    for name, info in ckpt.tensors.items():
-        with info.file.open("rb") as f:
-            f.seek(info.data_start)
-            out[name] = f.read(info.data_end - info.data_start)
-    return out
 
 
 def meaning(folder) -> dict:
@@ -67,12 +52,12 @@ def test_round_trip_is_bit_exact_and_equal_in_meaning_and_check_clean(tmp_path, 
     assert config["draft_vocab_size"] == 128 and layer["vocab_size"] == 512
     names = set(open_checkpoint(tmp_path / "spec").tensors)
     assert not any(n.startswith("midlayer.") for n in names) and "layers.0.self_attn.q_proj.weight" in names
-    assert {spec.renamed.get(k, k): v for k, v in raw_tensors(drafter).items()} == raw_tensors(tmp_path / "spec")
+    assert {spec.renamed.get(k, k): v for k, v in stored_tensor_bytes(drafter).items()} == stored_tensor_bytes(tmp_path / "spec")
     assert spec.engine == "vllm" and spec.check.ok and spec.check.aux_layers == SEEN_AUX
     assert [f.code for f in spec.check.findings if f.severity != "info"] == []
 
     back = convert_drafter(tmp_path / "spec", "specforge", tmp_path / "back", target=target)
-    assert raw_tensors(tmp_path / "back") == raw_tensors(drafter)
+    assert stored_tensor_bytes(tmp_path / "back") == stored_tensor_bytes(drafter)
     assert meaning(tmp_path / "back") == meaning(drafter) == meaning(tmp_path / "spec")
     flat = json.loads((tmp_path / "back" / "config.json").read_text())
     assert flat["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == SEEN_AUX
@@ -95,7 +80,7 @@ def test_bin_drafter_is_written_as_safetensors_with_the_same_bytes(tmp_path, tar
     out = open_checkpoint(tmp_path / "out")
     assert out.format == "safetensors" and [f.name for f in out.weight_files] == ["model.safetensors"]
     assert not (tmp_path / "out" / "pytorch_model.bin").exists()
-    assert {result.renamed.get(k, k): v for k, v in raw_tensors(drafter).items()} == raw_tensors(tmp_path / "out")
+    assert {result.renamed.get(k, k): v for k, v in stored_tensor_bytes(drafter).items()} == stored_tensor_bytes(tmp_path / "out")
     assert result.check.ok
 
 

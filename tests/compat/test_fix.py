@@ -5,21 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from builders import DROP, SEEN_AUX, as_speculators, folder_hash, make_pair
+from builders import DROP, SEEN_AUX, as_speculators, folder_hash, make_pair, stored_tensor_bytes
 
-from draftlab.checkpoint import open_checkpoint
 from draftlab.cli import main
 from draftlab.compat import check_pair, fix_pair
-
-
-def tensor_bytes(folder) -> dict[str, bytes]:
-    ckpt = open_checkpoint(folder)
-    out = {}
-    for name, info in ckpt.tensors.items():
-        with info.file.open("rb") as f:
-            f.seek(info.data_start)
-            out[name] = f.read(info.data_end - info.data_start)
-    return out
 
 
 BROKEN = dict(max_position_embeddings=1024, architectures=["Eagle3LlamaForCausalLM"], eagle_config=DROP,
@@ -29,14 +18,14 @@ BROKEN = dict(max_position_embeddings=1024, architectures=["Eagle3LlamaForCausal
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
 def test_fix_round_trip_sglang(tmp_path, target_configs, family):
     drafter, target = make_pair(tmp_path, target_configs[family], layer_prefix="layers.0.", **BROKEN)
-    before_hash, before_bytes = folder_hash(drafter), tensor_bytes(drafter)
+    before_hash, before_bytes = folder_hash(drafter), stored_tensor_bytes(drafter)
     result = fix_pair(drafter, target, tmp_path / "fixed", "sglang")
     assert {f.code for f in result.fixed} >= {"context-too-short", "architecture-unknown", "aux-convention",
                                               "weight-names", "rope-theta", "token-ids"}
     assert folder_hash(drafter) == before_hash
     assert result.after.ok and result.after.fixable == [] and result.after.aux_layers == SEEN_AUX
     assert check_pair(tmp_path / "fixed", target, "vllm").aux_layers == SEEN_AUX  # both engines agree now
-    after_bytes = tensor_bytes(tmp_path / "fixed")
+    after_bytes = stored_tensor_bytes(tmp_path / "fixed")
     assert {result.renamed.get(k, k): v for k, v in before_bytes.items()} == after_bytes
     assert all(k.startswith("midlayer.") for k in result.renamed.values()) and len(result.renamed) == 10
     assert '-  "max_position_embeddings": 1024' in result.config_diff

@@ -49,7 +49,9 @@ def toy_results(toy_pair, tmp_path_factory) -> dict[str, Path]:
     run_json(["drift", "--target-a", t, "--target-b", str(v2), "--prompts", str(prompts), "--drafter", d, *flags,
               "--max-new-tokens", "32"], files["drift"])
     run_json(["plan", "--target", t, "--drafter", d, "--prompts", str(prompts), "--grid", "1/1/2,3/1/4,3/4/8",
-              "--max-new-tokens", "32", "--context", "32", "--repeats", "2"], files["plan"])
+              "--max-new-tokens", "32", "--context", "32", "--repeats", "2", "--save-probe", str(tmp / "probes.json")],
+             files["plan"])
+    files["save-probe"] = tmp / "probes.json"  # plan's probe results: a list, one per config
     arms = []
     for label, drafter in (("baseline", None), ("eagle3", toy_pair.drafter_dir)):
         ctx = load_context(toy_pair.target_dir, drafter, **({} if drafter is None else

@@ -92,6 +92,16 @@ def test_the_network_check_sees_a_page_that_fetches(tmp_path):
     assert load(leaky, tmp_path, height=200).page_requests == ["http://127.0.0.1:9/x.png"]
 
 
+def test_plans_saved_probes_are_one_section_per_config(tmp_path, toy_results):
+    probes = json.loads(toy_results["save-probe"].read_text())
+    result = make_report([toy_results["save-probe"]], tmp_path / "r.html")
+    assert [s["kind"] for s in result.sections] == ["probe"] * 3
+    for section, probe in zip(result.sections, probes):
+        cfg = probe["config"]
+        label = f"{cfg['steps']}/{cfg['topk']}/{cfg['num_draft_tokens']}"
+        assert section["heading"].startswith(f"{label} accepts {probe['mean_accept_length']:.2f} tokens per cycle")
+
+
 def test_train_log_and_sweep_render(tmp_path, toy_results):
     log = tmp_path / "train_log.jsonl"
     log.write_text("".join(json.dumps({"step": s, "loss": 3.0 / s, "accuracy_by_step": [0.5, 0.4], "tokens_per_second":

@@ -15,8 +15,8 @@ def probe_section(doc: dict[str, Any]) -> Section:
     label, n = config_label(cfg), cfg.get("num_prompts", len(doc["results"]))
     mean = doc["mean_accept_length"]
     how = "estimated at temperature " + f"{cfg['temperature']:g}" if doc.get("estimate") else "exact, greedy"
-    pair = f"{Path(cfg['drafter']).name} on {Path(cfg['target']).name}"
-    section = Section("probe", f"{pair}: {label} accepts {mean:.2f} tokens per cycle on {n} prompts ({how})")
+    pair = f"{Path(cfg['drafter']).name} on {Path(cfg['target']).name}: " if cfg.get("drafter") else ""
+    section = Section("probe", f"{pair}{label} accepts {mean:.2f} tokens per cycle on {n} prompts ({how})")
     facts = [f"Speculation flags {label} ({cfg.get('flags_source', 'given')}), {cfg['responses']} continuations of "
              f"up to {cfg['max_new_tokens']} tokens, on {cfg.get('device', '?')} in {cfg.get('dtype', '?')}."]
     if doc.get("vocab_bound") is not None:
