@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from draftlab.checkpoint.reader import Checkpoint
+from draftlab.checkpoint.variants import Variant, read_variant
 from draftlab.errors import DraftlabError
 
 
@@ -158,6 +159,7 @@ class DrafterConfig:
     eos_token_id: int | list[int] | None
     tie_word_embeddings: bool
     norm_before_residual: bool
+    variant: Variant  # norm_before_fc, fc_norm, norm_output, MLA (checkpoint/variants.py)
     layer_config: dict[str, Any]
 
     @classmethod
@@ -197,6 +199,7 @@ class DrafterConfig:
             tie_word_embeddings=bool(_first(layer, "tie_word_embeddings", default=False)),
             # vLLM's speculators translation defaults it to True; flat configs default to False.
             norm_before_residual=bool(config.get("norm_before_residual", speculators)),
+            variant=read_variant(config, layer),
             layer_config=layer,
         )
 

@@ -9,6 +9,11 @@ One step, for tokens x (target ids) and hidden states h:
     out = m + r                     pre-norm output, fed back as `hidden` at the next draft step
     logits = lm_head(norm(out))     over the draft vocabulary; target id = draft id + d2t[draft id]
 
+The variants (:mod:`draftlab.checkpoint.variants`) change two places, :meth:`Eagle3Drafter.combine`
+(``input_norm`` over the features with norm_before_fc, one ``fc_norm`` per aux feature with
+EAGLE-3.1's fc_norm, both before fc) and :meth:`Eagle3Drafter.finish` (norm_output feeds norm(out)
+back instead of out), and the attention: MLA (:mod:`draftlab.models.mla`) for DeepSeek/Kimi drafters.
+
 With ``num_hidden_layers > 1`` SGLang's ``additional_layers`` follow, each taking the previous
 layer's MLP output m (SGLang drops the running residual there) as hidden_norm -> attn -> +,
 post_attention_layernorm -> mlp. RoPE comes from the drafter's own config through transformers'
@@ -38,7 +43,8 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-from draftlab.checkpoint import DrafterConfig, is_drafter, open_checkpoint
+from draftlab.checkpoint import Checkpoint, DrafterConfig, drafter_config, is_drafter, open_checkpoint
+from draftlab.checkpoint.variants import unsupported
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import parse_device, parse_dtype
 from draftlab.models.drafter_weights import canonical_names
@@ -57,10 +63,16 @@ Preallocated = StaticKV | BatchKV  # caches that write every layer's new keys/va
 @dataclass
 class DraftStep:
     logits: torch.Tensor  # [n, draft_vocab] float32
-    hidden: torch.Tensor  # [n, H] pre-norm output, the next step's `hidden`
+    hidden: torch.Tensor  # [n, H] the next step's `hidden` (pre-norm output; norm(out) with norm_output)
 
 
 class _Attention(nn.Module):
+    """Grouped-query attention (Llama). The interface every attention kind of the drafter offers:
+    :meth:`project` (queries, keys, values with RoPE applied), ``scale`` and :meth:`output`; the caches
+    hold ``kv_heads`` x ``head_dim`` keys and values."""
+
+    scale: float | None = None  # SDPA's default 1 / sqrt(head_dim)
+
     def __init__(self, in_size: int, cfg: DrafterConfig, bias: bool) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -69,25 +81,48 @@ class _Attention(nn.Module):
         self.v_proj = nn.Linear(in_size, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
-                mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
-        """x [B, n, in]; mask [B, n, S] bool over past + new keys (the slots a preallocated ``past``
-        returns, which this writes layer ``layer`` of). Returns output and the new keys/values."""
+    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, n, in] -> q [B, heads, n, D], k and v [B, kv_heads, n, D]."""
         b, n, _ = x.shape
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, *rope)
-        new = (k, v)
-        if isinstance(past, Preallocated):
-            out = gqa_attention(q, *past.update(k, v, layer), mask[:, None], None)
-            return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), new
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        groups = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), new
+        return q, k, v
+
+    def output(self, out: torch.Tensor) -> torch.Tensor:
+        """The attention result [B, heads, n, D] -> [B, n, hidden]."""
+        b, _, n, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
+                mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
+        return attend(self, x, rope, past, mask, layer)
+
+
+def attend(attn: nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
+           mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
+    """One attention module's pass: x [B, n, in]; mask [B, n, S] bool over past + new keys (the slots a
+    preallocated ``past`` returns, which this writes layer ``layer`` of). Returns output and the new
+    keys/values."""
+    q, k, v = attn.project(x, rope)
+    new = (k, v)
+    if isinstance(past, Preallocated):
+        return attn.output(gqa_attention(q, *past.update(k, v, layer), mask[:, None], attn.scale)), new
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return attn.output(F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=attn.scale)), new
+
+
+def _attention_module(in_size: int, cfg: DrafterConfig, bias: bool) -> nn.Module:
+    """The drafter layer's attention: MLA for DeepSeek/Kimi drafters, else grouped-query attention."""
+    if cfg.variant.mla is not None:
+        from draftlab.models.mla import MlaAttention
+        return MlaAttention(in_size, cfg)
+    return _Attention(in_size, cfg, bias)
 
 
 class _FirstLayer(nn.Module):
@@ -99,7 +134,7 @@ class _FirstLayer(nn.Module):
         self.norm_before_residual = cfg.norm_before_residual
         self.input_layernorm, self.hidden_norm = LlamaRMSNorm(h, eps), LlamaRMSNorm(h, eps)
         self.post_attention_layernorm = LlamaRMSNorm(h, eps)
-        self.self_attn = _Attention(2 * h, cfg, bias)
+        self.self_attn = _attention_module(2 * h, cfg, bias)
         self.mlp = LlamaMLP(llama)
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
@@ -135,10 +170,17 @@ class Eagle3Drafter(nn.Module):
                  fc_in: int | None = None, bias: bool = False) -> None:
         super().__init__()
         self.config = config
+        self.variant = config.variant
         h = config.hidden_size
         llama = _llama_config(config)
         self.embed_tokens = embed_tokens if embed_tokens is not None else nn.Embedding(config.vocab_size, h)
-        self.fc = nn.Linear(fc_in or 3 * config.target_hidden_size, h, bias=bool(config.layer_config.get("bias")))
+        fc_in = fc_in or 3 * config.target_hidden_size
+        eps = config.rms_norm_eps
+        self.input_norm = LlamaRMSNorm(fc_in, eps) if self.variant.norm_before_fc else None
+        num_aux = max(1, fc_in // config.target_hidden_size)
+        self.fc_norm = nn.ModuleList(LlamaRMSNorm(fc_in // num_aux, eps) for _ in range(num_aux)) \
+            if self.variant.fc_norm else None
+        self.fc = nn.Linear(fc_in, h, bias=bool(config.layer_config.get("bias")))
         self.midlayer = _FirstLayer(config, llama, bias)
         self.additional_layers = nn.ModuleList(_ExtraLayer(config, llama, bias) for _ in range(config.num_layers - 1))
         self.norm = LlamaRMSNorm(h, config.rms_norm_eps)
@@ -162,7 +204,8 @@ class Eagle3Drafter(nn.Module):
         if not is_drafter(ckpt):
             raise DraftlabError("is not an EAGLE-3 drafter (no drafter architecture, speculators config "
                                 "or fc/midlayer tensors)", path=path)
-        config = DrafterConfig.from_dict(ckpt.config)
+        refuse_unsupported(ckpt)
+        config = drafter_config(ckpt)
         tensors = canonical_names(ckpt.load(), path)
         fc = tensors.get("fc.weight")
         if fc is None:
@@ -336,7 +379,8 @@ class Eagle3Drafter(nn.Module):
         """input_ids [B, n], hidden [B, n, 3T or H], positions [B, n], mask [B, n, S] bool over the
         ``past`` keys (S - n of them, per layer) then the n new ones (over every slot of a StaticKV,
         B = 1, or the slots a BatchKV reads, which this writes). Returns float32 logits [B, n, Vd],
-        the pre-norm output [B, n, H] and each layer's new keys/values."""
+        the hidden the next draft step receives [B, n, H] (:meth:`finish`) and each layer's new
+        keys/values."""
         device, dtype = self.lm_head.weight.device, self.lm_head.weight.dtype
         embed_device = self.embed_tokens.weight.device
         embeds = self.embed_tokens(input_ids.to(embed_device)).to(device, dtype)
@@ -345,7 +389,7 @@ class Eagle3Drafter(nn.Module):
             if hidden.shape[-1] != self.fc.in_features:
                 raise DraftlabError(f"drafter got hidden states of width {hidden.shape[-1]}; expected "
                                     f"{self.fc.in_features} (target features) or {self.config.hidden_size}")
-            hidden = self.fc(hidden)
+            hidden = self.combine(hidden)
         rope = self.rotary(hidden, positions.to(device))
         mask = mask.to(device)
         static = past if isinstance(past, Preallocated) else None
@@ -354,9 +398,23 @@ class Eagle3Drafter(nn.Module):
         for i, layer in enumerate(self.additional_layers, start=1):
             out, residual, kv = layer(out, rope, static or (past[i] if past else None), mask, i)
             new.append(kv)
-        pre_norm = out + residual
-        logits = self.lm_head(self.norm(pre_norm)).float()
-        return logits, pre_norm, new
+        return (*self.finish(out + residual), new)
+
+    def combine(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features [..., A x T] -> the layer's hidden input [..., H]: ``input_norm`` over the whole
+        concatenation (norm_before_fc), then one ``fc_norm`` per aux feature (EAGLE-3.1), then ``fc``."""
+        if self.input_norm is not None:
+            features = self.input_norm(features)
+        if self.fc_norm is not None:
+            chunks = features.chunk(len(self.fc_norm), dim=-1)
+            features = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks, strict=True)], dim=-1)
+        return self.fc(features)
+
+    def finish(self, pre_norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's output -> float32 logits from norm(out), and the hidden the next draft step receives:
+        norm(out) with ``norm_output`` (EAGLE-3.1, as the engines serve it), else out itself."""
+        normed = self.norm(pre_norm)
+        return self.lm_head(normed).float(), normed if self.variant.norm_output else pre_norm
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Target token ids of draft-vocabulary ids: ``draft_ids + d2t[draft_ids]``."""
@@ -367,6 +425,14 @@ class Eagle3Drafter(nn.Module):
         """The tensors SpecForge saves (its names; no embedding, which serving takes from the target)."""
         return {k: v for k, v in self.state_dict().items()
                 if not k.startswith(("embed_tokens.", "rotary."))}
+
+
+def refuse_unsupported(ckpt: Checkpoint) -> None:
+    """Raise naming the first key or tensor of the drafter that draftlab would compute wrong."""
+    problems = unsupported(ckpt.config, ckpt.tensors)
+    if problems:
+        more = f" (and {len(problems) - 1} more; draftlab check lists them)" if len(problems) > 1 else ""
+        raise DraftlabError(f"{problems[0].message}{more}", path=ckpt.path)
 
 
 def _llama_config(config: DrafterConfig) -> LlamaConfig:

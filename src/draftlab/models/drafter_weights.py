@@ -1,7 +1,7 @@
 """A drafter checkpoint's tensors under one naming: SpecForge's (``midlayer.*``, no ``model.`` prefix).
 
 Accepted spellings: SpecForge / EAGLE / SGLang (``midlayer.*``), vLLM speculators (``layers.0.*``),
-either with a ``model.`` prefix; SGLang's extra layers for ``num_hidden_layers > 1`` are
+either with a ``model.`` prefix, and SGLang's legacy ``aux_norm_low/mid/high`` as ``fc_norm.{0,1,2}``; SGLang's extra layers for ``num_hidden_layers > 1`` are
 ``additional_layers.{i}.*``. ``t2d`` is dropped: like both engines, draftlab maps ids through ``d2t``.
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from draftlab.checkpoint.variants import canonical_tensor_name
 from draftlab.errors import DraftlabError
 
 
@@ -19,7 +20,7 @@ def canonical_names(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, t
     """Rename to SpecForge names; refuse layouts whose meaning draftlab would have to guess."""
     out: dict[str, torch.Tensor] = {}
     for name, tensor in tensors.items():
-        canon = name.removeprefix("model.")
+        canon = canonical_tensor_name(name)
         if canon == "t2d":
             continue
         if canon.startswith("layers.0."):

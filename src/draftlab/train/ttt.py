@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
@@ -115,7 +114,7 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
     device, dtype = drafter.lm_head.weight.device, drafter.lm_head.weight.dtype
     allowed = torch.ones(n, n, dtype=torch.bool, device=device).tril()[None] & batch.attention_mask[:, None, :]
     positions = torch.arange(n, device=device).expand(b, n)
-    hidden = drafter.fc(batch.aux.to(device, dtype))
+    hidden = drafter.combine(batch.aux.to(device, dtype))
     input_ids, loss_mask, position_mask = batch.input_ids, batch.loss_mask, batch.teacher.position_mask
     target_p = F.pad(batch.teacher.target_p, (0, 0, 0, length), value=1 / batch.teacher.target_p.shape[-1])
     target_ids = F.pad(batch.teacher.target_ids, (0, length))
@@ -125,8 +124,7 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
     losses, correct, counted = [], [], []
     for i in range(length):
         embeds = drafter.embed_tokens(input_ids.to(drafter.embed_tokens.weight.device)).to(device, dtype)
-        hidden = _layer_step(drafter, embeds, hidden, positions + i, allowed, keys, values)
-        logits = drafter.lm_head(drafter.norm(hidden)).float()
+        logits, hidden = drafter.finish(_layer_step(drafter, embeds, hidden, positions + i, allowed, keys, values))
         step_p = target_p[:, i:i + n]
         loss = -(position_mask * step_p * logits.log_softmax(-1)).sum(-1).mean()
         with torch.no_grad():
@@ -155,21 +153,19 @@ def _layer_step(drafter: Eagle3Drafter, embeds: torch.Tensor, hidden: torch.Tens
 
 def _attention(attn: torch.nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                allowed: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
-    """Queries over step 0's keys (``allowed`` [B, n, n]) and, per earlier step, its key at the same row."""
-    b, n, _ = x.shape
-    q = attn.q_proj(x).view(b, n, attn.heads, attn.head_dim).transpose(1, 2)
-    k = attn.k_proj(x).view(b, n, attn.kv_heads, attn.head_dim).transpose(1, 2)
-    v = attn.v_proj(x).view(b, n, attn.kv_heads, attn.head_dim).transpose(1, 2)
-    q, k = apply_rotary_pos_emb(q, k, *rope)
-    groups = attn.heads // attn.kv_heads
+    """Queries over step 0's keys (``allowed`` [B, n, n]) and, per earlier step, its key at the same row;
+    any attention kind of the drafter (its ``project``, ``scale`` and ``output``)."""
+    n = x.shape[1]
+    q, k, v = attn.project(x, rope)
+    groups = q.shape[1] // k.shape[1]
     keys.append(k.repeat_interleave(groups, dim=1))
     values.append(v.repeat_interleave(groups, dim=1))
-    scale = math.sqrt(attn.head_dim)
-    scores = torch.matmul(q, keys[0].transpose(2, 3)) / scale
+    divisor = math.sqrt(q.shape[-1]) if attn.scale is None else 1 / attn.scale
+    scores = torch.matmul(q, keys[0].transpose(2, 3)) / divisor
     scores = scores.masked_fill(~allowed[:, None], torch.finfo(scores.dtype).min)
-    diagonal = [(q * ki).sum(-1, keepdim=True) / scale for ki in keys[1:]]
+    diagonal = [(q * ki).sum(-1, keepdim=True) / divisor for ki in keys[1:]]
     weights = torch.cat([scores, *diagonal], dim=-1).softmax(-1, dtype=torch.float32).to(q.dtype)
     out = torch.matmul(weights[..., :n], values[0])
     for i, vi in enumerate(values[1:], start=1):
         out = out + weights[..., n + i - 1:n + i] * vi
-    return attn.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+    return attn.output(out)

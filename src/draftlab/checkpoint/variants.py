@@ -1,0 +1,271 @@
+"""Which EAGLE-3 variant a drafter folder holds, and what in it draftlab cannot compute.
+
+The variants (``../shared/reference/drafter-variants.md``, from the engines' own code):
+
+- ``norm_before_fc``: one RMSNorm over the concatenated aux features (``input_norm.weight``, width
+  A x T) before ``fc``. Read from ``eagle_config`` first, then the top level (SGLang 0.5.17+, vLLM
+  0.22+); speculators writes it at the top level.
+- ``fc_norm`` (EAGLE-3.1): one RMSNorm per aux feature (``fc_norm.{i}.weight``, width T) before
+  ``fc``; SGLang's legacy spelling is ``use_aux_norm`` with ``aux_norm_low/mid/high`` tensors.
+  Applied after ``input_norm`` when both are set (the engines apply both; speculators forbids it).
+- ``norm_output`` in the engines' meaning: the next draft step receives norm(out) instead of out;
+  the logits always come from norm(out). No tensor.
+- MLA drafters (``Eagle3DeepseekV2ForCausalLM``, alias ``Eagle3DeepseekV3ForCausalLM``) for
+  DeepSeek-V3 / Kimi targets: MLA attention whose down-projections take the 2H concat, a dense MLP.
+
+Everything draftlab computes is named here, once: :data:`UNDERSTOOD_KEYS` lists every config key it
+reads or knows leaves the function unchanged, and :func:`unsupported` names anything else that would
+change what the drafter computes (an MoE FFN, an unknown architecture or flag, a flag without its
+tensors or tensors without their flag). ``inspect`` shows those, ``check`` makes them errors, and
+every command that runs a drafter refuses them. Reads configs and tensor names only (no torch).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from draftlab.errors import DraftlabError
+
+LLAMA_ARCHITECTURES = frozenset({
+    "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3vlForCausalLM",
+    "Eagle3MiniMaxM2ForCausalLM",
+})
+MLA_ARCHITECTURES = frozenset({"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"})
+
+# Config keys draftlab reads, or knows the engines ignore (metadata, training-only, transformers'
+# own bookkeeping). Top level and decoder-layer config alike; ``eagle_config`` has its own list.
+UNDERSTOOD_KEYS = frozenset({
+    # drafter shape and variant (read by draftlab)
+    "architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "draft_vocab_size", "rms_norm_eps",
+    "hidden_act", "attention_bias", "mlp_bias", "max_position_embeddings", "rope_theta", "rope_scaling",
+    "rope_parameters", "tie_word_embeddings", "norm_before_residual", "norm_before_fc", "fc_norm", "use_aux_norm",
+    "norm_output", "eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states",
+    "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
+    # MLA dimensions and DeepSeek's RoPE
+    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
+    "rope_interleave",
+    # speculators layout
+    "speculators_model_type", "speculators_version", "speculators_config", "transformer_layer_config",
+    "embed_requires_grad", "auto_map",
+    # target-side MoE fields a DeepSeek-derived config carries; the engines' drafters build a dense MLP
+    # (MoE is told by its tensors or use_moe, see _moe)
+    "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size", "first_k_dense_replace",
+    "moe_layer_freq", "n_group", "topk_group", "topk_method", "norm_topk_prob", "routed_scaling_factor",
+    "scoring_func", "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers", "output_router_logits",
+    "router_aux_loss_coef", "decoder_sparse_step", "mlp_only_layers", "num_experts", "use_moe",
+    # settings that do not change the function
+    "attention_dropout", "initializer_range", "pretraining_tp", "use_cache", "max_window_layers", "sliding_window",
+    "use_sliding_window", "transformers_version", "_name_or_path", "target_model_type", "quantization_config",
+    "chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder", "output_attentions",
+    "output_hidden_states", "problem_type", "return_dict", "tf_legacy_loss", "use_bfloat16", "torchscript",
+    "add_cross_attention", "tie_encoder_decoder", "pruned_heads", "task_specific_params", "finetuning_task",
+    "cross_attention_hidden_size", "decoder_start_token_id", "sep_token_id", "prefix", "tokenizer_class",
+    "bad_words_ids", "begin_suppress_tokens", "diversity_penalty", "do_sample", "early_stopping",
+    "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty", "forced_bos_token_id",
+    "forced_eos_token_id", "length_penalty", "max_length", "min_length", "no_repeat_ngram_size", "num_beam_groups",
+    "num_beams", "num_return_sequences", "output_scores", "remove_invalid_values", "repetition_penalty",
+    "return_dict_in_generate", "suppress_tokens", "temperature", "top_k", "top_p", "typical_p", "is_decoder",
+})
+# ``eagle_config`` entries: aux ids (read in engines/), norm_before_fc, and TorchSpec's template flags
+# that no engine reads.
+UNDERSTOOD_EAGLE_CONFIG_KEYS = frozenset({
+    "eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state", "norm_before_fc", "layer_ids",
+    "use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
+})
+# An unknown key is taken for a switch that changes the function when it is set to true, holds an
+# object, or its name speaks of the parts a variant changes.
+_FUNCTIONAL_NAME = re.compile(r"norm|moe|expert|router|residual|(^|_)fc(_|$)|gate|aux|sliding|layer_types|mtp|"
+                              r"attention_type|attn_type")
+_EXPERT_TENSOR = re.compile(r"(^|\.)(experts|shared_experts)\.|\.mlp\.gate\.|\.mlp\.(gate|up|down)_weight$")
+_LEGACY_FC_NORM = {"aux_norm_low": 0, "aux_norm_mid": 1, "aux_norm_high": 2}
+
+
+@dataclass(frozen=True)
+class MlaDims:
+    """Multi-head latent attention sizes (DeepSeek-V3 / Kimi)."""
+
+    q_lora_rank: int | None  # None: q_proj takes the 2H input directly
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What the drafter computes beyond the EAGLE-3 of 2025."""
+
+    norm_before_fc: bool
+    fc_norm: bool
+    norm_output: bool
+    mla: MlaDims | None
+
+    @property
+    def attention(self) -> str:
+        return "MLA" if self.mla is not None else "GQA"
+
+    @property
+    def name(self) -> str:
+        """"eagle3", "eagle3.1" (any of the 3.1 norms), with "-mla" for an MLA drafter."""
+        base = "eagle3.1" if self.norm_before_fc or self.fc_norm or self.norm_output else "eagle3"
+        return base + ("-mla" if self.mla is not None else "")
+
+
+def _flag(value: Any) -> bool:
+    return value is True
+
+
+def read_variant(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Variant:
+    """The variant of a drafter config (``layer``: the dict holding the decoder-layer fields)."""
+    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    nested = eagle.get("norm_before_fc")
+    norm_before_fc = _flag(nested if nested is not None else config.get("norm_before_fc"))
+    fc_norm = _flag(config.get("fc_norm")) or _flag(config.get("use_aux_norm"))
+    architecture = (config.get("architectures") or [None])[0]
+    mla = None
+    if architecture in MLA_ARCHITECTURES or layer.get("kv_lora_rank") is not None:
+        mla = MlaDims(q_lora_rank=_int_or_none(layer.get("q_lora_rank")),
+                      kv_lora_rank=_positive(layer, "kv_lora_rank"),
+                      qk_nope_head_dim=_positive(layer, "qk_nope_head_dim"),
+                      qk_rope_head_dim=_positive(layer, "qk_rope_head_dim"),
+                      v_head_dim=_positive(layer, "v_head_dim"))
+    return Variant(norm_before_fc, fc_norm, _flag(config.get("norm_output")), mla)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def _positive(layer: Mapping[str, Any], key: str) -> int:
+    value = layer.get(key)
+    if type(value) is not int or value <= 0:
+        raise DraftlabError(f"config field {key!r} is {value!r}; an MLA drafter needs it as a positive integer")
+    return value
+
+
+def canonical_tensor_name(name: str) -> str:
+    """A drafter tensor's name without ``model.``, SGLang's legacy ``aux_norm_*`` as ``fc_norm.{i}``."""
+    bare = name.removeprefix("model.")
+    for legacy, index in _LEGACY_FC_NORM.items():
+        if bare.startswith(legacy + "."):
+            return f"fc_norm.{index}." + bare.removeprefix(legacy + ".")
+    return bare
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Something in a drafter folder that changes its function and that draftlab does not compute."""
+
+    field: str  # the config key (dotted when nested) or tensor
+    message: str
+
+
+def unsupported(config: Mapping[str, Any], tensor_names: Iterable[str]) -> list[Unsupported]:
+    """Every key or tensor of a drafter that draftlab would compute wrong, so refuses."""
+    names = [canonical_tensor_name(n) for n in tensor_names]
+    speculators = "speculators_config" in config or "speculators_model_type" in config
+    layer = config.get("transformer_layer_config") if speculators else config
+    layer = layer if isinstance(layer, dict) else {}
+    found = [*_architecture(config, speculators), *_moe(config, layer, names), *_layers(config, layer)]
+    try:
+        found += _flags_and_tensors(read_variant(config, layer), names)
+    except DraftlabError as exc:
+        found.append(Unsupported("kv_lora_rank", str(exc)))
+    return found + list(_unknown_keys(config, layer, speculators))
+
+
+def _architecture(config: Mapping[str, Any], speculators: bool) -> Iterable[Unsupported]:
+    kind = config.get("speculators_model_type")
+    if speculators and kind not in (None, "eagle3"):
+        yield Unsupported("speculators_model_type", f"speculators_model_type is {kind!r}; draftlab computes EAGLE-3 "
+                                                    "drafters ('eagle3') only")
+    architectures = config.get("architectures") or []
+    if speculators or not architectures:
+        return  # vLLM picks the class of a speculators config itself; a missing name is check's finding
+    name = architectures[0]
+    if name not in LLAMA_ARCHITECTURES | MLA_ARCHITECTURES:
+        yield Unsupported("architectures", f"architecture {name!r} is not an EAGLE-3 drafter draftlab computes "
+                                           f"(it knows {', '.join(sorted(LLAMA_ARCHITECTURES | MLA_ARCHITECTURES))})")
+
+
+def _moe(config: Mapping[str, Any], layer: Mapping[str, Any], names: list[str]) -> Iterable[Unsupported]:
+    experts = [n for n in names if _EXPERT_TENSOR.search(n)]
+    if experts:
+        yield Unsupported(experts[0], f"tensor {experts[0]!r} belongs to an MoE FFN in the drafter; draftlab "
+                                      "computes dense drafters only (no released engine serves an MoE EAGLE-3 head)")
+    elif _flag(layer.get("use_moe")) or _flag(config.get("use_moe")):
+        yield Unsupported("use_moe", "use_moe is true: an MoE FFN in the drafter, which draftlab does not compute")
+
+
+def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Unsupported]:
+    count = layer.get("num_hidden_layers", 1)
+    architecture = (config.get("architectures") or [None])[0]
+    mla = architecture in MLA_ARCHITECTURES or layer.get("kv_lora_rank") is not None
+    if mla and count != 1:
+        yield Unsupported("num_hidden_layers", f"num_hidden_layers is {count}; MLA drafters have one decoder layer "
+                                               "in both engines, and draftlab computes that one")
+    types = layer.get("layer_types")
+    if isinstance(types, list) and any(t != "full_attention" for t in types):
+        yield Unsupported("layer_types", f"layer_types is {types!r}; draftlab computes full attention only")
+    if _flag(layer.get("use_sliding_window")):
+        yield Unsupported("use_sliding_window", "use_sliding_window is true; draftlab computes full attention only")
+
+
+def _flags_and_tensors(variant: Variant, names: list[str]) -> list[Unsupported]:
+    found = []
+    has_input_norm = "input_norm.weight" in names
+    fc_norms = sorted(n for n in names if n.startswith("fc_norm."))
+    if variant.norm_before_fc and not has_input_norm:
+        found.append(Unsupported("norm_before_fc", "norm_before_fc is true but there is no input_norm.weight; the "
+                                                   "engines would run the norm with its initial weights (ones)"))
+    if has_input_norm and not variant.norm_before_fc:
+        found.append(Unsupported("input_norm.weight", "input_norm.weight is stored but norm_before_fc is not set; the "
+                                                      "engines drop the tensor silently (set norm_before_fc: true if "
+                                                      "the drafter was trained with it)"))
+    if variant.fc_norm and not fc_norms:
+        found.append(Unsupported("fc_norm", "fc_norm is true but there are no fc_norm.{i}.weight tensors; the "
+                                            "engines would run the norms with their initial weights (ones)"))
+    if fc_norms and not variant.fc_norm:
+        found.append(Unsupported(fc_norms[0], f"{fc_norms[0]} is stored but fc_norm is not set; the engines drop "
+                                              "the tensor silently (set fc_norm: true if the drafter was trained "
+                                              "with it)"))
+    return found
+
+
+def _unknown_keys(config: Mapping[str, Any], layer: Mapping[str, Any], speculators: bool) -> Iterable[Unsupported]:
+    places: list[tuple[str, Mapping[str, Any], frozenset[str]]] = [("", config, UNDERSTOOD_KEYS)]
+    if speculators:
+        places.append(("transformer_layer_config.", layer, UNDERSTOOD_KEYS))
+    eagle = config.get("eagle_config")
+    if isinstance(eagle, dict):
+        places.append(("eagle_config.", eagle, UNDERSTOOD_EAGLE_CONFIG_KEYS))
+    for where, fields, known in places:
+        for key, value in fields.items():
+            if key in known:
+                continue
+            if value is True or (isinstance(value, dict) and value) or _FUNCTIONAL_NAME.search(key):
+                yield Unsupported(where + key, f"config key {where + key!r} ({_short(value)}) is not one draftlab "
+                                               "knows; it may change what the drafter computes")
+
+
+def unknown_keys(config: Mapping[str, Any]) -> list[str]:
+    """Config keys outside :data:`UNDERSTOOD_KEYS` that look inert (shown by ``inspect``, not refused)."""
+    speculators = "speculators_config" in config or "speculators_model_type" in config
+    layer = config.get("transformer_layer_config") if speculators else None
+    out = [k for k in config if k not in UNDERSTOOD_KEYS]
+    if isinstance(layer, dict):
+        out += [f"transformer_layer_config.{k}" for k in layer if k not in UNDERSTOOD_KEYS]
+    return sorted(out)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
