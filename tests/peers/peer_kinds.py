@@ -108,8 +108,22 @@ def drafter_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
-def write_flat_drafter(folder: Path, *, layer_prefix: str = "midlayer.", **fields: object) -> Path:
-    """A SpecForge-layout drafter trained on AUX, with ``fields`` overriding its config."""
+def variant_tensors(flags: dict[str, bool], seed: int = 2) -> dict[str, torch.Tensor]:
+    """The norms a variant adds (``input_norm`` over the 3H features, one ``fc_norm`` per aux feature),
+    weights away from 1 so a skipped norm shows."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    if flags.get("norm_before_fc"):
+        out["input_norm.weight"] = 1 + 0.3 * torch.randn(3 * H, generator=g)
+    if flags.get("fc_norm"):
+        out.update({f"fc_norm.{i}.weight": 1 + 0.3 * torch.randn(H, generator=g) for i in range(3)})
+    return out
+
+
+def write_flat_drafter(folder: Path, *, layer_prefix: str = "midlayer.", extra: dict[str, torch.Tensor] | None = None,
+                       **fields: object) -> Path:
+    """A SpecForge-layout drafter trained on AUX, with ``fields`` overriding its config and ``extra``
+    tensors added."""
     folder.mkdir(parents=True)
     config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
               "intermediate_size": INTER, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
@@ -120,7 +134,7 @@ def write_flat_drafter(folder: Path, *, layer_prefix: str = "midlayer.", **field
               "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX}, **fields}
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     tensors = {k.replace("midlayer.", layer_prefix): v for k, v in drafter_tensors().items()}
-    save_file(tensors, str(folder / "model.safetensors"))
+    save_file({**tensors, **(extra or {})}, str(folder / "model.safetensors"))
     return folder
 
 
@@ -276,6 +290,24 @@ def speculators_load(folder: Path, ids: torch.Tensor, hidden: torch.Tensor) -> L
                 x = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=rope)
             logits = model.lm_head(model.norm(x))
     return Loaded(logits[0].float(), sorted(own - names - ignored), sorted(names - own))
+
+
+def speculators_step(folder: Path, ids: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """speculators' own ``Eagle3DraftModel.forward`` (one TTT step, eager attention, positions 1..n):
+    the logits and the hidden it feeds to the next step, caught at its lm_head and last decoder layer
+    (with ``norm_output`` the fed-back state is the lm_head's input, norm(out); else the layer's output)."""
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    seen: dict[str, torch.Tensor] = {}
+    with _quiet():
+        model = Eagle3DraftModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+        model.lm_head.register_forward_hook(lambda m, args, out: seen.update(head_in=args[0], logits=out))
+        model.layers[-1].register_forward_hook(
+            lambda m, args, out: seen.update(layer_out=out[0] if isinstance(out, tuple) else out))
+        with torch.no_grad():
+            model(hidden[None], ids[None], torch.zeros(1, ids.numel(), dtype=torch.long), ttt_steps=1)
+    fed = seen["head_in"] if model.config.norm_output else seen["layer_out"]
+    return seen["logits"][0].float(), fed[0].float()
 
 
 def peer_load(peer: str, folder: Path, layout: str, root: Path, target: Path,

@@ -10,6 +10,7 @@ SpecForge's own mapping code.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -18,10 +19,13 @@ import pytest
 import torch
 from peer_kinds import (
     AUX, DRAFT_IDS, FLAT, KINDS, SPECULATORS, VOCAB, _quiet, draftlab_logits, inputs, make_target,
-    peer_import_error, peer_load, skip_reason, speculators_convert, write_flat_drafter,
+    peer_import_error, peer_load, skip_reason, speculators_convert, speculators_step, variant_tensors,
+    write_flat_drafter,
 )
 
 from draftlab.compat import check_pair, fix_pair
+from draftlab.compat.convert import convert_drafter
+from draftlab.models.drafter import Eagle3Drafter
 from draftlab.vocab import build_mapping_file
 from draftlab.vocab.counts import TokenCounts
 
@@ -64,6 +68,38 @@ def test_every_output_kind_loads_in_the_peer_with_draftlabs_logits(root, target,
     assert loaded.logits.shape == ours.shape
     assert (loaded.logits - ours).abs().max().item() <= TOLERANCE
     assert torch.equal(loaded.logits.argmax(-1), ours.argmax(-1))
+
+
+VARIANTS = [{"norm_before_fc": True}, {"fc_norm": True, "norm_output": True},
+            {"norm_before_fc": True, "norm_output": True}]
+
+
+@pytest.mark.parametrize("flags", VARIANTS, ids=["+".join(f) for f in VARIANTS])
+def test_speculators_computes_each_variant_as_draftlab_does(tmp_path, flags):
+    """speculators' own forward over a variant drafter (written by draftlab's convert): its logits and the
+    hidden it feeds back equal draftlab's; with the variant's flags dropped from draftlab's reading they
+    would not (so the comparison can fail)."""
+    need("speculators")
+    target = make_target(tmp_path)
+    flat = write_flat_drafter(tmp_path / "flat", extra=variant_tensors(flags), **flags)
+    folder = convert_drafter(flat, "speculators", tmp_path / "spec", target=target).out
+    ids, hidden = inputs()
+    peer_logits, peer_fed = speculators_step(folder, ids, hidden)
+    drafter = Eagle3Drafter.load(folder, use_target_embedding=False)
+    assert all(getattr(drafter.variant, flag) for flag in flags)  # convert carried every flag
+    n = ids.numel()
+    with torch.no_grad():
+        logits, fed, _ = drafter.forward_masked(ids[None], hidden[None], torch.arange(n)[None],
+                                                torch.ones(n, n, dtype=torch.bool).tril()[None])
+    assert (peer_logits - logits[0]).abs().max().item() <= TOLERANCE
+    assert (peer_fed - fed[0]).abs().max().item() <= TOLERANCE
+    plain = dataclasses.replace(drafter.variant, norm_before_fc=False, fc_norm=False, norm_output=False)
+    drafter.variant, drafter.input_norm, drafter.fc_norm = plain, None, None
+    with torch.no_grad():
+        logits, fed, _ = drafter.forward_masked(ids[None], hidden[None], torch.arange(n)[None],
+                                                torch.ones(n, n, dtype=torch.bool).tril()[None])
+    assert (peer_logits - logits[0]).abs().max().item() > 100 * TOLERANCE or \
+        (peer_fed - fed[0]).abs().max().item() > 100 * TOLERANCE
 
 
 def test_speculators_converter_loses_the_aux_ids_and_check_says_so(tmp_path):
