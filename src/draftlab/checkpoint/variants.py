@@ -81,6 +81,8 @@ UNDERSTOOD_EAGLE_CONFIG_KEYS = frozenset({
 _FUNCTIONAL_NAME = re.compile(r"norm|moe|expert|router|residual|(^|_)fc(_|$)|gate|aux|sliding|layer_types|mtp|"
                               r"attention_type|attn_type")
 _EXPERT_TENSOR = re.compile(r"(^|\.)(experts|shared_experts)\.|\.mlp\.gate\.|\.mlp\.(gate|up|down)_weight$")
+# The flags a new drafter of each named variant is written with (``train --variant``).
+NEW_DRAFTER_FLAGS: dict[str, dict[str, bool]] = {"eagle3": {}, "eagle3.1": {"fc_norm": True, "norm_output": True}}
 _LEGACY_FC_NORM = {"aux_norm_low": 0, "aux_norm_mid": 1, "aux_norm_high": 2}
 
 

@@ -42,6 +42,9 @@ def train_command(
         "--draft-vocab-size", help="From scratch: draft vocabulary size (built from the data's counts).")] = 32000,
     aux_layers: Annotated[Optional[str], typer.Option(
         "--aux-layers", help="From scratch: target layers a,b,c whose outputs the drafter fuses.")] = None,
+    variant: Annotated[Optional[str], typer.Option(
+        "--variant", help="From scratch: eagle3 (default) or eagle3.1 (fc_norm + norm_output). A warm start keeps "
+                          "the variant of --init.")] = None,
     eval_prompts: Annotated[Optional[Path], typer.Option(
         "--eval-prompts", help="Held-out prompts (as probe reads them) for the exact accept length.")] = None,
     eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every N steps (and at the end).")] = 0,
@@ -67,7 +70,7 @@ def train_command(
         target=target, out=out, data=data, init=init, features=features, remap=remap, max_steps=max_steps,
         epochs=epochs, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len, lr=lr, warmup=warmup,
         ttt_length=ttt_length, draft_vocab_size=draft_vocab_size,
-        aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers),
+        aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers), variant=variant,
         eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
         save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
         dtype=dtype, device=device, device_map=device_map, progress=not json_out)

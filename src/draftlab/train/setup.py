@@ -21,6 +21,7 @@ from torch import nn
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, is_drafter, open_checkpoint, text_config
 from draftlab.checkpoint.synth import specforge_drafter_config
+from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
 from draftlab.engines import default_aux_layers, intended_aux_layers, written_aux_ids
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
@@ -50,8 +51,10 @@ def with_aux_ids(config: dict[str, Any], aux: list[int]) -> dict[str, Any]:
     return out
 
 
-def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: list[int] | None) -> dict[str, Any]:
-    """A SpecForge drafter config sized like the target (its MLP width, head size and RoPE)."""
+def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: list[int] | None,
+                   variant: str = "eagle3") -> dict[str, Any]:
+    """A SpecForge drafter config sized like the target (its MLP width, head size and RoPE), with the
+    flags of ``variant`` (:data:`~draftlab.checkpoint.variants.NEW_DRAFTER_FLAGS`)."""
     raw = open_checkpoint(target_dir).config
     target = TargetConfig.from_dict(raw)
     if target.attention == "MLA":
@@ -70,13 +73,14 @@ def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: li
     config = specforge_drafter_config(target, draft_vocab_size=draft_vocab_size,
                                       intermediate_size=inter if isinstance(inter, int) else None,
                                       head_dim=target.head_dim, target_hidden_size=target.hidden_size,
-                                      rms_norm_eps=float(text_config(raw).get("rms_norm_eps", 1e-6)))
+                                      rms_norm_eps=float(text_config(raw).get("rms_norm_eps", 1e-6)),
+                                      **NEW_DRAFTER_FLAGS[variant])
     return with_aux_ids(config, aux)
 
 
 def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCounts, draft_vocab_size: int,
-                 aux_layers: list[int] | None, seed: int) -> StartingDrafter:
-    config = scratch_config(target_dir, draft_vocab_size, aux_layers)
+                 aux_layers: list[int] | None, seed: int, variant: str = "eagle3") -> StartingDrafter:
+    config = scratch_config(target_dir, draft_vocab_size, aux_layers, variant)
     mapping = build_mapping(counts, draft_vocab_size, config["vocab_size"])
     with torch.random.fork_rng():
         torch.manual_seed(seed)

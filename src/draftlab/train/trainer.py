@@ -30,12 +30,13 @@ import torch
 from torch import nn
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
 from draftlab.engines import default_aux_layers, intended_aux_layers
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 from draftlab.models.devices import parse_device, resolve_placement
-from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.drafter import Eagle3Drafter, refuse_unsupported
 from draftlab.train import checkpoints
 from draftlab.train.data import (
     DataOrder, TrainRow, feature_rows, pad_batch, pad_features, target_tokenizer, tokenized_rows,
@@ -68,6 +69,7 @@ class TrainOptions:
     ttt_length: int = 7
     draft_vocab_size: int = 32000
     aux_layers: list[int] | None = None
+    variant: str | None = None  # from scratch: "eagle3" (default) or "eagle3.1"; a warm start keeps --init's
     eval_prompts: Path | None = None
     eval_every: int = 0
     eval_max_new_tokens: int = 64
@@ -195,7 +197,7 @@ class _Run:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         return from_scratch(o.target, self.heads.embed_tokens, self._counts(), o.draft_vocab_size, o.aux_layers,
-                            o.seed)
+                            o.seed, o.variant or "eagle3")
 
     def _counts(self) -> TokenCounts:
         """``vocab count``'s counts of --data; of the feature files' loss-mask tokens with --features."""
@@ -375,6 +377,13 @@ def _check_options(o: TrainOptions, world: World) -> None:
         raise DraftlabError("--max-steps and --epochs must be positive")
     if o.remap is not None and o.init is None:
         raise DraftlabError("--remap COUNTS rebuilds a warm start's vocabulary; it needs --init OLD_DRAFTER")
+    if o.variant is not None and o.init is not None:
+        raise DraftlabError("--variant chooses a new drafter's variant; a warm start keeps the variant of --init")
+    if o.variant is not None and o.variant not in NEW_DRAFTER_FLAGS:
+        raise DraftlabError(f"--variant {o.variant!r} is not one draftlab trains; choose one of "
+                            f"{', '.join(NEW_DRAFTER_FLAGS)}")
+    if o.init is not None:
+        refuse_unsupported(open_checkpoint(o.init))
     if o.grad_accum < 1 or o.batch_size % (o.grad_accum * world.size):
         raise DraftlabError(f"--batch-size {o.batch_size} must split into --grad-accum {o.grad_accum} x "
                             f"{world.size} process(es) equal micro-batches")
