@@ -21,6 +21,10 @@ Pairs:
   acceptance (benchmarks/multi_gpu.py's ``PredictableWeights``) and its drafter, written to disk
   (16 GB) so that the commands load them as a user's folders. Per-prompt agreement is reported, not
   required (bf16 ties).
+- ``llama-3.1-8b:eagle3.1``: the same with an EAGLE-3.1 drafter (``fc_norm`` + ``norm_output``, its
+  ``fc_norm.{i}`` weights drawn around one).
+- ``deepseek-v3-4l:mla``: a DeepSeek-V3-shaped target (real dimensions and YaRN, 4 layers, dense MLPs,
+  random bf16 weights) and an MLA drafter (``Eagle3DeepseekV2ForCausalLM``) with random weights.
 
 Independent commands run concurrently (``--workers``; the GPU has room for several 8B copies), so
 their seconds include waiting for each other: the smoke run checks that commands work, not how fast.
@@ -59,7 +63,15 @@ SHAPES = {"llama-3.1-8b": dict(vocab_size=128256, hidden_size=4096, intermediate
           "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=192, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
                        rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)}
-DRAFT_VOCAB = {"llama-3.1-8b": 32000, "tiny": 256}
+SHAPES["deepseek-v3-4l"] = dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=4,
+                                first_k_dense_replace=4, num_attention_heads=128, num_key_value_heads=128,
+                                q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                                v_head_dim=128, max_position_embeddings=163840, rms_norm_eps=1e-6, rope_theta=10000.0,
+                                rope_scaling={"type": "yarn", "factor": 40.0, "beta_fast": 32, "beta_slow": 1,
+                                              "mscale": 1.0, "mscale_all_dim": 1.0,
+                                              "original_max_position_embeddings": 4096},
+                                tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
+DRAFT_VOCAB = {"llama-3.1-8b": 32000, "tiny": 256, "deepseek-v3-4l": 32000}
 TOY_TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self.",
              "return self._", "class Config:\n    ", "    if not isinstance(", "# Copyright", "with open("]
 
@@ -130,8 +142,16 @@ def toy_pair(toy: str | None) -> tuple[Path, Path]:
     return pair.target_dir, pair.drafter_dir
 
 
-def write_random_pair(shape: str, work: Path, device: str) -> tuple[Path, Path]:
-    """A target of ``shape`` and its drafter as folders (the drafter in SpecForge's layout)."""
+def shape_of(pair: str) -> str:
+    """The model shape a pair is built from ("llama-3.1-8b:eagle3.1" -> "llama-3.1-8b")."""
+    return pair.split(":")[0]
+
+
+def write_random_pair(pair: str, work: Path, device: str) -> tuple[Path, Path]:
+    """A target of ``pair``'s shape and its drafter (of its variant) as folders (SpecForge's layout)."""
+    shape, _, variant = pair.partition(":")
+    if variant == "mla":
+        return write_mla_pair(shape, work, device)
     from multi_gpu import PredictableWeights, build_drafter, split_target
     from safetensors.torch import save_file
 
@@ -153,12 +173,55 @@ def write_random_pair(shape: str, work: Path, device: str) -> tuple[Path, Path]:
               "eagle_config": {"eagle_aux_hidden_state_layer_ids": written_aux_ids("sglang", aux),
                                "use_aux_hidden_state": True},
               "eagle_aux_hidden_state_layer_ids": written_aux_ids("vllm", aux)}
-    (drafter_dir / "config.json").write_text(json.dumps(config, indent=2))
     tensors = {k: v.detach().contiguous().cpu() for k, v in drafter.checkpoint_tensors().items()}
+    if variant:
+        from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
+
+        config.update(NEW_DRAFTER_FLAGS[variant])
+        gen = torch.Generator().manual_seed(1)
+        tensors.update({f"fc_norm.{i}.weight": (1 + 0.1 * torch.randn(cfg["hidden_size"], generator=gen)).bfloat16()
+                        for i in range(3)})
+    (drafter_dir / "config.json").write_text(json.dumps(config, indent=2))
     tensors["d2t"] = torch.zeros(draft_vocab, dtype=torch.int64)  # the draft ids are the first 32000
     tensors["t2d"] = torch.arange(cfg["vocab_size"]) < draft_vocab
     save_file(tensors, str(drafter_dir / "model.safetensors"))
     del model, drafter, values
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return target_dir, drafter_dir
+
+
+def write_mla_pair(shape: str, work: Path, device: str) -> tuple[Path, Path]:
+    """A DeepSeek-V3-shaped target with random weights and an MLA drafter for it, as folders."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, DeepseekV3Config
+
+    from draftlab.checkpoint import DrafterConfig
+    from draftlab.checkpoint.synth import mla_drafter_config
+    from draftlab.engines import written_aux_ids
+    from draftlab.models.drafter import Eagle3Drafter
+
+    cfg, draft_vocab = SHAPES[shape], DRAFT_VOCAB[shape]
+    target_dir, drafter_dir = work / "target", work / "drafter"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(DeepseekV3Config(**cfg), dtype=torch.bfloat16)
+    model.save_pretrained(target_dir)
+    aux = [0, 1, 2]
+    config = mla_drafter_config(json.loads((target_dir / "config.json").read_text()), draft_vocab_size=draft_vocab,
+                                torch_dtype="bfloat16",
+                                eagle_config={"eagle_aux_hidden_state_layer_ids": written_aux_ids("sglang", aux),
+                                              "use_aux_hidden_state": True},
+                                eagle_aux_hidden_state_layer_ids=written_aux_ids("vllm", aux))
+    with torch.device(device):
+        drafter = Eagle3Drafter(DrafterConfig.from_dict(config)).to(torch.bfloat16)
+    drafter_dir.mkdir()
+    (drafter_dir / "config.json").write_text(json.dumps(config, indent=2))
+    tensors = {k: v.detach().contiguous().cpu() for k, v in drafter.checkpoint_tensors().items()}
+    tensors["d2t"] = torch.zeros(draft_vocab, dtype=torch.int64)
+    tensors["t2d"] = torch.arange(cfg["vocab_size"]) < draft_vocab
+    save_file(tensors, str(drafter_dir / "model.safetensors"))
+    del model, drafter
     if device == "cuda":
         torch.cuda.empty_cache()
     return target_dir, drafter_dir
@@ -169,7 +232,7 @@ def write_prompts(path: Path, pair: str) -> list[list[int]]:
         rows = [list(t.encode()) for t in TOY_TEXTS]
     else:  # inside the draft vocabulary, where the arranged weights make drafts acceptable
         gen = torch.Generator().manual_seed(0)
-        rows = torch.randint(0, DRAFT_VOCAB[pair], (8, 64), generator=gen).tolist()
+        rows = torch.randint(0, DRAFT_VOCAB[shape_of(pair)], (8, 64), generator=gen).tolist()
     path.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
     return rows
 
@@ -248,9 +311,9 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
                                             "-o", str(counts)])
         else:  # a random target has no tokenizer: the prompts are token ids
             smoke.run(pair, "vocab count", ["vocab", "count", "--data", str(prompts), "--vocab-size",
-                                            str(SHAPES[pair]["vocab_size"]), "-o", str(counts)])
+                                            str(SHAPES[shape_of(pair)]["vocab_size"]), "-o", str(counts)])
         mapping = work / "mapping.safetensors"
-        size = "64" if pair == "toy" else str(DRAFT_VOCAB[pair] // 2)
+        size = "64" if pair == "toy" else str(DRAFT_VOCAB[shape_of(pair)] // 2)
         smoke.run(pair, "vocab build", ["vocab", "build", "--counts", str(counts), "--size", size, "-o", str(mapping)])
         smoke.run(pair, "vocab coverage", ["vocab", "coverage", d, "--counts", str(counts), "--json"])
         smoke.run(pair, "vocab compare", ["vocab", "compare", d, str(mapping), "--json"])
@@ -300,16 +363,18 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
             text = stdlib_text("train", 16 * 256)
             ids = [list(text[i:i + 256]) for i in range(0, len(text), 256)]
         else:
-            ids = torch.randint(0, DRAFT_VOCAB[pair], (16, 256), generator=torch.Generator().manual_seed(2)).tolist()
+            ids = torch.randint(0, DRAFT_VOCAB[shape_of(pair)], (16, 256),
+                                generator=torch.Generator().manual_seed(2)).tolist()
         data.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in ids))
         steps = ["--max-steps", "4", "--batch-size", "4", "--seq-len", "256", *cuda]
         smoke.run(pair, "train --init (fine-tune, eval)", ["train", "--target", t, "--data", str(data), "--init", d,
                                                           "--out", str(work / "tuned"), *steps, "--eval-prompts",
                                                           str(prompts), "--eval-every", "2", *chain, "--json"])
-        vocab_size = "64" if pair == "toy" else str(DRAFT_VOCAB[pair])
+        vocab_size = "64" if pair == "toy" else str(DRAFT_VOCAB[shape_of(pair)])
+        variant = ["--variant", "eagle3.1"] if pair.endswith(":eagle3.1") else []
         smoke.run(pair, "train (from scratch)", ["train", "--target", t, "--data", str(data), "--out",
                                                  str(work / "scratch"), *steps, "--draft-vocab-size", vocab_size,
-                                                 "--json"])
+                                                 *variant, "--json"])
         smoke.run(pair, "check (trained drafter)", ["check", str(work / "tuned"), "--target", t, "--json"])
         smoke.run(pair, "capture", ["capture", "--target", t, "--data", str(data), "--drafter", d, "--out",
                                     str(work / "captured"), "--seq-len", "256", *cuda, "--json"])
@@ -373,7 +438,7 @@ def table(records: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--toy", help="folder with the toy pair's target/ and drafter/ (default: train it)")
-    parser.add_argument("--pairs", default="toy,llama-3.1-8b")
+    parser.add_argument("--pairs", default="toy,llama-3.1-8b,llama-3.1-8b:eagle3.1,deepseek-v3-4l:mla")
     parser.add_argument("--workdir", help="where the pairs' folders go (default: a temporary folder)")
     parser.add_argument("--out", help="write the records as JSON here")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: check the script itself")
