@@ -8,20 +8,9 @@ import math
 import pytest
 import torch
 from test_drafter_static import _script
+from mla_reference import hf_attention, run_hf_attention
 from tiny_drafters import H, VOCAB
-from tiny_mla import (
-    EPS,
-    NOPE,
-    Q_RANK,
-    ROPE,
-    YARN,
-    hf_attention,
-    mla_config,
-    mla_tensors,
-    reference,
-    run_hf_attention,
-    write_mla,
-)
+from tiny_mla import EPS, NOPE, Q_RANK, ROPE, YARN, mla_config, mla_tensors, reference, write_mla
 
 from draftlab.checkpoint import DrafterConfig
 from draftlab.models.drafter import Eagle3Drafter, attend

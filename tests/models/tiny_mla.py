@@ -1,6 +1,5 @@
-"""A tiny random MLA EAGLE-3 drafter (``Eagle3DeepseekV2ForCausalLM``) and its plain reference: the
-attention is transformers' own ``DeepseekV3Attention`` with its down-projections widened to the 2H
-concat, the rest written out with torch ops."""
+"""A tiny random MLA EAGLE-3 drafter (``Eagle3DeepseekV2ForCausalLM``) and its plain reference
+(:mod:`mla_reference`)."""
 
 from __future__ import annotations
 
@@ -9,12 +8,9 @@ import math
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+from mla_reference import MlaReference
 from safetensors.torch import save_file
 from tiny_drafters import DRAFT_VOCAB, H, VOCAB
-from torch import nn
-from transformers import DeepseekV3Config
-from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
 
 HEADS, INTER, THETA, EPS = 4, 48, 10000.0, 1e-5
 NOPE, ROPE, V, KV_RANK, Q_RANK = 16, 8, 12, 16, 24
@@ -72,63 +68,7 @@ def write_mla(folder: Path, tensors: dict[str, torch.Tensor], config: dict, *, p
     return folder
 
 
-# --- the reference ---
-
-def hf_attention(t: dict[str, torch.Tensor], config: dict) -> tuple[DeepseekV3Attention, DeepseekV3RotaryEmbedding]:
-    """transformers' DeepSeek-V3 MLA with 2H-input down-projections and the engines' norm eps, loaded from ``t``."""
-    scaling = config["rope_scaling"] or {"rope_type": "default"}
-    cfg = DeepseekV3Config(hidden_size=H, num_attention_heads=HEADS, num_key_value_heads=HEADS,
-                           q_lora_rank=config["q_lora_rank"], kv_lora_rank=KV_RANK, qk_nope_head_dim=NOPE,
-                           qk_rope_head_dim=ROPE, v_head_dim=V, rms_norm_eps=EPS, max_position_embeddings=512,
-                           rope_parameters={**scaling, "rope_theta": THETA}, attention_bias=False)
-    cfg._attn_implementation = "eager"
-    attn = DeepseekV3Attention(cfg, 0)
-    if config["q_lora_rank"] is None:
-        attn.q_proj = nn.Linear(2 * H, HEADS * (NOPE + ROPE), bias=False)
-    else:
-        attn.q_a_proj = nn.Linear(2 * H, config["q_lora_rank"], bias=False)
-        attn.q_a_layernorm.variance_epsilon = EPS  # transformers uses 1e-6 here; vLLM and SGLang rms_norm_eps
-    attn.kv_a_proj_with_mqa = nn.Linear(2 * H, KV_RANK + ROPE, bias=False)
-    attn.kv_a_layernorm.variance_epsilon = EPS
-    own = {k.removeprefix("midlayer.self_attn."): v for k, v in t.items() if k.startswith("midlayer.self_attn.")}
-    attn.load_state_dict(own, strict=True)
-    return attn.eval(), DeepseekV3RotaryEmbedding(cfg)
-
-
-def run_hf_attention(attn: DeepseekV3Attention, rotary: DeepseekV3RotaryEmbedding, x: torch.Tensor,
-                     pos: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """x [n, 2H] at positions ``pos`` [n], ``allowed`` [n, n] bool -> [n, H]."""
-    cos_sin = rotary(x[None], pos[None])
-    mask = torch.where(allowed, 0.0, torch.finfo(torch.float32).min)[None, None]
-    return attn(x[None], cos_sin, mask)[0][0]
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS))
-
-
 def reference(t: dict[str, torch.Tensor], config: dict, ids: torch.Tensor, hidden: torch.Tensor | list[torch.Tensor],
               pos: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Logits, pre-norm output and the next step's hidden of one sequence; ``hidden`` rows of width 3H
-    go through fc_norm (with fc_norm) and fc, width H do not."""
-    n = ids.numel()
-    allowed = torch.ones(n, n, dtype=torch.bool).tril() if allowed is None else allowed
-    attn, rotary = hf_attention(t, config)
-
-    def combine(row: torch.Tensor) -> torch.Tensor:
-        if config.get("fc_norm"):
-            row = torch.cat([_rms(c, t[f"fc_norm.{i}.weight"]) for i, c in enumerate(row.chunk(3))])
-        return row @ t["fc.weight"].T
-
-    h = torch.stack([combine(row) if row.numel() == 3 * H else row for row in hidden])
-    normed = _rms(h, t["midlayer.hidden_norm.weight"])
-    x = torch.cat([_rms(t["embed_tokens.weight"][ids], t["midlayer.input_layernorm.weight"]), normed], -1)
-    base = normed if config.get("norm_before_residual") else h  # vLLM's variant
-    with torch.no_grad():
-        r = base + run_hf_attention(attn, rotary, x, pos, allowed)
-    m = _rms(r, t["midlayer.post_attention_layernorm.weight"])
-    m = (F.silu(m @ t["midlayer.mlp.gate_proj.weight"].T) * (m @ t["midlayer.mlp.up_proj.weight"].T)) \
-        @ t["midlayer.mlp.down_proj.weight"].T
-    pre = m + r
-    post = _rms(pre, t["norm.weight"])
-    return post @ t["lm_head.weight"].T, pre, post if config.get("norm_output") else pre
+    """Logits, pre-norm output and the next step's hidden of one sequence (:class:`MlaReference`)."""
+    return MlaReference(t, config)(ids, hidden, pos, allowed)
