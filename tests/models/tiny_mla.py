@@ -68,7 +68,8 @@ def write_mla(folder: Path, tensors: dict[str, torch.Tensor], config: dict, *, p
     return folder
 
 
-def reference(t: dict[str, torch.Tensor], config: dict, ids: torch.Tensor, hidden: torch.Tensor | list[torch.Tensor],
-              pos: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def reference(t: dict[str, torch.Tensor], config: dict, ids: torch.Tensor,
+              hidden: torch.Tensor | list[torch.Tensor], pos: torch.Tensor,
+              allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Logits, pre-norm output and the next step's hidden of one sequence (:class:`MlaReference`)."""
     return MlaReference(t, config)(ids, hidden, pos, allowed)

@@ -28,6 +28,7 @@ cache-free pass with explicit positions and a full attention mask (training, off
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -446,7 +447,7 @@ def refuse_unsupported(ckpt: Checkpoint) -> None:
 
 def _llama_config(config: DrafterConfig) -> LlamaConfig:
     """A LlamaConfig carrying the drafter layer's sizes and RoPE (for transformers' MLP and rotary code)."""
-    fields = dict(config.layer_config)
+    fields = copy.deepcopy(config.layer_config)  # transformers edits rope dicts in place (adds rope_theta)
     fields.update(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
                   num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
                   head_dim=config.head_dim, rms_norm_eps=config.rms_norm_eps,

@@ -13,6 +13,7 @@ TorchSpec's template does; the drafters attend with the target's MLA dimensions.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from draftlab.toy.tokenizer import END, VOCAB_SIZE, byte_tokenizer
 from draftlab.vocab.build import build_mapping
 from draftlab.vocab.counts import TokenCounts
 
-MLA_TOY_VERSION = "1"  # bump when anything below changes what gets built
+MLA_TOY_VERSION = "2"  # bump when anything below changes what gets built
 HIDDEN, LAYERS, HEADS, INTERMEDIATE = 64, 4, 4, 192
 Q_LORA, KV_LORA, NOPE, ROPE, V_HEAD = 32, 32, 16, 8, 16
 # YaRN as DeepSeek-V3 / Kimi configure it, at toy scale: factor 4 over an original window of 512, so
@@ -100,7 +101,7 @@ def _build(tmp: Path, seed: int) -> None:
     model.generation_config.pad_token_id = END
     model.save_pretrained(tmp / "target")
     byte_tokenizer().save_pretrained(tmp / "target")
-    target = model.config.to_dict()
+    target = json.loads((tmp / "target" / "config.json").read_text())  # as a user's drafter config would see it
 
     runner = TargetRunner(model, aux_layers=AUX_LAYERS)
     windows = train.random_windows(tokens, FEATURE_WINDOWS, LENGTH, gen)
