@@ -20,10 +20,17 @@ def drafter_config(**fields) -> dict:
             "draft_vocab_size": DRAFT_VOCAB, "target_hidden_size": H, "tie_word_embeddings": False, **fields}
 
 
-def tiny_drafter(seed: int = 0) -> tuple[Eagle3Drafter, torch.Tensor]:
+# An MLA drafter (DeepSeek/Kimi) of the same width, with YaRN so the softmax scale is not 1/sqrt(d).
+MLA_FIELDS = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "kimi_k2", "num_key_value_heads": HEADS,
+              "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
+              "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                               "mscale": 1.0, "mscale_all_dim": 1.0}}
+
+
+def tiny_drafter(seed: int = 0, **fields) -> tuple[Eagle3Drafter, torch.Tensor]:
     """A random drafter (norm weights away from 1) and its t2d; d2t names a random draft vocabulary."""
     g = torch.Generator().manual_seed(seed)
-    drafter = Eagle3Drafter(DrafterConfig.from_dict(drafter_config()))
+    drafter = Eagle3Drafter(DrafterConfig.from_dict(drafter_config(**fields)))
     with torch.no_grad():
         for name, p in drafter.named_parameters():
             if name.endswith("norm.weight") or ".hidden_norm." in name or "layernorm" in name:

@@ -11,7 +11,7 @@ import torch
 
 from draftlab.train.ttt import TTTBatch, shift_left, teacher_from_logits, ttt_loss
 
-from helpers import DRAFT_VOCAB, random_rows, tiny_drafter
+from helpers import DRAFT_VOCAB, MLA_FIELDS, random_rows, tiny_drafter
 
 B, N, LENGTH = 2, 7, 3
 
@@ -51,8 +51,9 @@ def _naive(drafter, ids, mask, aux, logits, t2d, length):
     return sum(0.8 ** i * loss for i, loss in enumerate(losses)), losses, correct
 
 
-def test_ttt_loss_and_gradients_equal_the_unrolled_decoder_computation():
-    drafter, t2d = tiny_drafter()
+@pytest.mark.parametrize("fields", [{}, MLA_FIELDS], ids=["gqa", "mla"])
+def test_ttt_loss_and_gradients_equal_the_unrolled_decoder_computation(fields):
+    drafter, t2d = tiny_drafter(**fields)
     ids, mask, aux, logits = random_rows(B, N)
     assert (t2d[logits.argmax(-1)] == 0).any() and (t2d[logits.argmax(-1)] == 1).any()  # both kinds of rows
 

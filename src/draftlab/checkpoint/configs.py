@@ -174,7 +174,11 @@ class DrafterConfig:
         vocab = _required(layer, "vocab_size", where)
         draft_vocab = _first(config, "draft_vocab_size")
         eagle_cfg = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+        variant = read_variant(config, layer)
         head_dim = _first(layer, "head_dim")
+        kv_heads = int(_first(layer, "num_key_value_heads", default=heads))
+        if variant.mla is not None:  # MLA: a key per head, of width nope + rope (head_dim in DeepSeek configs is rope)
+            head_dim, kv_heads = variant.mla.qk_head_dim, heads
         return cls(
             layout="speculators" if speculators else "specforge",
             architecture=(config.get("architectures") or ["?"])[0],
@@ -185,7 +189,7 @@ class DrafterConfig:
             draft_vocab_size_set=draft_vocab is not None,
             num_layers=int(_first(layer, "num_hidden_layers", default=1)),
             num_attention_heads=heads,
-            num_key_value_heads=int(_first(layer, "num_key_value_heads", default=heads)),
+            num_key_value_heads=kv_heads,
             head_dim=int(head_dim) if head_dim else (hidden // heads if heads else 0),
             intermediate_size=int(_first(layer, "intermediate_size", default=0)),
             rms_norm_eps=float(_first(layer, "rms_norm_eps", default=1e-6)),
@@ -199,7 +203,7 @@ class DrafterConfig:
             tie_word_embeddings=bool(_first(layer, "tie_word_embeddings", default=False)),
             # vLLM's speculators translation defaults it to True; flat configs default to False.
             norm_before_residual=bool(config.get("norm_before_residual", speculators)),
-            variant=read_variant(config, layer),
+            variant=variant,
             layer_config=layer,
         )
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from draftlab.checkpoint.configs import DrafterConfig, TargetConfig
+from draftlab.checkpoint.configs import DrafterConfig, TargetConfig, text_config
 from draftlab.checkpoint.safetensors_header import DTYPE_SIZES
 
 Shape = tuple[int, ...]
@@ -177,15 +177,39 @@ def specforge_drafter_config(target: TargetConfig, *, draft_vocab_size: int, int
     return config
 
 
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def mla_drafter_config(target: dict[str, Any], *, draft_vocab_size: int, intermediate_size: int | None = None,
+                       **fields: Any) -> dict[str, Any]:
+    """A TorchSpec-style MLA drafter config (``Eagle3DeepseekV2ForCausalLM``) for a DeepSeek-V3 / Kimi-K2
+    target: the target's MLA dimensions, RoPE and YaRN, a dense MLP (the target's dense width by
+    default); ``fields`` override any key."""
+    cfg = text_config(target)
+    kind = cfg.get("model_type")
+    config = specforge_drafter_config(
+        TargetConfig.from_dict(target), draft_vocab_size=draft_vocab_size,
+        intermediate_size=intermediate_size or int(cfg["intermediate_size"]),
+        architectures=["Eagle3DeepseekV2ForCausalLM"], model_type=kind if kind in ("kimi_k2", "deepseek_v3")
+        else "deepseek_v3", **{k: cfg.get(k) for k in MLA_KEYS}, rms_norm_eps=cfg.get("rms_norm_eps", 1e-6))
+    del config["head_dim"]  # DeepSeek configs mean the rope width by it; the MLA dims say everything
+    config.update(fields)
+    return config
+
+
 def drafter_specs(d: DrafterConfig, *, layer_prefix: str = "midlayer.", embed: bool = False,
                   dtype: str | None = None) -> Specs:
-    """Names and shapes of an EAGLE-3 drafter (``layer_prefix`` "midlayer." or "layers.0.")."""
+    """Names and shapes of an EAGLE-3 drafter (``layer_prefix`` "midlayer." or "layers.0."), its variant's
+    tensors included (MLA attention, input_norm, fc_norm)."""
     dt = st_dtype(dtype or d.dtype)
-    h, nh, nkv, hd, inter = d.hidden_size, d.num_attention_heads, d.num_key_value_heads, d.head_dim, d.intermediate_size
+    h, inter, t = d.hidden_size, d.intermediate_size, d.target_hidden_size
     p = layer_prefix
-    specs: Specs = {"fc.weight": (dt, (h, 3 * d.target_hidden_size))}
-    specs.update({p + "self_attn.q_proj.weight": (dt, (nh * hd, 2 * h)), p + "self_attn.k_proj.weight": (dt, (nkv * hd, 2 * h)),
-                  p + "self_attn.v_proj.weight": (dt, (nkv * hd, 2 * h)), p + "self_attn.o_proj.weight": (dt, (h, nh * hd))})
+    specs: Specs = {"fc.weight": (dt, (h, 3 * t))}
+    if d.variant.norm_before_fc:
+        specs["input_norm.weight"] = (dt, (3 * t,))
+    if d.variant.fc_norm:
+        specs.update({f"fc_norm.{i}.weight": (dt, (t,)) for i in range(3)})
+    specs.update(_drafter_attention_specs(p + "self_attn.", d, dt))
     specs.update(_ffn(p + "mlp.", h, inter, dt))
     for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
         specs[f"{p}{norm}.weight"] = (dt, (h,))
@@ -193,6 +217,28 @@ def drafter_specs(d: DrafterConfig, *, layer_prefix: str = "midlayer.", embed: b
     specs["lm_head.weight"] = (dt, (d.draft_vocab_size, h))
     if embed:
         specs["embed_tokens.weight"] = (dt, (d.vocab_size, h))
+    return specs
+
+
+def _drafter_attention_specs(p: str, d: DrafterConfig, dt: str) -> Specs:
+    """The first layer's attention: q/k/v (or MLA's down-projections) take the 2H concat."""
+    h, nh = d.hidden_size, d.num_attention_heads
+    mla = d.variant.mla
+    if mla is None:
+        nkv, hd = d.num_key_value_heads, d.head_dim
+        return {p + "q_proj.weight": (dt, (nh * hd, 2 * h)), p + "k_proj.weight": (dt, (nkv * hd, 2 * h)),
+                p + "v_proj.weight": (dt, (nkv * hd, 2 * h)), p + "o_proj.weight": (dt, (h, nh * hd))}
+    specs: Specs = {}
+    if mla.q_lora_rank:
+        specs[p + "q_a_proj.weight"] = (dt, (mla.q_lora_rank, 2 * h))
+        specs[p + "q_a_layernorm.weight"] = (dt, (mla.q_lora_rank,))
+        specs[p + "q_b_proj.weight"] = (dt, (nh * mla.qk_head_dim, mla.q_lora_rank))
+    else:
+        specs[p + "q_proj.weight"] = (dt, (nh * mla.qk_head_dim, 2 * h))
+    specs[p + "kv_a_proj_with_mqa.weight"] = (dt, (mla.kv_lora_rank + mla.qk_rope_head_dim, 2 * h))
+    specs[p + "kv_a_layernorm.weight"] = (dt, (mla.kv_lora_rank,))
+    specs[p + "kv_b_proj.weight"] = (dt, (nh * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank))
+    specs[p + "o_proj.weight"] = (dt, (h, nh * mla.v_head_dim))
     return specs
 
 

@@ -17,7 +17,7 @@ back instead of out), and the attention: MLA (:mod:`draftlab.models.mla`) for De
 With ``num_hidden_layers > 1`` SGLang's ``additional_layers`` follow, each taking the previous
 layer's MLP output m (SGLang drops the running residual there) as hidden_norm -> attn -> +,
 post_attention_layernorm -> mlp. RoPE comes from the drafter's own config through transformers'
-rotary implementation (default, llama3, yarn, ...).
+rotary implementation (default, llama3, yarn, ...; DeepSeek-V3's over the rope dims for MLA).
 
 Two ways to run: :meth:`Eagle3Drafter.forward` over the drafter's own KV cache (batch 1, like
 :class:`~draftlab.models.target.TargetRunner`), and :meth:`Eagle3Drafter.forward_masked`, a batched
@@ -28,6 +28,7 @@ cache-free pass with explicit positions and a full attention mask (training, off
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -125,6 +126,15 @@ def _attention_module(in_size: int, cfg: DrafterConfig, bias: bool) -> nn.Module
     return _Attention(in_size, cfg, bias)
 
 
+def _rotary(cfg: DrafterConfig, llama: LlamaConfig) -> nn.Module:
+    """The RoPE cos/sin the layer's attention takes: DeepSeek's over the rope dims (YaRN included) for
+    MLA drafters, else Llama's over the head."""
+    if cfg.variant.mla is not None:
+        from draftlab.models.mla import deepseek_rotary
+        return deepseek_rotary(cfg)
+    return LlamaRotaryEmbedding(llama)
+
+
 class _FirstLayer(nn.Module):
     """``midlayer``: attention over concat(input_layernorm(embeds), hidden_norm(hidden))."""
 
@@ -185,7 +195,7 @@ class Eagle3Drafter(nn.Module):
         self.additional_layers = nn.ModuleList(_ExtraLayer(config, llama, bias) for _ in range(config.num_layers - 1))
         self.norm = LlamaRMSNorm(h, config.rms_norm_eps)
         self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
-        self.rotary = LlamaRotaryEmbedding(llama)
+        self.rotary = _rotary(config, llama)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
         self._static: StaticKV | None = None
         self.reset()
@@ -437,7 +447,7 @@ def refuse_unsupported(ckpt: Checkpoint) -> None:
 
 def _llama_config(config: DrafterConfig) -> LlamaConfig:
     """A LlamaConfig carrying the drafter layer's sizes and RoPE (for transformers' MLP and rotary code)."""
-    fields = dict(config.layer_config)
+    fields = copy.deepcopy(config.layer_config)  # transformers edits rope dicts in place (adds rope_theta)
     fields.update(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
                   num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
                   head_dim=config.head_dim, rms_norm_eps=config.rms_norm_eps,

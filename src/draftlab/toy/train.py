@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
@@ -25,10 +25,11 @@ def random_windows(tokens: torch.Tensor, count: int, length: int, gen: torch.Gen
     return torch.stack([tokens[s:s + length] for s in starts.tolist()])
 
 
-def train_target(config: LlamaConfig, tokens: torch.Tensor, *, steps: int, batch: int, length: int, lr: float,
-                 gen: torch.Generator, progress: Progress) -> LlamaForCausalLM:
-    """A small Llama trained on next-token prediction over ``tokens``."""
-    model = LlamaForCausalLM(config)
+def train_target(config: PretrainedConfig, tokens: torch.Tensor, *, steps: int, batch: int, length: int, lr: float,
+                 gen: torch.Generator, progress: Progress) -> PreTrainedModel:
+    """A small causal LM of ``config``'s family (the toy Llama, the toy DeepSeek-V3) trained on
+    next-token prediction over ``tokens``."""
+    model = AutoModelForCausalLM.from_config(config)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     model.train()
