@@ -63,3 +63,26 @@ def test_variant_with_a_warm_start_is_a_usage_error(toy_pair, data, tmp_path, ca
                  str(toy_pair.drafter_dir), "--variant", "eagle3.1", "--max-steps", "1", "--out", str(tmp_path / "o")])
     assert code == 2 and "keeps the variant of --init" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_from_scratch_on_an_mla_target_trains_an_mla_drafter_that_is_accepted(tmp_path):
+    """The toy DeepSeek-V3 target (MLA, YaRN): the drafter is the engines' MLA one with the target's MLA
+    dimensions, and after a minute of training its drafts are accepted."""
+    from draftlab.probe.probe import probe
+    from draftlab.toy.mla import cached_mla_toy
+
+    toy = cached_mla_toy()
+    text = stdlib_text("train", 200_000)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": list(text[i * 64:(i + 1) * 64])}) + "\n" for i in range(2000)))
+    train(TrainOptions(target=toy.target_dir, out=tmp_path / "out", data=data, max_steps=60, batch_size=16, seq_len=64,
+                       lr=3e-3, ttt_length=3, draft_vocab_size=128))
+    config = drafter_config(open_checkpoint(tmp_path / "out"))
+    target = json.loads((toy.target_dir / "config.json").read_text())
+    assert config.architecture == "Eagle3DeepseekV2ForCausalLM" and config.variant.mla is not None
+    assert config.variant.mla.kv_lora_rank == target["kv_lora_rank"] and config.rope.scaling["rope_type"] == "yarn"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"input_ids": list(p)}) + "\n"
+                               for p in (b"def __init__(self", b"import os\n", b"    return self._", b"for i in range(")))
+    result = probe(toy.target_dir, tmp_path / "out", prompts, steps=3, topk=1, num_draft_tokens=4, max_new_tokens=32)
+    assert result.mean_accept_length > 1.5

@@ -1,7 +1,8 @@
 """The drafter a run starts from: built for the target from scratch, or an old drafter (warm start).
 
 From scratch the config is derived from the target (sizes, heads, RoPE, context, token ids; SpecForge's
-one-layer ``LlamaForCausalLMEagle3``), the draft vocabulary is built from the data's counts by
+one-layer ``LlamaForCausalLMEagle3``, or for an MLA target (DeepSeek-V3, Kimi) the engines' MLA drafter
+``Eagle3DeepseekV2ForCausalLM`` with the target's MLA dimensions and YaRN), the draft vocabulary is built from the data's counts by
 ``vocab build``'s rule, and the embedding is the target's, frozen (serving replaces it with the
 target's anyway). A warm start takes every tensor of the old drafter, its config and its aux layers;
 its d2t/t2d are kept bit for bit, unless ``remap`` counts are given: then the vocabulary is rebuilt
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, is_drafter, open_checkpoint, text_config
-from draftlab.checkpoint.synth import specforge_drafter_config
+from draftlab.checkpoint.synth import mla_drafter_config, specforge_drafter_config
 from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
 from draftlab.engines import default_aux_layers, intended_aux_layers, written_aux_ids
 from draftlab.errors import DraftlabError
@@ -57,10 +58,6 @@ def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: li
     flags of ``variant`` (:data:`~draftlab.checkpoint.variants.NEW_DRAFTER_FLAGS`)."""
     raw = open_checkpoint(target_dir).config
     target = TargetConfig.from_dict(raw)
-    if target.attention == "MLA":
-        raise DraftlabError("training a drafter from scratch for an MLA target is not supported (SpecForge's "
-                            "EAGLE-3 drafter is a Llama layer); start from an existing drafter with --init",
-                            path=target_dir)
     if draft_vocab_size > target.vocab_size:
         raise DraftlabError(f"--draft-vocab-size {draft_vocab_size} is larger than the target's "
                             f"{target.vocab_size}-token vocabulary")
@@ -70,11 +67,15 @@ def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: li
         raise DraftlabError(f"--aux-layers: layer {bad[0]} cannot be captured from a {target.num_layers}-layer "
                             f"target (0..{target.num_layers - 2})")
     inter = text_config(raw).get("intermediate_size")
-    config = specforge_drafter_config(target, draft_vocab_size=draft_vocab_size,
-                                      intermediate_size=inter if isinstance(inter, int) else None,
-                                      head_dim=target.head_dim, target_hidden_size=target.hidden_size,
-                                      rms_norm_eps=float(text_config(raw).get("rms_norm_eps", 1e-6)),
-                                      **NEW_DRAFTER_FLAGS[variant])
+    eps = float(text_config(raw).get("rms_norm_eps", 1e-6))
+    if target.attention == "MLA":  # the engines' MLA drafter (Eagle3DeepseekV2ForCausalLM), the target's MLA dims
+        config = mla_drafter_config(raw, draft_vocab_size=draft_vocab_size, target_hidden_size=target.hidden_size,
+                                    rms_norm_eps=eps, **NEW_DRAFTER_FLAGS[variant])
+    else:
+        config = specforge_drafter_config(target, draft_vocab_size=draft_vocab_size,
+                                          intermediate_size=inter if isinstance(inter, int) else None,
+                                          head_dim=target.head_dim, target_hidden_size=target.hidden_size,
+                                          rms_norm_eps=eps, **NEW_DRAFTER_FLAGS[variant])
     return with_aux_ids(config, aux)
 
 
