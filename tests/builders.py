@@ -175,14 +175,16 @@ def mla_drafter_specs(config: dict[str, Any], *, fc_norm: bool = False) -> dict[
 
 
 def k2_mla_pair(tmp: Path, *, fc_norm: bool = False, **fields: Any) -> tuple[Path, Path]:
-    """A real-size Kimi-K2-shaped target and an MLA drafter for it, both over sparse files."""
+    """A real-size Kimi-K2-shaped target and an MLA drafter for it, both over sparse files (``fc_norm``: an
+    EAGLE-3.1 drafter, the flag and its tensors)."""
     import json
 
     from draftlab.checkpoint.synth import write_safetensors
 
     target_cfg = k2_target_config()
     target = write_target(tmp / "target", target_cfg, sparse=True)
-    config = k2_mla_drafter_config(TargetConfig.from_dict(target_cfg), **fields)
+    config = k2_mla_drafter_config(TargetConfig.from_dict(target_cfg), **({"fc_norm": True} if fc_norm else {}),
+                                   **fields)
     config = {k: v for k, v in config.items() if v is not DROP}
     drafter = tmp / "drafter"
     drafter.mkdir()
