@@ -159,7 +159,8 @@ def mla_drafter_specs(config: dict[str, Any], *, fc_norm: bool = False) -> dict[
     q, kv, nope, rope, v = (config[k] for k in K2_MLA)
     p, dt = "layers.0.", "BF16"
     specs = {"fc.weight": (dt, (h, 3 * h)), p + "self_attn.q_a_proj.weight": (dt, (q, 2 * h)),
-             p + "self_attn.q_a_layernorm.weight": (dt, (q,)), p + "self_attn.q_b_proj.weight": (dt, (heads * (nope + rope), q)),
+             p + "self_attn.q_a_layernorm.weight": (dt, (q,)),
+             p + "self_attn.q_b_proj.weight": (dt, (heads * (nope + rope), q)),
              p + "self_attn.kv_a_proj_with_mqa.weight": (dt, (kv + rope, 2 * h)),
              p + "self_attn.kv_a_layernorm.weight": (dt, (kv,)),
              p + "self_attn.kv_b_proj.weight": (dt, (heads * (nope + v), kv)),
