@@ -67,8 +67,10 @@ def flags_read(pair: Pair) -> Iterator[Finding]:
         if not reading.dropped or not tensors:
             continue
         rel, shown = pair.release, ", ".join(tensors[:3]) + (", ..." if len(tensors) > 3 else "")
-        lost = (f"so {shown} {'is' if len(tensors) == 1 else 'are'} dropped silently and fc gets the features "
-                f"without {_DOES[flag]}: acceptance drops with no error")
+        fate = ("not applied (vLLM skips them or fails the load on them)" if pair.engine == "vllm" and flag == "fc_norm"
+                else "dropped silently")
+        lost = (f"so {shown} {'is' if len(tensors) == 1 else 'are'} {fate} and fc gets the features without "
+                f"{_DOES[flag]}: acceptance drops with no error")
         if reading.places:
             yield Finding("variant-misplaced", "error", reading.set_at[0],
                           f"{rel.name} reads {flag} from {' then '.join(reading.places)} only, where it is not true "
