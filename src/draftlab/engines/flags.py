@@ -15,7 +15,6 @@ from draftlab.checkpoint.configs import DrafterConfig
 from draftlab.engines.loading import drafter_class
 from draftlab.engines.releases import Release
 
-FLAGS = ("norm_before_fc", "fc_norm", "norm_output")
 # Where draftlab itself finds each flag set (checkpoint.variants.read_variant), in any layout.
 ANY_PLACE = {"norm_before_fc": ("eagle_config.norm_before_fc", "norm_before_fc"),
              "fc_norm": ("fc_norm", "use_aux_norm"), "norm_output": ("norm_output",)}
