@@ -88,3 +88,27 @@ def test_real_size_kimi_drafter_over_sparse_file(tmp_path):
     assert result.aux_layers == [2, 30, 58] and result.aux_source == "eagle_config"
     assert 1.18e9 < result.num_parameters < 1.2e9  # ~1.19B without the embedding
     assert result.size_on_disk > 2e9 and result.d2t_valid
+
+
+def test_inspect_json_names_the_variant_attention_and_what_draftlab_cannot_compute(tmp_path, target_configs, capsys):
+    from builders import k2_mla_pair, with_tensors
+
+    drafter, _ = k2_mla_pair(tmp_path / "k2", fc_norm=True, norm_output=True)
+    assert main(["inspect", str(drafter), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["variant"], doc["attention"], doc["fc_norm"], doc["norm_output"], doc["norm_before_fc"]) == \
+        ("eagle3.1-mla", "MLA", True, True, False)
+    assert (doc["q_lora_rank"], doc["kv_lora_rank"], doc["qk_nope_head_dim"], doc["qk_rope_head_dim"],
+            doc["v_head_dim"]) == (1536, 512, 128, 64, 128)
+    assert doc["unsupported"] == [] and doc["unknown_keys"] == [] and doc["engine_version"] == "0.5.23"
+
+    plain, _ = make_pair(tmp_path / "moe", target_configs["llama"], my_note="trained on chat", use_fancy_norm=True)
+    with_tensors(plain, {"midlayer.mlp.experts.0.gate_proj.weight": ("BF16", (32, 64))})
+    assert main(["inspect", str(plain), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["variant"], doc["attention"], doc["kv_lora_rank"]) == ("eagle3", "GQA", None)
+    assert {u["field"] for u in doc["unsupported"]} == {"midlayer.mlp.experts.0.gate_proj.weight", "use_fancy_norm"}
+    assert all(u["message"] for u in doc["unsupported"]) and doc["unknown_keys"] == ["my_note", "use_fancy_norm"]
+    assert main(["inspect", str(plain)]) == 0
+    shown = capsys.readouterr().out
+    assert "eagle3" in shown and "unsupported" in shown and "my_note" in shown

@@ -190,3 +190,35 @@ def test_a_drafter_without_aux_features_is_refused_for_speculators(tmp_path, tar
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "use_aux_hidden_state" in err[0] and str(drafter / "config.json") in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_variant_flags_and_tensors_carried_both_ways(tmp_path, target_configs):
+    """norm_before_fc (written nested, as SGLang and vLLM 0.22+ read it first), fc_norm and norm_output reach the
+    speculators top level, where speculators and vLLM read them, and come back; their tensors bit for bit."""
+    from builders import with_tensors
+
+    drafter, target = make_pair(tmp_path, target_configs["llama"], fc_norm=True, norm_output=True,
+                                eagle_config={"eagle_aux_hidden_state_layer_ids": SEEN_AUX, "norm_before_fc": True})
+    with_tensors(drafter, {"input_norm.weight": ("BF16", (192,)),
+                           **{f"fc_norm.{i}.weight": ("BF16", (64,)) for i in range(3)}})
+    spec = convert_drafter(drafter, "speculators", tmp_path / "spec", target=target)
+    config = json.loads((tmp_path / "spec" / "config.json").read_text())
+    assert (config["norm_before_fc"], config["fc_norm"], config["norm_output"]) == (True, True, True)
+    assert spec.check.ok and [f.code for f in spec.check.findings if f.severity != "info"] == []
+    back = convert_drafter(tmp_path / "spec", "specforge", tmp_path / "back", target=target)
+    assert meaning(drafter) == meaning(tmp_path / "spec") == meaning(tmp_path / "back")
+    assert meaning(drafter)["variant"] == {"norm_before_fc": True, "fc_norm": True, "norm_output": True, "mla": None}
+    kept = stored_tensor_bytes(drafter)
+    assert {spec.renamed.get(k, k): v for k, v in kept.items()} == stored_tensor_bytes(tmp_path / "spec")
+    assert stored_tensor_bytes(tmp_path / "back") == kept and "input_norm.weight" in kept
+    # the flat copy runs in SGLang; norm_output true in a flat config is said to have two meanings
+    assert back.check.ok and [f.code for f in back.check.findings if f.severity != "info"] == ["norm-output-meaning"]
+
+
+def test_mla_drafter_is_refused_for_speculators_in_one_line(tmp_path, capsys):
+    from builders import k2_mla_pair
+
+    drafter, _ = k2_mla_pair(tmp_path)
+    assert main(["convert", str(drafter), "--to", "speculators", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "MLA drafter" in err[0] and not (tmp_path / "out").exists()

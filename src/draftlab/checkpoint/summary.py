@@ -9,8 +9,9 @@ from typing import Any
 from draftlab.checkpoint.configs import drafter_config, is_drafter, target_config
 from draftlab.checkpoint.d2t import validate_d2t
 from draftlab.checkpoint.reader import Checkpoint, open_checkpoint
+from draftlab.checkpoint.variants import unknown_keys, unsupported
 from draftlab.engines import aux_layers, default_aux_layers
-from draftlab.engines.loading import engine_loading
+from draftlab.engines.releases import release
 
 
 @dataclass
@@ -64,6 +65,19 @@ class DrafterSummary(Summary):
     d2t_valid: bool | None  # None when there is no d2t
     d2t_problems: list[str]
     has_embed_tokens: bool
+    engine_version: str  # the release whose aux rules give aux_layers (the newest draftlab knows)
+    variant: str  # "eagle3", "eagle3.1", "eagle3-mla" or "eagle3.1-mla"
+    norm_before_fc: bool
+    fc_norm: bool
+    norm_output: bool  # the engines' meaning: the next draft step gets norm(out)
+    attention: str  # "MHA", "GQA" or "MLA"
+    q_lora_rank: int | None  # the MLA dimensions (None when not MLA; q_lora_rank also when q_proj is used)
+    kv_lora_rank: int | None
+    qk_nope_head_dim: int | None
+    qk_rope_head_dim: int | None
+    v_head_dim: int | None
+    unsupported: list[dict[str, str]]  # {field, message, kind}: what draftlab (and the engines) would compute wrong
+    unknown_keys: list[str]  # config keys draftlab does not know that look inert
 
 
 InspectResult = TargetSummary | DrafterSummary
@@ -74,7 +88,7 @@ def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_laye
 
     ``num_target_layers`` lets a drafter's default aux layers be resolved to layer indices.
     """
-    engine_loading(engine)
+    release(engine)  # refuse an unknown engine before reading files
     ckpt = open_checkpoint(path)
     common = dict(path=Path(path), format=ckpt.format, num_parameters=ckpt.num_parameters, dtype=ckpt.dtype,
                   num_tensors=len(ckpt.tensors), size_on_disk=ckpt.size_on_disk)
@@ -106,6 +120,8 @@ def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, commo
         problems = validate_d2t(d2t, t2d, d.vocab_size)
         if len(d2t) != d.draft_vocab_size:
             problems.insert(0, f"d2t has {len(d2t)} entries but draft_vocab_size is {d.draft_vocab_size}")
+    variant, mla = d.variant, d.variant.mla
+    attention = "MLA" if mla else ("MHA" if d.num_key_value_heads == d.num_attention_heads else "GQA")
     naming = "layers.0" if any(n.removeprefix("model.").startswith("layers.") for n in names) else "midlayer"
     rule = f"default: outputs of layers {default_aux_layers(num_target_layers)}" if num_target_layers \
         else "default: outputs of layers [1, L//2 - 1, L - 4] of an L-layer target"
@@ -117,4 +133,11 @@ def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, commo
         max_position_embeddings=d.max_position_embeddings, rope_theta=d.rope.theta, rope_scaling=d.rope.scaling,
         has_d2t=d2t_name is not None, has_t2d=t2d_name is not None,
         d2t_valid=(not problems) if d2t_name else None, d2t_problems=problems,
-        has_embed_tokens=any(n.removeprefix("model.") == "embed_tokens.weight" for n in names))
+        has_embed_tokens=any(n.removeprefix("model.") == "embed_tokens.weight" for n in names),
+        engine_version=release(engine).version, variant=variant.name, norm_before_fc=variant.norm_before_fc,
+        fc_norm=variant.fc_norm, norm_output=variant.norm_output, attention=attention,
+        q_lora_rank=mla.q_lora_rank if mla else None, kv_lora_rank=mla.kv_lora_rank if mla else None,
+        qk_nope_head_dim=mla.qk_nope_head_dim if mla else None, qk_rope_head_dim=mla.qk_rope_head_dim if mla else None,
+        v_head_dim=mla.v_head_dim if mla else None,
+        unsupported=[{"field": u.field, "message": u.message, "kind": u.kind} for u in unsupported(ckpt.config, names)],
+        unknown_keys=unknown_keys(ckpt.config))

@@ -168,6 +168,8 @@ class Unsupported:
 
     field: str  # the config key (dotted when nested) or tensor
     message: str
+    # "architecture", "moe", "layers", "mla-dims", "flag-without-tensors", "tensors-without-flag", "unknown-key"
+    kind: str
 
 
 def unsupported(config: Mapping[str, Any], tensor_names: Iterable[str]) -> list[Unsupported]:
@@ -180,7 +182,7 @@ def unsupported(config: Mapping[str, Any], tensor_names: Iterable[str]) -> list[
     try:
         found += _flags_and_tensors(read_variant(config, layer), names)
     except DraftlabError as exc:
-        found.append(Unsupported("kv_lora_rank", str(exc)))
+        found.append(Unsupported("kv_lora_rank", str(exc), "mla-dims"))
     return found + list(_unknown_keys(config, layer, speculators))
 
 
@@ -188,23 +190,26 @@ def _architecture(config: Mapping[str, Any], speculators: bool) -> Iterable[Unsu
     kind = config.get("speculators_model_type")
     if speculators and kind not in (None, "eagle3"):
         yield Unsupported("speculators_model_type", f"speculators_model_type is {kind!r}; draftlab computes EAGLE-3 "
-                                                    "drafters ('eagle3') only")
+                                                    "drafters ('eagle3') only", "architecture")
     architectures = config.get("architectures") or []
     if speculators or not architectures:
         return  # vLLM picks the class of a speculators config itself; a missing name is check's finding
     name = architectures[0]
     if name not in LLAMA_ARCHITECTURES | MLA_ARCHITECTURES:
         yield Unsupported("architectures", f"architecture {name!r} is not an EAGLE-3 drafter draftlab computes "
-                                           f"(it knows {', '.join(sorted(LLAMA_ARCHITECTURES | MLA_ARCHITECTURES))})")
+                                           f"(it knows {', '.join(sorted(LLAMA_ARCHITECTURES | MLA_ARCHITECTURES))})",
+                                           "architecture")
 
 
 def _moe(config: Mapping[str, Any], layer: Mapping[str, Any], names: list[str]) -> Iterable[Unsupported]:
     experts = [n for n in names if _EXPERT_TENSOR.search(n)]
     if experts:
         yield Unsupported(experts[0], f"tensor {experts[0]!r} belongs to an MoE FFN in the drafter; draftlab "
-                                      "computes dense drafters only (no released engine serves an MoE EAGLE-3 head)")
+                                      "computes dense drafters only (no released engine serves an MoE EAGLE-3 head)",
+                                      "moe")
     elif _flag(layer.get("use_moe")) or _flag(config.get("use_moe")):
-        yield Unsupported("use_moe", "use_moe is true: an MoE FFN in the drafter, which draftlab does not compute")
+        yield Unsupported("use_moe", "use_moe is true: an MoE FFN in the drafter, which draftlab does not compute",
+                          "moe")
 
 
 def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Unsupported]:
@@ -213,12 +218,13 @@ def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Uns
     mla = architecture in MLA_ARCHITECTURES or layer.get("kv_lora_rank") is not None
     if mla and count != 1:
         yield Unsupported("num_hidden_layers", f"num_hidden_layers is {count}; MLA drafters have one decoder layer "
-                                               "in both engines, and draftlab computes that one")
+                                               "in both engines, and draftlab computes that one", "layers")
     types = layer.get("layer_types")
     if isinstance(types, list) and any(t != "full_attention" for t in types):
-        yield Unsupported("layer_types", f"layer_types is {types!r}; draftlab computes full attention only")
+        yield Unsupported("layer_types", f"layer_types is {types!r}; draftlab computes full attention only", "layers")
     if _flag(layer.get("use_sliding_window")):
-        yield Unsupported("use_sliding_window", "use_sliding_window is true; draftlab computes full attention only")
+        yield Unsupported("use_sliding_window", "use_sliding_window is true; draftlab computes full attention only",
+                          "layers")
 
 
 def _flags_and_tensors(variant: Variant, names: list[str]) -> list[Unsupported]:
@@ -227,18 +233,20 @@ def _flags_and_tensors(variant: Variant, names: list[str]) -> list[Unsupported]:
     fc_norms = sorted(n for n in names if n.startswith("fc_norm."))
     if variant.norm_before_fc and not has_input_norm:
         found.append(Unsupported("norm_before_fc", "norm_before_fc is true but there is no input_norm.weight; the "
-                                                   "engines would run the norm with its initial weights (ones)"))
+                                                   "engines would run the norm with its initial weights (ones)",
+                                                   "flag-without-tensors"))
     if has_input_norm and not variant.norm_before_fc:
         found.append(Unsupported("input_norm.weight", "input_norm.weight is stored but norm_before_fc is not set; the "
                                                       "engines drop the tensor silently (set norm_before_fc: true if "
-                                                      "the drafter was trained with it)"))
+                                                      "the drafter was trained with it)", "tensors-without-flag"))
     if variant.fc_norm and not fc_norms:
         found.append(Unsupported("fc_norm", "fc_norm is true but there are no fc_norm.{i}.weight tensors; the "
-                                            "engines would run the norms with their initial weights (ones)"))
+                                            "engines would run the norms with their initial weights (ones)",
+                                            "flag-without-tensors"))
     if fc_norms and not variant.fc_norm:
         found.append(Unsupported(fc_norms[0], f"{fc_norms[0]} is stored but fc_norm is not set; the engines drop "
                                               "the tensor silently (set fc_norm: true if the drafter was trained "
-                                              "with it)"))
+                                              "with it)", "tensors-without-flag"))
     return found
 
 
@@ -255,7 +263,7 @@ def _unknown_keys(config: Mapping[str, Any], layer: Mapping[str, Any], speculato
                 continue
             if value is True or (isinstance(value, dict) and value) or _FUNCTIONAL_NAME.search(key):
                 yield Unsupported(where + key, f"config key {where + key!r} ({_short(value)}) is not one draftlab "
-                                               "knows; it may change what the drafter computes")
+                                               "knows; it may change what the drafter computes", "unknown-key")
 
 
 def unknown_keys(config: Mapping[str, Any]) -> list[str]:

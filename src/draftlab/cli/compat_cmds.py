@@ -12,6 +12,9 @@ from draftlab.cli.common import JsonOption, console, emit_json
 from draftlab.errors import DraftlabError
 
 EngineOpt = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
+EngineVersionOpt = Annotated[Optional[str], typer.Option(
+    "--engine-version", help="The engine release whose rules apply (default: the newest draftlab knows; the "
+    "README lists them).")]
 
 
 @app.command()
@@ -39,6 +42,7 @@ def check(
     drafter: Annotated[Path, typer.Argument(help="The EAGLE-3 drafter folder.")],
     target: Annotated[Path, typer.Option("--target", "-t", help="The target model folder.")],
     engine: EngineOpt = "sglang",
+    engine_version: EngineVersionOpt = None,
     fix: Annotated[Optional[Path], typer.Option("--fix", help="Write a fixed copy of the drafter here.")] = None,
     aux_layers: Annotated[Optional[str], typer.Option(
         "--aux-layers", help="With --fix: the 0-based target layers (a,b,c) whose outputs the drafter was trained "
@@ -54,12 +58,12 @@ def check(
     if fix is None:
         from draftlab.compat import check_pair
 
-        result = check_pair(drafter, target, engine=engine)
+        result = check_pair(drafter, target, engine=engine, engine_version=engine_version)
         emit_json(result) if json_out else render_check(result, console)
         return 0 if result.ok else 1
     from draftlab.compat import fix_pair
 
-    fixed = fix_pair(drafter, target, fix, engine=engine, aux_layers=layers)
+    fixed = fix_pair(drafter, target, fix, engine=engine, aux_layers=layers, engine_version=engine_version)
     if json_out:
         emit_json(fixed)
     else:

@@ -35,6 +35,9 @@ def launch(
     health_timeout: HealthTimeoutOption = 1800.0,
     log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Default: draftlab-ENGINE-PORT.log.")] = None,
     skip_check: SkipCheckOption = False,
+    engine_version: Annotated[Optional[str], typer.Option(
+        "--engine-version", help="The installed engine's release: its rules check the pair (default: the newest "
+        "draftlab knows).")] = None,
     dry_run: DryRunOption = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
@@ -49,7 +52,14 @@ def launch(
         chunked_prefill_size=chunked_prefill_size, extra_args=tuple(ctx.args),
         target_architecture=local_architecture(target),
     )
-    too_short, check_notes = (False, ["check skipped (--skip-check)"]) if skip_check else check_before_launch(request)
+    if engine_version is not None:
+        from draftlab.engines.releases import release
+
+        if engine not in ("sglang", "vllm"):
+            raise DraftlabError("--engine-version names an SGLang or vLLM release; draftlab's own server has none")
+        release(engine, engine_version)  # an unknown release is refused even with --skip-check
+    too_short, check_notes = ((False, ["check skipped (--skip-check)"]) if skip_check
+                              else check_before_launch(request, engine_version))
     command = engine_command(request, context_too_short=too_short)
     command = dataclasses.replace(command, notes=check_notes + command.notes)
     if dry_run:

@@ -8,6 +8,7 @@ from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair
 from draftlab.engines import ENGINES, aux_field, aux_layers, capturable, default_aux_layers, written_aux_ids
 from draftlab.engines.loading import engine_loading
+from draftlab.errors import DraftlabError
 
 
 def _name(engine: str) -> str:
@@ -25,12 +26,12 @@ def _source_engine(source: str) -> str | None:
 def out_of_range(pair: Pair) -> Iterator[Finding]:
     """Engines capture the input of layer k + 1, so k must lie in [0, L - 2]."""
     captured, num_layers = pair.captured, pair.target.num_layers
-    ok = capturable(num_layers)
+    ok = capturable(num_layers, pair.engine, target=pair.target, version=pair.release.version)
     bad = [k for k in captured.layers if k not in ok]
     if bad:
         yield Finding("aux-out-of-range", "error", _field(_source_engine(captured.source)),
-                      f"{_name(pair.engine)} would capture the outputs of layers {captured.layers} but the target "
-                      f"has {num_layers} layers and only outputs 0..{num_layers - 2} can be captured "
+                      f"{pair.release.name} would capture the outputs of layers {captured.layers} but the target "
+                      f"has {num_layers} layers and only outputs 0..{ok.stop - 1} can be captured "
                       f"(offending: {bad}); the drafter would get fewer features than fc expects",
                       "this drafter was trained for a deeper target; use one trained for this target")
 
@@ -50,20 +51,44 @@ def convention(pair: Pair) -> Iterator[Finding]:
     captured, intended = pair.captured, pair.intended
     if captured.layers == intended.layers:
         return
-    engine = pair.engine
-    written = written_aux_ids(engine, intended.layers)
+    engine, name = pair.engine, pair.release.name
     intended_from = _source_engine(intended.source)
     if captured.source == "default":
-        why = (f"{aux_field(engine)} is not set, so {_name(engine)} ignores the ids in "
+        why = (f"{aux_field(engine)} is not set, so {name} ignores the ids in "
                f"{_field(intended_from)} ({_name(intended_from)}'s convention) and captures its default "
                f"layers {captured.layers}")
     else:
-        why = (f"{_name(engine)} reads {aux_field(engine)} = {captured.raw_ids} as outputs of layers "
-               f"{captured.layers}, but {_field(intended_from)} (the field this {pair.drafter.layout} drafter "
-               f"was trained with) names layers {intended.layers}")
+        why = (f"{captured.rule}, so it reads {_field(_source_engine(captured.source))} = {captured.raw_ids} as "
+               f"outputs of layers {captured.layers}, but {_field(intended_from)} (the field this "
+               f"{pair.drafter.layout} drafter was trained with, read as the newest release reads it) names "
+               f"layers {intended.layers}")
+    try:
+        written = written_aux_ids(engine, intended.layers, target=pair.target, version=pair.release.version)
+    except DraftlabError as exc:
+        yield Finding("aux-convention", "error", aux_field(engine), f"{why}; {exc}",
+                      "serve it with another release or engine, or use a drafter trained on other layers")
+        return
     yield Finding("aux-convention", "error", aux_field(engine),
                   f"{why}; the drafter was trained on the outputs of layers {intended.layers}",
                   f"set {aux_field(engine)} to {written}", fixable=True)
+
+
+def runner_dependent(pair: Pair) -> Iterator[Finding]:
+    """vLLM 0.22-0.33 have two runners that read the ids differently: the V1 runner falls back to the
+    nested eagle_config ids, Model Runner V2 never reads them (VLLM_USE_V2_MODEL_RUNNER picks one)."""
+    rel = pair.release
+    if len(rel.runners) < 2:
+        return
+    seen = {runner: aux_layers(pair.engine, pair.drafter, pair.target.num_layers, target=pair.target,
+                               version=rel.version, runner=runner) for runner in rel.runners}
+    if seen["V1"].layers == seen["MRV2"].layers:
+        return
+    written = written_aux_ids("vllm", pair.intended.layers)
+    yield Finding("aux-runner", "warning", aux_field("vllm"),
+                  f"{rel.name}'s V1 runner reads the nested eagle_config ids {seen['V1'].raw_ids} (outputs of layers "
+                  f"{seen['V1'].layers}) but its Model Runner V2 ignores them and captures {seen['MRV2'].layers}; "
+                  "which runner serves depends on the target and VLLM_USE_V2_MODEL_RUNNER",
+                  f"set the top-level {aux_field('vllm')} to {written}: both runners read it first", fixable=True)
 
 
 def other_engine(pair: Pair) -> Iterator[Finding]:
@@ -73,13 +98,16 @@ def other_engine(pair: Pair) -> Iterator[Finding]:
         facts = engine_loading(other)
         if other == pair.engine or pair.drafter.layout not in facts.config_layouts:
             continue
-        seen = aux_layers(other, pair.drafter, pair.target.num_layers)
+        seen = aux_layers(other, pair.drafter, pair.target.num_layers, target=pair.target)
         if seen.layers != intended.layers:
+            try:
+                fix = (f"set {aux_field(other)} to {written_aux_ids(other, intended.layers, target=pair.target)} "
+                       "so both engines agree")
+            except DraftlabError as exc:
+                fix = str(exc)
             yield Finding("aux-other-engine", "info", aux_field(other),
-                          f"served by {facts.name}, this folder would capture layers {seen.layers}, not "
-                          f"{intended.layers}",
-                          f"set {aux_field(other)} to {written_aux_ids(other, intended.layers)} so both engines "
-                          "agree", fixable=True)
+                          f"served by {facts.name} (its newest release), this folder would capture layers "
+                          f"{seen.layers}, not {intended.layers}", fix, fixable=fix.startswith("set "))
 
 
 def default_used(pair: Pair) -> Iterator[Finding]:
@@ -113,17 +141,18 @@ def default_used(pair: Pair) -> Iterator[Finding]:
 def looks_shifted(pair: Pair) -> Iterator[Finding]:
     """Ids equal to EAGLE's default written in the other engine's convention are often an off-by-one."""
     captured, num_layers = pair.captured, pair.target.num_layers
-    if captured.source == "default" or captured.layers != pair.intended.layers:
-        return
     default = default_aux_layers(num_layers)
+    if captured.source == "default" or captured.layers != pair.intended.layers or captured.layers == default:
+        return
     for other in ENGINES:
-        if other != pair.engine and captured.raw_ids == written_aux_ids(other, default):
+        if other != pair.engine and captured.raw_ids == written_aux_ids(other, default, target=pair.target):
             yield Finding("aux-shifted", "warning", aux_field(pair.engine),
                           f"{aux_field(pair.engine)} = {captured.raw_ids} is EAGLE's default written in "
                           f"{_name(other)}'s convention, so {_name(pair.engine)} captures layers {captured.layers}, "
                           f"one later than the default {default}",
                           "keep them if the drafter was trained this way (SpecForge reads them as SGLang does, "
-                          f"e.g. AQ-MedAI's Kimi-K2 drafter); otherwise set {written_aux_ids(pair.engine, default)}")
+                          "e.g. AQ-MedAI's Kimi-K2 drafter); otherwise set "
+                          f"{written_aux_ids(pair.engine, default, target=pair.target, version=pair.release.version)}")
 
 
-RULES = (out_of_range, duplicates, convention, other_engine, default_used, looks_shifted)
+RULES = (out_of_range, duplicates, convention, runner_dependent, other_engine, default_used, looks_shifted)

@@ -5,31 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from draftlab.checkpoint import drafter_config, is_drafter, open_checkpoint, target_config
-from draftlab.compat import aux, context, loading, shapes, vocab
+from draftlab.compat import aux, context, loading, shapes, variants, vocab
 from draftlab.compat.findings import CheckResult, sort_findings
 from draftlab.compat.pair import Pair
-from draftlab.engines.loading import engine_loading
+from draftlab.engines.releases import release
 from draftlab.errors import DraftlabError
 
 # Each rule is a function Pair -> findings; grouped by concern.
-RULES = shapes.RULES + vocab.RULES + aux.RULES + context.RULES + loading.RULES
+RULES = shapes.RULES + vocab.RULES + aux.RULES + context.RULES + loading.RULES + variants.RULES
 
 
-def open_pair(drafter: str | Path, target: str | Path, engine: str) -> Pair:
+def open_pair(drafter: str | Path, target: str | Path, engine: str, version: str | None = None) -> Pair:
     """Open both checkpoints (headers and configs only) and check each is what it claims to be."""
-    engine_loading(engine)  # refuse an unknown engine before touching files
+    version = release(engine, version).version  # refuse an unknown engine or release before touching files
     d_ckpt, t_ckpt = open_checkpoint(drafter), open_checkpoint(target)
     if not is_drafter(d_ckpt):
         raise DraftlabError("is not an EAGLE-3 drafter (no Eagle3 architecture, speculators config or fc + "
                             "midlayer weights)", path=drafter)
     if is_drafter(t_ckpt):
         raise DraftlabError("is an EAGLE-3 drafter; --target must be the target model", path=target)
-    return Pair(engine, d_ckpt, drafter_config(d_ckpt), t_ckpt, target_config(t_ckpt))
+    return Pair(engine, d_ckpt, drafter_config(d_ckpt), t_ckpt, target_config(t_ckpt), version)
 
 
-def check_pair(drafter: str | Path, target: str | Path, engine: str = "sglang") -> CheckResult:
-    """Check ``drafter`` against ``target`` for ``engine`` ("sglang" or "vllm")."""
-    return run_rules(open_pair(drafter, target, engine), Path(drafter), Path(target))
+def check_pair(drafter: str | Path, target: str | Path, engine: str = "sglang",
+               engine_version: str | None = None) -> CheckResult:
+    """Check ``drafter`` against ``target`` for ``engine`` ("sglang" or "vllm") at ``engine_version``
+    (default: the newest release draftlab knows)."""
+    return run_rules(open_pair(drafter, target, engine, engine_version), Path(drafter), Path(target))
 
 
 def run_rules(pair: Pair, drafter: Path, target: Path) -> CheckResult:
@@ -38,6 +40,7 @@ def run_rules(pair: Pair, drafter: Path, target: Path) -> CheckResult:
     return CheckResult(
         ok=not any(f.severity == "error" for f in findings),
         engine=pair.engine,
+        engine_version=pair.release.version,
         drafter=drafter,
         target=target,
         aux_layers=pair.captured.layers,

@@ -4,7 +4,10 @@ Tensors are renamed (``midlayer.*`` <-> ``layers.0.*``) and written bit for bit,
 safetensors holding the same bytes; the config is translated field by field: the decoder layer nested
 under ``transformer_layer_config`` or flattened, the verifier named in ``speculators_config``, aux ids
 written in the convention of the engine that reads each field, ``rope_scaling`` and
-``max_position_embeddings`` kept as they are. Every change that is more than a move is listed in
+``max_position_embeddings`` kept as they are, the variant flags (``norm_before_fc``, ``fc_norm``,
+``norm_output``: the engines read each in one meaning in both layouts) at the speculators top level
+and their ``input_norm`` / ``fc_norm.{i}`` tensors unchanged. An MLA drafter is refused for the
+speculators layout (no engine reads one from it). Every change that is more than a move is listed in
 :attr:`ConvertResult.config_changes`. The output is written atomically to a new folder; the input is
 never touched.
 """
@@ -26,6 +29,7 @@ from draftlab.compat.fix import config_diff
 from draftlab.compat.pair import layer_dict
 from draftlab.engines import NATIVE_ENGINE, configured_aux_layers, written_aux_ids
 from draftlab.engines.loading import engine_loading
+from draftlab.engines.releases import MLA_CLASS
 from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir, refuse_overlap
@@ -115,17 +119,17 @@ def _aux(d: DrafterConfig) -> list[int] | None:
 def _to_specforge(ckpt: Checkpoint, d: DrafterConfig, changes: list[ConfigChange]) -> dict[str, Any]:
     """The flat config SGLang and SpecForge read, with both engines' aux fields written."""
     config = ckpt.config
-    architecture = engine_loading("sglang").architecture
+    architecture = MLA_CLASS if d.variant.mla is not None else engine_loading("sglang").architecture
     if d.layout == "speculators":
         flat = flatten_speculators(config, architecture)
         verifier = (config.get("speculators_config") or {}).get("verifier")
         _note(changes, "transformer_layer_config", "nested", "flattened",
               "SGLang and SpecForge read one flat config; speculators_config (verifier "
               f"{verifier.get('name_or_path') if isinstance(verifier, dict) else None}) has no SpecForge field")
-        if config.get("norm_output") is not None:
-            _note(changes, "norm_output", config["norm_output"], None,
-                  "speculators' norm_output (feed the normed hidden across draft steps) means something else "
-                  "in SpecForge (apply the final norm), so it is not carried over")
+        if config.get("norm_output") is False:
+            _note(changes, "norm_output", False, None,
+                  "false is the engines' default; left out because SpecForge v0.3 reads a false norm_output as "
+                  "'skip the final norm'")
     else:
         flat = copy.deepcopy(config)
     _note(changes, "architectures", config.get("architectures"), [architecture], "the class SGLang loads")
@@ -170,6 +174,10 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
                     changes: list[ConfigChange]) -> dict[str, Any]:
     """The speculators config vLLM and speculators read; a speculators config gets only its verifier set."""
     config = ckpt.config
+    if d.variant.mla is not None:
+        raise DraftlabError("is an MLA drafter; no engine reads an MLA drafter from the speculators layout (vLLM "
+                            "builds a Llama drafter from it), so it stays in the SpecForge layout",
+                            path=ckpt.config_path)
     if d.layout == "speculators":
         out = copy.deepcopy(config)
         if verifier is not None:
@@ -191,7 +199,12 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
         "norm_before_residual": d.norm_before_residual,
         "eagle_aux_hidden_state_layer_ids": written_aux_ids("vllm", aux) if aux is not None else None,
     }
-    top.update({k: config[k] for k in ("fc_norm", "norm_before_fc", "embed_requires_grad") if k in config})
+    top.update({k: config[k] for k in ("fc_norm", "norm_before_fc", "norm_output", "embed_requires_grad")
+                if k in config})
+    for flag, value in (("norm_before_fc", d.variant.norm_before_fc), ("fc_norm", d.variant.fc_norm)):
+        if value and config.get(flag) is not True:  # set in eagle_config, or as SGLang's legacy use_aux_norm
+            top[flag] = True
+            _note(changes, flag, config.get(flag), True, "speculators and vLLM read it at the top level only")
     _note(changes, "draft_vocab_size", config.get("draft_vocab_size"), d.draft_vocab_size,
           "speculators reads a missing draft_vocab_size as 32000; written out")
     _note(changes, "norm_before_residual", config.get("norm_before_residual"), d.norm_before_residual,
@@ -207,10 +220,6 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
                                 path=ckpt.config_path)
         _note(changes, "eagle_config", config["eagle_config"], None,
               "SGLang's field; a speculators config carries the ids at the top level only")
-    if "norm_output" in config:
-        _note(changes, "norm_output", config["norm_output"], None,
-              "SpecForge's norm_output (apply the final norm before lm_head; vLLM always applies it) means "
-              "something else in speculators, so it is not carried over")
     _note(changes, "architectures", config.get("architectures"), ["Eagle3Speculator"],
           "speculators' class (vLLM picks its EAGLE-3 model from speculators_model_type)")
     if "model_type" not in layer_dict(config):

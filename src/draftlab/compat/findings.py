@@ -30,6 +30,7 @@ class CheckResult:
 
     ok: bool
     engine: str
+    engine_version: str  # the release whose rules applied
     drafter: Path
     target: Path
     aux_layers: list[int]  # canonical ids of the target layers the engine will capture

@@ -20,7 +20,8 @@ from draftlab.compat.check import check_pair, open_pair, run_rules
 from draftlab.compat.findings import CheckResult, Finding
 from draftlab.compat.pair import Pair, layer_dict
 from draftlab.engines import ENGINES, capturable, written_aux_ids
-from draftlab.engines.loading import bound_name, engine_loading, weight_fate
+from draftlab.engines.flags import fc_inputs, read_flag
+from draftlab.engines.loading import bound_name, engine_loading, fixed_architecture, weight_fate
 from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir, refuse_overlap
@@ -45,24 +46,52 @@ class _Edit:
 
 
 def _architecture(e: _Edit) -> None:
-    facts = engine_loading(e.pair.engine)
-    if e.pair.drafter.layout not in facts.config_layouts:
-        e.config = flatten_speculators(e.config, facts.architecture)
-    e.config["architectures"] = [facts.architecture]
+    """The engine's class for this drafter (an MLA drafter keeps an MLA class), flattened where needed."""
+    pair = e.pair
+    architecture = fixed_architecture(pair.engine, pair.drafter, pair.release.version)
+    assert architecture is not None  # architecture-unknown is fixable only when the release has the class
+    if pair.drafter.layout not in engine_loading(pair.engine).config_layouts or pair.drafter.variant.mla:
+        if "transformer_layer_config" in e.config:
+            e.config = flatten_speculators(e.config, architecture)
+    e.config["architectures"] = [architecture]
 
 
 def _aux_ids(e: _Edit) -> None:
-    """Write the trained layers into the field of every engine that can read this layout."""
+    """Write the trained layers into the field of every engine that can read this layout (the checked
+    release's convention for its engine, the newest release's for the other)."""
     layout = "speculators" if "transformer_layer_config" in e.config else "specforge"
     layers = e.aux_layers if e.aux_layers is not None else e.pair.intended.layers
     for engine in ENGINES:
         if layout not in engine_loading(engine).config_layouts:
             continue
+        version = e.pair.release.version if engine == e.pair.engine else None
+        ids = written_aux_ids(engine, layers, target=e.pair.target, version=version)
         if engine == "sglang":
             eagle = e.config.get("eagle_config") if isinstance(e.config.get("eagle_config"), dict) else {}
-            e.config["eagle_config"] = {**eagle, "eagle_aux_hidden_state_layer_ids": written_aux_ids(engine, layers)}
+            e.config["eagle_config"] = {**eagle, "eagle_aux_hidden_state_layer_ids": ids}
         else:
-            e.config["eagle_aux_hidden_state_layer_ids"] = written_aux_ids(engine, layers)
+            e.config["eagle_aux_hidden_state_layer_ids"] = ids
+
+
+def _variant_places(e: _Edit) -> None:
+    """A flag the release reads elsewhere than it is written: written true at every place it reads."""
+    pair = e.pair
+    for flag in ("norm_before_fc", "fc_norm"):
+        reading = read_flag(pair.release, pair.drafter_ckpt.config, pair.drafter, flag)
+        if not (reading.dropped and reading.places):
+            continue
+        for place in reading.places:
+            *parents, key = place.split(".")
+            node = e.config
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[key] = True
+
+
+def _num_aux(e: _Edit) -> None:
+    fc = e.pair.tensor("fc.weight")
+    assert fc is not None and fc_inputs(e.pair.release, e.config, e.pair.drafter) is not None
+    e.config["num_aux_hidden_states"] = fc.shape[1] // e.pair.target.hidden_size
 
 
 def _context(e: _Edit) -> None:
@@ -92,7 +121,7 @@ def _token_ids(e: _Edit) -> None:
 
 def _weight_names(e: _Edit) -> None:
     for name in e.pair.drafter_ckpt.tensors:
-        if weight_fate(e.pair.engine, name, e.pair.drafter.num_layers) == "unused":
+        if weight_fate(e.pair.engine, name, e.pair.drafter) == "unused":
             target = bound_name(e.pair.engine, name)
             if target is not None:
                 e.renames[name] = target
@@ -104,6 +133,9 @@ FIXERS: dict[str, Callable[[_Edit], None]] = {
     "target-hidden-size": _target_hidden,
     "aux-convention": _aux_ids,
     "aux-other-engine": _aux_ids,
+    "aux-runner": _aux_ids,
+    "variant-misplaced": _variant_places,
+    "fc-aux-count": _num_aux,
     "context-too-short": _context,
     "rope-theta": _rope,
     "rope-scaling": _rope,
@@ -114,14 +146,15 @@ FIXERS: dict[str, Callable[[_Edit], None]] = {
 
 
 def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: str = "sglang", *,
-             aux_layers: list[int] | None = None) -> FixResult:
-    """Write ``out``: ``drafter`` with every fixable finding for ``target`` in ``engine`` fixed.
+             aux_layers: list[int] | None = None, engine_version: str | None = None) -> FixResult:
+    """Write ``out``: ``drafter`` with every fixable finding for ``target`` in ``engine`` (at
+    ``engine_version``, default the newest release) fixed.
 
     ``aux_layers`` (canonical: 0-based target layers whose outputs the drafter was trained on) are
     written into every engine's field, replacing what the config says; for a drafter whose ids were
     lost (speculators' converter writes null) when the user knows what it was trained on.
     """
-    pair = open_pair(drafter, target, engine)
+    pair = open_pair(drafter, target, engine, engine_version)
     if aux_layers is not None:
         check_aux_layers(pair, aux_layers)
     before = run_rules(pair, Path(drafter), Path(target))
@@ -140,18 +173,18 @@ def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: s
         (tmp / "config.json").write_text(json.dumps(edit.config, indent=2) + "\n")
         write_weights(pair.drafter_ckpt, tmp, edit.renames)
         copy_other_files(pair.drafter_ckpt, tmp)
-    return FixResult(out, before, check_pair(out, target, engine), fixed, edit.renames,
+    return FixResult(out, before, check_pair(out, target, engine, pair.release.version), fixed, edit.renames,
                      config_diff(pair.drafter_ckpt.config, edit.config))
 
 
 def check_aux_layers(pair: Pair, layers: list[int]) -> None:
     """Refuse ``--aux-layers`` the target cannot provide or the drafter's fc cannot take."""
-    ok = capturable(pair.target.num_layers)
+    ok = capturable(pair.target.num_layers, pair.engine, target=pair.target, version=pair.release.version)
     bad = [k for k in layers if k not in ok]
     if bad:
         raise DraftlabError(f"--aux-layers {bad} are outside 0..{ok.stop - 1}: only the outputs of layers "
-                            f"0..{pair.target.num_layers - 2} of this {pair.target.num_layers}-layer target can "
-                            "be captured")
+                            f"0..{ok.stop - 1} of this {pair.target.num_layers}-layer target can be captured by "
+                            f"{pair.release.name}")
     if len(set(layers)) != len(layers):
         raise DraftlabError(f"--aux-layers {layers} name a layer twice; give each layer once")
     fc = pair.tensor("fc.weight")

@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair
 from draftlab.engines.loading import (
-    bound_name, engine_loading, recognises, replaces_embedding, supports_target, weight_fate,
+    bound_name, drafter_class, engine_loading, fixed_architecture, recognises, replaces_embedding, supports_target,
+    weight_fate,
 )
+from draftlab.engines.releases import MLA_CLASS, first_mla_release
 from draftlab.engines.written_config import null_fields
 
 _SHOW = 4
@@ -16,24 +18,43 @@ _SHOW = 4
 
 def architecture(pair: Pair) -> Iterator[Finding]:
     """The engine picks its EAGLE-3 class from config.architectures (and reads only some layouts)."""
-    facts = engine_loading(pair.engine)
-    if recognises(pair.engine, pair.drafter):
+    facts, rel = engine_loading(pair.engine), pair.release
+    if recognises(pair.engine, pair.drafter, rel.version):
+        return
+    mla = drafter_class(pair.drafter) == "mla"
+    wanted = fixed_architecture(pair.engine, pair.drafter, rel.version)
+    if mla and pair.drafter.layout == "speculators":
+        yield Finding("architecture-unknown", "error", "speculators_model_type",
+                      "this MLA drafter is in the speculators layout, from which vLLM builds a Llama drafter and "
+                      "SGLang builds nothing; no engine reads an MLA drafter from it",
+                      f"flatten it into the SpecForge layout with architectures [{MLA_CLASS!r}]",
+                      fixable=wanted is not None)
+        return
+    if mla and wanted is None:
+        since = first_mla_release(pair.engine)
+        yield Finding("architecture-unknown", "error", "architectures",
+                      f"{rel.name} has no MLA EAGLE-3 drafter ({MLA_CLASS} is registered from {facts.name} {since})",
+                      f"serve it with {facts.name} >= {since}")
         return
     if pair.drafter.layout not in facts.config_layouts:
         message = (f"this is a {pair.drafter.layout} config (fields nested under transformer_layer_config); "
                    f"{facts.name} reads only flat SpecForge-style configs and will not load it")
-        fix = f"flatten the config into the SpecForge layout with architectures [{facts.architecture!r}]"
+        fix = f"flatten the config into the SpecForge layout with architectures [{wanted!r}]"
+    elif mla:
+        message = (f"{rel.name} does not build its MLA drafter for the architecture {pair.drafter.architecture!r}; "
+                   f"this drafter's config has MLA dimensions (kv_lora_rank), so any other class computes something "
+                   "else")
+        fix = f"set architectures to [{wanted!r}]"
     else:
-        message = f"{facts.name} does not recognise the architecture {pair.drafter.architecture!r} as an EAGLE-3 drafter"
-        fix = f"set architectures to [{facts.architecture!r}]"
+        message = f"{rel.name} does not recognise the architecture {pair.drafter.architecture!r} as an EAGLE-3 drafter"
+        fix = f"set architectures to [{wanted!r}]"
     yield Finding("architecture-unknown", "error", "architectures", message, fix, fixable=True)
 
 
 def weight_names(pair: Pair) -> Iterator[Finding]:
     """Tensors the engine never binds are lost (SGLang) or fail the load (vLLM)."""
     facts = engine_loading(pair.engine)
-    unused = [n for n in pair.drafter_ckpt.tensors
-              if weight_fate(pair.engine, n, pair.drafter.num_layers) == "unused"]
+    unused = [n for n in pair.drafter_ckpt.tensors if weight_fate(pair.engine, n, pair.drafter) == "unused"]
     if not unused:
         return
     renames = {n: bound_name(pair.engine, n) for n in unused}
@@ -79,11 +100,11 @@ def residual_order(pair: Pair) -> Iterator[Finding]:
 
 def target_supported(pair: Pair) -> Iterator[Finding]:
     """Older vLLM releases accept EAGLE-3 only for some target families."""
-    if not supports_target(pair.engine, pair.target.model_type):
-        allowed = ", ".join(engine_loading(pair.engine).target_model_types or ())
+    if not supports_target(pair.engine, pair.target.model_type, pair.release.version):
+        allowed = ", ".join(pair.release.target_model_types or ())
         yield Finding("target-unsupported", "warning", "model_type",
-                      f"the target's model_type is {pair.target.model_type!r}; {engine_loading(pair.engine).name} "
-                      f"releases with an EAGLE-3 allow-list accept only {allowed}",
+                      f"the target's model_type is {pair.target.model_type!r}; {pair.release.name} "
+                      f"has an EAGLE-3 allow-list that accepts only {allowed}",
                       "use a release that lists this family, or check the engine's release notes")
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from draftlab.checkpoint import Checkpoint, DrafterConfig, TargetConfig, TensorInfo
 from draftlab.engines import AuxLayers, aux_layers, intended_aux_layers
+from draftlab.engines.releases import Release, release
 
 LAYER_PREFIXES = ("midlayer.", "layers.0.")  # SpecForge/SGLang and vLLM speculators spellings
 
@@ -19,6 +20,11 @@ class Pair:
     drafter: DrafterConfig
     target_ckpt: Checkpoint
     target: TargetConfig
+    version: str | None = None  # the engine release whose rules apply (None: the newest draftlab knows)
+
+    @cached_property
+    def release(self) -> Release:
+        return release(self.engine, self.version)
 
     def layer_field(self, key: str) -> str:
         """The dotted config path of a decoder-layer field in the drafter's layout."""
@@ -40,12 +46,13 @@ class Pair:
     @cached_property
     def captured(self) -> AuxLayers:
         """The target layers the engine will capture."""
-        return aux_layers(self.engine, self.drafter, self.target.num_layers)
+        return aux_layers(self.engine, self.drafter, self.target.num_layers, target=self.target,
+                          version=self.release.version)
 
     @cached_property
     def intended(self) -> AuxLayers:
         """The target layers the drafter was trained on, as far as its config says."""
-        return intended_aux_layers(self.drafter, self.target.num_layers)
+        return intended_aux_layers(self.drafter, self.target.num_layers, target=self.target)
 
     @cached_property
     def d2t(self) -> list[int] | None:

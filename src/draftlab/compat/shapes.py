@@ -40,9 +40,13 @@ def target_hidden_size(pair: Pair) -> Iterator[Finding]:
 
 
 def qkv_width(pair: Pair) -> Iterator[Finding]:
-    """The first layer's q/k/v read concat(embedding, hidden): 2 x hidden inputs."""
+    """The first layer's q/k/v read concat(embedding, hidden): 2 x hidden inputs (for MLA, the down-projections
+    ``q_a_proj`` or ``q_proj``, and ``kv_a_proj_with_mqa``)."""
     want = 2 * pair.drafter.hidden_size
-    for proj in ("q_proj", "k_proj", "v_proj"):
+    mla = pair.drafter.variant.mla
+    projections = ("q_proj", "k_proj", "v_proj") if mla is None else (
+        "q_a_proj" if mla.q_lora_rank else "q_proj", "kv_a_proj_with_mqa")
+    for proj in projections:
         info = pair.layer_tensor(f"self_attn.{proj}.weight")
         if info is None:
             yield Finding("missing-tensor", "error", f"midlayer.self_attn.{proj}.weight",

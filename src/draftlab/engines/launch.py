@@ -372,8 +372,9 @@ def group_members(pgid: int) -> list[int]:
 CONTEXT_TOO_SHORT = "context-too-short"  # the compat finding that calls for the SGLang override
 
 
-def check_before_launch(request: LaunchRequest) -> tuple[bool, list[str]]:
-    """Run ``draftlab check`` on a local drafter/target pair before launching it.
+def check_before_launch(request: LaunchRequest, engine_version: str | None = None) -> tuple[bool, list[str]]:
+    """Run ``draftlab check`` on a local drafter/target pair before launching it, with the rules of
+    ``engine_version`` (default: the newest release draftlab knows).
 
     Returns (context_too_short, notes). Error findings refuse the launch (the engine would fail or
     silently accept almost nothing); a too-short drafter context is the one error the engine can be
@@ -387,16 +388,18 @@ def check_before_launch(request: LaunchRequest) -> tuple[bool, list[str]]:
     from draftlab.compat import check_pair
 
     convention = REFERENCE_CONVENTION if request.engine == REFERENCE else request.engine
-    result = check_pair(request.drafter, request.target, convention)
+    result = check_pair(request.drafter, request.target, convention, engine_version)
     errors = [f for f in result.findings if f.severity == "error" and f.code != CONTEXT_TOO_SHORT]
     if errors:
         first = errors[0]
         raise DraftlabError(
-            f"check found {len(errors)} error(s) for {request.engine}, first {first.code} ({first.field}): "
+            f"check found {len(errors)} error(s) for {request.engine} {result.engine_version}, first {first.code} "
+            f"({first.field}): "
             f"{first.message}; run draftlab check --fix OUT and launch OUT, or pass --skip-check"
         )
     too_short = any(f.code == CONTEXT_TOO_SHORT for f in result.findings)
-    return too_short, [f"check: {len(result.findings)} finding(s), no errors"]
+    return too_short, [f"check ({result.engine} {result.engine_version} rules): {len(result.findings)} finding(s), "
+                       "no errors"]
 
 
 def local_architecture(target: str) -> str | None:

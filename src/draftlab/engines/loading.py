@@ -21,6 +21,9 @@ Sources (read in the engines' code; versions drift, so each fact names where it 
   kept when it differs from the target's. ``max_position_embeddings`` sizes the RoPE cache: longer
   prompts hit device asserts (vllm #48894, #23072). Older releases accept EAGLE-3 only for targets
   whose ``model_type`` contains llama, qwen, minicpm or gpt_oss (vllm #31254).
+- What changes between releases (drafter classes registered, variant flags, the MLA drafter, aux
+  ids, the target allow-list) is in :mod:`draftlab.engines.releases`; the functions here take a
+  ``version`` (default: the newest release draftlab knows).
 """
 
 from __future__ import annotations
@@ -29,58 +32,51 @@ import re
 from dataclasses import dataclass
 
 from draftlab.checkpoint.configs import DrafterConfig
-from draftlab.engines import ENGINES
+from draftlab.checkpoint.variants import canonical_tensor_name
+from draftlab.engines.aux_ids import ENGINES
+from draftlab.engines.releases import LLAMA_CLASS, MLA_CLASS, release
 from draftlab.errors import DraftlabError
 
 # The module-level names of an EAGLE-3 drafter besides its decoder layer(s).
 _TOP_LEVEL = frozenset({"fc.weight", "fc.bias", "norm.weight", "embed_tokens.weight"})
 _LAYER = re.compile(r"^layers\.(\d+)\.")
+_VARIANT_TENSOR = re.compile(r"^(input_norm|fc_norm\.\d+)\.weight$")
 
 
 @dataclass(frozen=True)
 class EngineLoading:
-    """What one engine accepts when it loads a drafter."""
+    """What one engine accepts when it loads a drafter, in every release draftlab knows."""
 
     name: str  # how users spell it
-    architectures: frozenset[str]  # drafter classes it recognises in config.architectures
-    architecture: str  # the one a fix writes
+    architecture: str  # the Llama-drafter class a fix writes
     config_layouts: frozenset[str]  # "specforge" (flat) and/or "speculators" (nested)
     max_layers: int | None  # decoder layers it supports in a drafter (None: any)
     unknown_weights: str  # "dropped silently" or "fail the load"
     replaces_embed: bool  # overwrites a drafter's own embed_tokens with the target's
     norm_before_residual: bool  # implements the variant that normalises hidden before the residual
-    target_model_types: tuple[str, ...] | None  # substrings of supported target model_type
     short_context: str  # what happens when the draft context is shorter than the target's
 
 
 SGLANG = EngineLoading(
     name="SGLang",
-    architectures=frozenset({"LlamaForCausalLMEagle3"}),
-    architecture="LlamaForCausalLMEagle3",
+    architecture=LLAMA_CLASS,
     config_layouts=frozenset({"specforge"}),
     max_layers=1,
     unknown_weights="dropped silently",
     replaces_embed=True,
     norm_before_residual=False,
-    target_model_types=None,
     short_context=("SGLang refuses to start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set, "
                    "and running past the draft's context that way has caused illegal memory accesses"),
 )
 
 VLLM = EngineLoading(
     name="vLLM",
-    architectures=frozenset({
-        "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3Qwen2_5vlForCausalLM",
-        "Eagle3Qwen3vlForCausalLM", "Eagle3MiniMaxM2ForCausalLM", "Eagle3DeepseekV2ForCausalLM",
-        "Eagle3DeepseekV3ForCausalLM",
-    }),
-    architecture="LlamaForCausalLMEagle3",
+    architecture=LLAMA_CLASS,
     config_layouts=frozenset({"specforge", "speculators"}),
     max_layers=None,
     unknown_weights="fail the load",
     replaces_embed=False,
     norm_before_residual=True,
-    target_model_types=("llama", "qwen", "minicpm", "gpt_oss"),
     short_context=("vLLM sizes the drafter's RoPE cache from it, so longer prompts hit device-side "
                    "asserts (or silently wrong positions in eager mode)"),
 )
@@ -95,19 +91,35 @@ def engine_loading(engine: str) -> EngineLoading:
     raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
-def recognises(engine: str, drafter: DrafterConfig) -> bool:
-    """Whether ``engine`` will pick its EAGLE-3 model class for this config."""
-    facts = engine_loading(engine)
-    if drafter.layout not in facts.config_layouts:
+def drafter_class(drafter: DrafterConfig) -> str:
+    """"mla" for a DeepSeek/Kimi MLA drafter, else "llama" (the engines' two EAGLE-3 drafter models)."""
+    return "mla" if drafter.variant.mla is not None else "llama"
+
+
+def recognises(engine: str, drafter: DrafterConfig, version: str | None = None) -> bool:
+    """Whether ``engine`` at ``version`` builds the right EAGLE-3 model class for this config."""
+    if drafter.layout not in engine_loading(engine).config_layouts:
         return False
-    # vLLM rewrites the architecture of a speculators config itself.
-    return drafter.layout == "speculators" or drafter.architecture in facts.architectures
+    if drafter.layout == "speculators":  # vLLM picks the (Llama) class of a speculators config itself
+        return drafter_class(drafter) == "llama"
+    rel = release(engine, version)
+    wanted = rel.mla_architectures if drafter_class(drafter) == "mla" else rel.architectures - rel.mla_architectures
+    return drafter.architecture in wanted
 
 
-def weight_fate(engine: str, name: str, num_layers: int) -> str:
-    """What ``engine`` does with a stored tensor: "bound", "ignored" (by design) or "unused".
+def fixed_architecture(engine: str, drafter: DrafterConfig, version: str | None = None) -> str | None:
+    """The class a fix writes for this drafter (its MLA class for an MLA drafter; None: the release has none)."""
+    if drafter_class(drafter) == "llama":
+        return engine_loading(engine).architecture
+    return MLA_CLASS if release(engine, version).mla_architectures else None
+
+
+def weight_fate(engine: str, name: str, drafter: DrafterConfig) -> str:
+    """What ``engine`` does with a stored tensor: "bound", "ignored" (by design), "variant" or "unused".
 
     "unused" means the engine never binds it: SGLang drops it silently, vLLM fails the load.
+    "variant" is an ``input_norm`` / ``fc_norm.{i}`` tensor, bound only when the release reads its flag
+    (compat's variant rules judge those).
     """
     if name.endswith("t2d"):
         return "ignored"
@@ -118,13 +130,17 @@ def weight_fate(engine: str, name: str, num_layers: int) -> str:
     bare = name.removeprefix("model.")
     if bare in _TOP_LEVEL:
         return "bound"
+    if _VARIANT_TENSOR.match(canonical_tensor_name(name) if engine == "sglang" else bare):
+        return "variant"
     if engine == "sglang":
-        return "bound" if bare.startswith("midlayer.") else "unused"
+        # the MLA drafter maps ^layers.0. onto its midlayer (kimi_k25_eagle3.py)
+        mla_layer = drafter_class(drafter) == "mla" and bare.startswith("layers.0.")
+        return "bound" if bare.startswith("midlayer.") or mla_layer else "unused"
     if engine == "vllm":
         if bare.startswith("midlayer."):
             return "bound"
         layer = _LAYER.match(bare)
-        return "bound" if layer and int(layer.group(1)) < num_layers else "unused"
+        return "bound" if layer and int(layer.group(1)) < drafter.num_layers else "unused"
     raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
@@ -142,7 +158,7 @@ def replaces_embedding(engine: str, drafter: DrafterConfig) -> bool:
     return engine_loading(engine).replaces_embed and drafter.target_hidden_size == drafter.hidden_size
 
 
-def supports_target(engine: str, target_model_type: str) -> bool:
-    """Whether ``engine`` (in releases with a target allow-list) accepts EAGLE-3 for this target."""
-    allowed = engine_loading(engine).target_model_types
+def supports_target(engine: str, target_model_type: str, version: str | None = None) -> bool:
+    """Whether ``engine`` at ``version`` (where it has a target allow-list) accepts EAGLE-3 for this target."""
+    allowed = release(engine, version).target_model_types
     return allowed is None or any(kind in target_model_type for kind in allowed)

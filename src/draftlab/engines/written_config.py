@@ -8,10 +8,12 @@ its config through :func:`loadable_config`. Facts it rests on:
   ``LlamaForCausalLMEagle3`` reads it with ``getattr(config, key, hidden_size)``: a ``null`` there
   is not the default but ``None * 3``, a TypeError. speculators' converter and configs write
   ``"target_hidden_size": null`` for "same as hidden".
-- SpecForge reads ``norm_output`` (``getattr``, default True) as "apply the final norm before
-  lm_head", so a null skips the norm as false does. In a speculators config (default False) the key
-  means "feed the normed hidden back across draft steps": carried into a flat config, speculators'
-  ``false`` makes SpecForge skip the final norm.
+- SpecForge v0.3 (before PR #879) reads ``norm_output`` (``getattr``, default True) as "apply the
+  final norm before lm_head", so a null skips the norm as false does. SGLang, vLLM and speculators
+  read it in both layouts as EAGLE-3.1's "feed norm(out) to the next draft step" (default False), so a
+  ``true`` carries over between layouts; speculators' ``false`` (the engines' default) is left out of
+  a flattened config, where SpecForge v0.3 would read it as "skip the final norm"
+  (``../shared/reference/drafter-variants.md`` section 3).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from typing import Any
 # is not the default.
 _READ_WHEN_PRESENT = ("target_hidden_size", "norm_output")
 
-# Keys a speculators config shares with SpecForge's flat one, under another meaning.
-SPECULATORS_MEANINGS = ("norm_output",)
+# Keys whose false is the engines' default in a speculators config but means something else to SpecForge v0.3.
+FALSE_MEANS_ELSE_IN_SPECFORGE = ("norm_output",)
 
 
 def loadable_config(config: dict[str, Any], *, target_hidden_size: int | None,
@@ -32,7 +34,7 @@ def loadable_config(config: dict[str, Any], *, target_hidden_size: int | None,
     """``config`` as it should be written: a flat (SpecForge-layout) config gets ``target_hidden_size``
     set to the target's when it differs from ``hidden_size`` (dropped when null and equal), no null
     left in a key the loaders read only when present, and, when it was flattened from a speculators
-    config (``source_layout``), none of the keys that mean something else there. A speculators-layout
+    config (``source_layout``), no ``norm_output: false`` (the default there). A speculators-layout
     config is returned unchanged (speculators and vLLM read its nulls as defaults).
     ``target_hidden_size`` None leaves a set value alone.
     """
@@ -40,8 +42,9 @@ def loadable_config(config: dict[str, Any], *, target_hidden_size: int | None,
     if "transformer_layer_config" in out:
         return out
     if source_layout == "speculators":
-        for key in SPECULATORS_MEANINGS:
-            out.pop(key, None)
+        for key in FALSE_MEANS_ELSE_IN_SPECFORGE:
+            if out.get(key) is False:
+                del out[key]
     hidden = out.get("hidden_size")
     if target_hidden_size is not None:
         if target_hidden_size != hidden:

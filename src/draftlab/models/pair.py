@@ -32,7 +32,7 @@ def load_pair(target: str | Path, drafter: str | Path, *, engine: str = "sglang"
     """
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
-    layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
+    layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers, target=target_cfg).layers
     runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device, device_map=device_map,
                                cache=cache, max_len=max_len)
     draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device))

@@ -52,7 +52,8 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
             raise DraftlabError(f"{target_b}: {field} is {getattr(cfg_b, field)} but {target_a} has "
                                 f"{getattr(cfg_a, field)}; drift compares versions of one architecture")
     if layers is None:
-        layers = (aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config), cfg_a.num_layers).layers
+        layers = (aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config), cfg_a.num_layers,
+                             target=cfg_a).layers
                   if drafter is not None else list(range(cfg_a.num_layers)))
     bad = [k for k in layers if not 0 <= k < cfg_a.num_layers]
     if bad:

@@ -123,7 +123,7 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
     drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
-    layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers).layers
+    layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers, target=target_cfg).layers
     context = target_cfg.max_position_embeddings
 
     clock = Clock()

@@ -42,7 +42,7 @@ def render_inspect(result: InspectResult, console: Console) -> None:
         ("tensors", f"{result.num_tensors} in {result.format} ({human_bytes(result.size_on_disk)})"),
     ]
     if isinstance(result, DrafterSummary):
-        engine = engine_loading(result.engine).name
+        engine = f"{engine_loading(result.engine).name} {result.engine_version}"
         aux = result.aux_layers if result.aux_layers is not None else result.aux_default_rule
         d2t = "absent" if not result.has_d2t else ("valid" if result.d2t_valid else "[red]invalid[/]")
         rows += [
@@ -55,8 +55,16 @@ def render_inspect(result: InspectResult, console: Console) -> None:
             ("rope", f"theta {result.rope_theta}, scaling {result.rope_scaling}"),
             ("d2t / t2d", f"{d2t} / {'present' if result.has_t2d else 'absent'}"),
             ("embed_tokens", "present" if result.has_embed_tokens else "absent (the target's is used)"),
+            ("variant", f"{result.variant}: norm_before_fc {result.norm_before_fc}, fc_norm {result.fc_norm}, "
+                        f"norm_output {result.norm_output}"),
+            ("attention", result.attention if result.attention != "MLA" else
+             f"MLA: q_lora_rank {result.q_lora_rank}, kv_lora_rank {result.kv_lora_rank}, qk_nope/rope "
+             f"{result.qk_nope_head_dim}/{result.qk_rope_head_dim}, v_head_dim {result.v_head_dim}"),
         ]
         rows += [("[red]d2t problem[/]", p) for p in result.d2t_problems]
+        rows += [(f"[red]unsupported[/] [dim]{u['field']}[/]", u["message"]) for u in result.unsupported]
+        if result.unknown_keys:
+            rows.append(("unknown keys [dim](inert)[/]", ", ".join(result.unknown_keys)))
     else:
         moe = result.moe
         rows += [
@@ -74,7 +82,7 @@ def render_inspect(result: InspectResult, console: Console) -> None:
 
 
 def render_check(result: CheckResult, console: Console) -> None:
-    engine = engine_loading(result.engine).name
+    engine = f"{engine_loading(result.engine).name} {result.engine_version}"
     console.print(f"[bold]{engine}[/] will capture the outputs of target layers "
                   f"[bold]{result.aux_layers}[/] [dim](from {result.aux_source})[/]")
     if not result.findings:

@@ -63,7 +63,7 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
         target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
         if drafter is not None:
             layers = engine_aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config),
-                                       target_cfg.num_layers).layers
+                                       target_cfg.num_layers, target=target_cfg).layers
         else:
             layers = list(aux_layers) if aux_layers is not None else default_aux_layers(target_cfg.num_layers)
         tokenizer, why = target_tokenizer(target)

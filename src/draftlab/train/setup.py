@@ -41,14 +41,15 @@ class StartingDrafter:
     vocab: str  # "built", "kept" or "remapped"
 
 
-def with_aux_ids(config: dict[str, Any], aux: list[int]) -> dict[str, Any]:
-    """``config`` with ``aux`` written into SGLang's and vLLM's fields, each in its convention."""
+def with_aux_ids(config: dict[str, Any], aux: list[int], target: TargetConfig) -> dict[str, Any]:
+    """``config`` with ``aux`` written into SGLang's and vLLM's fields, each in its newest release's convention
+    for ``target``'s family."""
     out = copy.deepcopy(config)
     eagle = dict(out.get("eagle_config") or {})
-    eagle["eagle_aux_hidden_state_layer_ids"] = written_aux_ids("sglang", aux)
+    eagle["eagle_aux_hidden_state_layer_ids"] = written_aux_ids("sglang", aux, target=target)
     eagle.setdefault("use_aux_hidden_state", True)
     out["eagle_config"] = eagle
-    out["eagle_aux_hidden_state_layer_ids"] = written_aux_ids("vllm", aux)
+    out["eagle_aux_hidden_state_layer_ids"] = written_aux_ids("vllm", aux, target=target)
     return out
 
 
@@ -76,7 +77,7 @@ def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: li
                                           intermediate_size=inter if isinstance(inter, int) else None,
                                           head_dim=target.head_dim, target_hidden_size=target.hidden_size,
                                           rms_norm_eps=eps, **NEW_DRAFTER_FLAGS[variant])
-    return with_aux_ids(config, aux)
+    return with_aux_ids(config, aux, target)
 
 
 def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCounts, draft_vocab_size: int,
@@ -102,7 +103,7 @@ def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, re
         raise DraftlabError("is not an EAGLE-3 drafter", path=init)
     cfg = DrafterConfig.from_dict(ckpt.config)
     target = TargetConfig.from_dict(open_checkpoint(target_dir).config)
-    aux = intended_aux_layers(cfg, target.num_layers).layers
+    aux = intended_aux_layers(cfg, target.num_layers, target=target).layers
     if cfg.layout != "specforge":  # speculators' layout (vLLM's): the same tensors, renamed, in a copy
         from draftlab.compat.convert import convert_drafter
 
@@ -116,7 +117,7 @@ def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, re
     mapping = VocabMapping.from_drafter(source)
     drafter = Eagle3Drafter.load(source, target=embed_owner, dtype="float32",
                                  device=str(embed_owner.embed_tokens.weight.device))
-    config = with_aux_ids(open_checkpoint(source).config, aux)
+    config = with_aux_ids(open_checkpoint(source).config, aux, target)
     return StartingDrafter(master_weights(drafter), torch.from_numpy(mapping.t2d.copy()), config, aux, vocab)
 
 

@@ -157,7 +157,7 @@ class _Run:
     def _aux_layers(self) -> list[int]:
         if self.opts.init is not None:
             cfg = DrafterConfig.from_dict(open_checkpoint(self.opts.init).config)
-            return intended_aux_layers(cfg, self.target_cfg.num_layers).layers
+            return intended_aux_layers(cfg, self.target_cfg.num_layers, target=self.target_cfg).layers
         return self.opts.aux_layers or default_aux_layers(self.target_cfg.num_layers)
 
     def _target(self, aux: list[int]):

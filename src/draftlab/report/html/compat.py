@@ -20,7 +20,7 @@ def _verdict(doc: dict[str, Any]) -> str:
     errors = sum(f["severity"] == "error" for f in doc["findings"])
     warnings = sum(f["severity"] == "warning" for f in doc["findings"])
     fixable = sum(bool(f.get("fixable")) for f in doc["findings"])
-    engine = ENGINES.get(doc["engine"], doc["engine"])
+    engine = " ".join(filter(None, (ENGINES.get(doc["engine"], doc["engine"]), doc.get("engine_version"))))
     if not doc["findings"]:
         return f"{Path(doc['drafter']).name} loads cleanly in {engine}"
     worst = f"{errors} error{'s' * (errors != 1)}" if errors else f"{warnings} warning{'s' * (warnings != 1)}"
