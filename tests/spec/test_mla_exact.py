@@ -5,7 +5,6 @@ same weights with a flag dropped accept differently)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -16,7 +15,7 @@ from mla_reference import MlaReference
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-import draftlab.spec.generate as generate_module
+from draftlab.compat import check_pair
 from draftlab.models.drafter_weights import canonical_names
 from draftlab.probe.probe import probe
 from draftlab.spec.generate import generate
@@ -46,22 +45,12 @@ def prompts(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True)
-def check_predates_mla(monkeypatch):
-    """``check`` (compat/, engines/) still asks every drafter for q/k/v_proj, and its engine tables list
-    neither Eagle3DeepseekV2ForCausalLM nor the fc_norm tensors SGLang binds from 0.5.13 (all reported
-    to their owners): generate refuses on exactly those findings; drop them, and only them."""
-    real = generate_module.check_pair
-
-    def without_mla_false_alarms(drafter, target, engine="sglang"):
-        result = real(drafter, target, engine=engine)
-        kept = [f for f in result.findings if not (
-            f.code == "architecture-unknown" or
-            (f.code == "weight-names" and f.field.startswith("fc_norm.")) or
-            (f.code == "missing-tensor" and f.field.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight"))))]
-        return dataclasses.replace(result, findings=kept, ok=not any(f.severity == "error" for f in kept))
-
-    monkeypatch.setattr(generate_module, "check_pair", without_mla_false_alarms)
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_toy_mla_drafters_check_clean_in_both_engines(toy, kind):
+    """generate runs check first: an MLA drafter (and its EAGLE-3.1 form) is one both engines serve."""
+    for engine in ("sglang", "vllm"):
+        result = check_pair(_drafter_dir(toy, kind), toy.target_dir, engine)
+        assert result.ok, [(f.code, f.message) for f in result.findings if f.severity == "error"]
 
 
 # --- the reference: greedy speculative decoding written plainly, no caches -----------------------
