@@ -23,7 +23,7 @@ Pairs:
   required (bf16 ties).
 - ``llama-3.1-8b:eagle3.1``: the same with an EAGLE-3.1 drafter (``fc_norm`` + ``norm_output``, its
   ``fc_norm.{i}`` weights drawn around one).
-- ``deepseek-v3-4l:mla``: a DeepSeek-V3-shaped target (real dimensions and YaRN, 4 layers, dense MLPs,
+- ``deepseek-v3-5l:mla``: a DeepSeek-V3-shaped target (real dimensions and YaRN, 5 layers, dense MLPs,
   random bf16 weights) and an MLA drafter (``Eagle3DeepseekV2ForCausalLM``) with random weights.
 
 Independent commands run concurrently (``--workers``; the GPU has room for several 8B copies), so
@@ -63,15 +63,15 @@ SHAPES = {"llama-3.1-8b": dict(vocab_size=128256, hidden_size=4096, intermediate
           "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=192, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
                        rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)}
-SHAPES["deepseek-v3-4l"] = dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=4,
-                                first_k_dense_replace=4, num_attention_heads=128, num_key_value_heads=128,
+SHAPES["deepseek-v3-5l"] = dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=5,
+                                first_k_dense_replace=5, num_attention_heads=128, num_key_value_heads=128,
                                 q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                                 v_head_dim=128, max_position_embeddings=163840, rms_norm_eps=1e-6, rope_theta=10000.0,
                                 rope_scaling={"type": "yarn", "factor": 40.0, "beta_fast": 32, "beta_slow": 1,
                                               "mscale": 1.0, "mscale_all_dim": 1.0,
                                               "original_max_position_embeddings": 4096},
                                 tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
-DRAFT_VOCAB = {"llama-3.1-8b": 32000, "tiny": 256, "deepseek-v3-4l": 32000}
+DRAFT_VOCAB = {"llama-3.1-8b": 32000, "tiny": 256, "deepseek-v3-5l": 32000}
 TOY_TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self.",
              "return self._", "class Config:\n    ", "    if not isinstance(", "# Copyright", "with open("]
 
@@ -196,7 +196,7 @@ def write_mla_pair(shape: str, work: Path, device: str) -> tuple[Path, Path]:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, DeepseekV3Config
 
-    from draftlab.checkpoint import DrafterConfig
+    from draftlab.checkpoint import DrafterConfig, TargetConfig
     from draftlab.checkpoint.synth import mla_drafter_config
     from draftlab.engines import written_aux_ids
     from draftlab.models.drafter import Eagle3Drafter
@@ -207,12 +207,12 @@ def write_mla_pair(shape: str, work: Path, device: str) -> tuple[Path, Path]:
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(DeepseekV3Config(**cfg), dtype=torch.bfloat16)
     model.save_pretrained(target_dir)
-    aux = [0, 1, 2]
-    config = mla_drafter_config(json.loads((target_dir / "config.json").read_text()), draft_vocab_size=draft_vocab,
-                                torch_dtype="bfloat16",
-                                eagle_config={"eagle_aux_hidden_state_layer_ids": written_aux_ids("sglang", aux),
-                                              "use_aux_hidden_state": True},
-                                eagle_aux_hidden_state_layer_ids=written_aux_ids("vllm", aux))
+    raw = json.loads((target_dir / "config.json").read_text())
+    aux, family = [1, 2, 3], TargetConfig.from_dict(raw)  # SGLang cannot name layer 0's output for DeepSeek targets
+    config = mla_drafter_config(raw, draft_vocab_size=draft_vocab, torch_dtype="bfloat16",
+                                eagle_config={"eagle_aux_hidden_state_layer_ids": written_aux_ids(
+                                    "sglang", aux, target=family), "use_aux_hidden_state": True},
+                                eagle_aux_hidden_state_layer_ids=written_aux_ids("vllm", aux, target=family))
     with torch.device(device):
         drafter = Eagle3Drafter(DrafterConfig.from_dict(config)).to(torch.bfloat16)
     drafter_dir.mkdir()
@@ -438,7 +438,7 @@ def table(records: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--toy", help="folder with the toy pair's target/ and drafter/ (default: train it)")
-    parser.add_argument("--pairs", default="toy,llama-3.1-8b,llama-3.1-8b:eagle3.1,deepseek-v3-4l:mla")
+    parser.add_argument("--pairs", default="toy,llama-3.1-8b,llama-3.1-8b:eagle3.1,deepseek-v3-5l:mla")
     parser.add_argument("--workdir", help="where the pairs' folders go (default: a temporary folder)")
     parser.add_argument("--out", help="write the records as JSON here")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: check the script itself")

@@ -19,8 +19,7 @@ from draftlab.compat import check_pair
 from draftlab.models.drafter_weights import canonical_names
 from draftlab.probe.probe import probe
 from draftlab.spec.generate import generate
-from draftlab.toy.mla import cached_mla_toy
-from draftlab.toy.pair import AUX_LAYERS
+from draftlab.toy.mla import AUX_LAYERS, cached_mla_toy
 
 TEXTS = ["def __init__(self", "import os\nimport sys\n", "    return self._", "for i in range(len(",
          "class Foo(object):\n    "]

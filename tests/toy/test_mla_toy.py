@@ -14,8 +14,7 @@ from draftlab.engines import aux_layers
 from draftlab.models import Eagle3Drafter, TargetRunner
 from draftlab.toy import train
 from draftlab.toy.corpus import stdlib_text
-from draftlab.toy.mla import cached_mla_toy
-from draftlab.toy.pair import AUX_LAYERS
+from draftlab.toy.mla import AUX_LAYERS, cached_mla_toy
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +40,7 @@ def test_drafters_read_back_as_mla_with_the_targets_rope(toy, folder, name) -> N
     assert d.architecture == "Eagle3DeepseekV2ForCausalLM" and d.variant.name == name
     assert unsupported(ckpt.config, ckpt.tensors) == []
     assert d.rope == t.rope
-    assert aux_layers("sglang", d, t.num_layers).layers == AUX_LAYERS
+    assert aux_layers("sglang", d, t.num_layers, target=t).layers == AUX_LAYERS
 
 
 @pytest.mark.parametrize("folder", ["drafter_dir", "eagle31_dir"])

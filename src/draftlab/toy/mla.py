@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import DeepseekV3Config
 
-from draftlab.checkpoint import DrafterConfig
+from draftlab.checkpoint import DrafterConfig, TargetConfig
 from draftlab.checkpoint.synth import mla_drafter_config
 from draftlab.engines import written_aux_ids
 from draftlab.fsutil import atomic_dir, write_json_atomic
@@ -30,13 +30,16 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
 from draftlab.toy import train
 from draftlab.toy.corpus import stdlib_text
-from draftlab.toy.pair import AUX_LAYERS, BATCH, CONTEXT, DRAFT_VOCAB, LENGTH, TRAIN_BYTES, UNROLL, cache_root
+from draftlab.toy.pair import BATCH, CONTEXT, DRAFT_VOCAB, LENGTH, TRAIN_BYTES, UNROLL, cache_root
 from draftlab.toy.tokenizer import END, VOCAB_SIZE, byte_tokenizer
 from draftlab.vocab.build import build_mapping
 from draftlab.vocab.counts import TokenCounts
 
-MLA_TOY_VERSION = "2"  # bump when anything below changes what gets built
-HIDDEN, LAYERS, HEADS, INTERMEDIATE = 64, 4, 4, 192
+MLA_TOY_VERSION = "3"  # bump when anything below changes what gets built
+HIDDEN, LAYERS, HEADS, INTERMEDIATE = 64, 5, 4, 192
+# Canonical aux layers (outputs of layers 1..3). Not layer 0: SGLang 0.5.13+ reads a DeepSeek/Kimi
+# drafter's ids as inputs of layers unless the first is 1, so the output of layer 0 cannot be named there.
+AUX_LAYERS = [1, 2, 3]
 Q_LORA, KV_LORA, NOPE, ROPE, V_HEAD = 32, 32, 16, 8, 16
 # YaRN as DeepSeek-V3 / Kimi configure it, at toy scale: factor 4 over an original window of 512, so
 # the rotary frequencies and the softmax scale (mscale_all_dim) both differ from plain RoPE.
@@ -53,7 +56,7 @@ class MlaToy:
 
 
 def target_config() -> DeepseekV3Config:
-    """A 4-layer DeepSeek-V3 whose every layer is dense (first_k_dense_replace = num_hidden_layers)."""
+    """A 5-layer DeepSeek-V3 whose every layer is dense (first_k_dense_replace = num_hidden_layers)."""
     return DeepseekV3Config(
         vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
         num_attention_heads=HEADS, num_key_value_heads=HEADS, q_lora_rank=Q_LORA, kv_lora_rank=KV_LORA,
@@ -64,11 +67,14 @@ def target_config() -> DeepseekV3Config:
 
 
 def drafter_config_dict(target: dict, **flags: bool) -> dict:
-    """The MLA drafter's config.json for the toy target (both engines' aux fields naming AUX_LAYERS)."""
+    """The MLA drafter's config.json for the toy target (both engines' aux fields naming AUX_LAYERS, each in
+    its newest release's convention for DeepSeek targets)."""
+    family = TargetConfig.from_dict(target)
     config = mla_drafter_config(target, draft_vocab_size=DRAFT_VOCAB, torch_dtype="float32",
-                                eagle_config={"eagle_aux_hidden_state_layer_ids": written_aux_ids("sglang", AUX_LAYERS),
-                                              "use_aux_hidden_state": True},
-                                eagle_aux_hidden_state_layer_ids=written_aux_ids("vllm", AUX_LAYERS), **flags)
+                                eagle_config={"eagle_aux_hidden_state_layer_ids": written_aux_ids(
+                                    "sglang", AUX_LAYERS, target=family), "use_aux_hidden_state": True},
+                                eagle_aux_hidden_state_layer_ids=written_aux_ids("vllm", AUX_LAYERS, target=family),
+                                **flags)
     return {k: v for k, v in config.items() if v is not None}
 
 
