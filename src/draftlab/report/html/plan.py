@@ -50,7 +50,7 @@ def _throughput_figure(rows: list[dict[str, Any]], baseline: dict[str, float], b
             ax.set_xlabel("steps/topk/num_draft_tokens")
             ax.set_ylabel("predicted output tok/s")
             ax.tick_params(axis="x", rotation=45)
-            ax.legend(loc="lower right")
+            figures.legend(ax)
         svg = figures.to_svg(fig)
     more = f" (first {len(shown)} of {len(batches)} batch sizes; the table has all)" if len(batches) > len(shown) else ""
     return figure(svg, "Predicted throughput per config: green pays off, red loses to plain decoding" + more + ".",
@@ -69,14 +69,14 @@ def _split_figure(rows: list[dict[str, Any]]) -> str:
         left.invert_yaxis()
         left.set_xlabel("ms per speculative cycle")
         left.set_ylabel("config @ batch")
-        left.legend(fontsize=7)
+        figures.legend(left, fontsize=7)
         right.barh(labels, [r["accept_length"] for r in rows], label="accept length")
         right.scatter([r["break_even_accept_length"] for r in rows], labels, color="black", marker="|", s=200,
                       label="break-even", zorder=3)
         right.invert_yaxis()
         right.set_xlabel("tokens per cycle")
         right.tick_params(axis="y", labelleft=False)
-        right.legend(fontsize=7)
+        figures.legend(right, fontsize=7)
         svg = figures.to_svg(fig)
     return figure(svg, "Left: where a cycle's time goes. Right: each config's accept length against the accept "
                        "length it needs to break even (the black mark).", "plan-split")
