@@ -46,11 +46,13 @@ def train_command(
         help="Linear warm-up steps before the cosine decay.")] = 0,
     ttt_length: Annotated[int, typer.Option("--ttt-length", callback=at_least_one,
         help="Training-time-test steps unrolled.")] = 7,
-    draft_vocab_size: Annotated[int, typer.Option(
+    draft_vocab_size: Annotated[Optional[int], typer.Option(
         "--draft-vocab-size", callback=at_least_one,
-            help="From scratch: draft vocabulary size (built from the data's counts).")] = 32000,
+        help="From scratch: draft vocabulary size, built from the data's counts (default 32000, or the target's "
+             "whole vocabulary when smaller).")] = None,
     aux_layers: Annotated[Optional[str], typer.Option(
-        "--aux-layers", help="From scratch: target layers a,b,c whose outputs the drafter fuses.")] = None,
+        "--aux-layers", help="From scratch: target layers a,b,c whose outputs the drafter fuses (default: the "
+                             "engines' default, or 3 spread evenly over a target under 8 layers).")] = None,
     eval_prompts: Annotated[Optional[Path], typer.Option(
         "--eval-prompts", help="Held-out prompts (as probe reads them) for the exact accept length.")] = None,
     eval_every: Annotated[int, typer.Option("--eval-every", callback=non_negative,
