@@ -23,8 +23,19 @@ def plan_section(doc: dict[str, Any]) -> Section:
         else:
             findings.append(f"{config_label(best)} pays off at batch {b}: {best['speedup']:.2f}x")
     heading = "; ".join(findings)
+    off = [c for c in doc.get("measured_checks") or [] if not c["agrees"]]
+    if off:  # the prediction was held against a measurement and failed: say that, not the prediction
+        c = off[0]
+        heading = (f"the plan's prediction disagrees with what was measured: {c['what']} predicted "
+                   f"{c['predicted']:.2f}, measured {c['measured']:.2f}")
     section = Section("plan", heading[0].upper() + heading[1:])
     section.body.append(para(doc["verdict"]))
+    for c in doc.get("measured_checks") or []:
+        gap = c["predicted"] / c["measured"] - 1 if c["measured"] else float("inf")
+        section.body.append(para(
+            f"Held against {c['what']}: predicted {c['predicted']:.2f}, measured {c['measured']:.2f} with the same "
+            f"settings; " + ("they agree." if c["agrees"] else f"they disagree by {abs(gap):.0%}, so the predicted "
+                             "verdict above is not to be acted on as it stands.")))
     section.body.append(_throughput_figure(rows, doc["baseline_tokens_per_second"], batches))
     section.body.append(_split_figure(rows))
     section.body.append(table(
