@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,10 +20,15 @@ from builders import TINY_TARGETS, tiny_target_config  # noqa: E402
 def one_torch_thread():
     """Every model in the suite is tiny: threads gain nothing and, on a busy 2-core machine, OpenMP
     spinning slows many small steps ten-fold or more."""
-    before = torch.get_num_threads()
+    before, env = torch.get_num_threads(), os.environ.get("DRAFTLAB_THREADS")
     torch.set_num_threads(1)
+    os.environ["DRAFTLAB_THREADS"] = "1"  # and the commands the tests run (draftlab.threads) keep to one
     yield
     torch.set_num_threads(before)
+    if env is None:
+        os.environ.pop("DRAFTLAB_THREADS", None)
+    else:
+        os.environ["DRAFTLAB_THREADS"] = env
 
 
 @pytest.fixture(scope="session")

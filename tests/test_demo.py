@@ -7,9 +7,14 @@ from rich.console import Console
 from draftlab.demo import TRAINED_AUX, run_demo
 
 
-def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
+def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path, monkeypatch):
+    import torch
+
+    changed = []  # every section runs with the threads the command set once: measured and predicted alike
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: changed.append(n))
     out = io.StringIO()
     demo = run_demo(Console(file=out, width=100), tmp_path)
+    assert changed == []
     codes = {f.code for f in demo.check.findings}
     assert {"context-too-short", "aux-convention", "weight-names"} <= codes and not demo.check.ok
     assert demo.fix.after.ok and demo.fix.after.findings == []
@@ -34,6 +39,12 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path):
     assert demo.plan.profile.overhead[0].batch_size == 1 and chain.overhead_ms > 0
     assert demo.plan_checked.mean_accept_length == chain.accept_length  # generate agrees with the probe
     assert "Predicted throughput per speculation config" in text and "draftlab generate measures" in " ".join(text.split())
+    assert [c["what"].split(",")[0] for c in demo.plan_checks] == ["draftlab generate", "the served A/B at concurrency 1"]
+    flat = " ".join(text.split())
+    for check in demo.plan_checks:  # each check is stated in words: agreeing, or disagreeing and by how much
+        assert ("they agree within 15%" if check["agrees"] else "they DISAGREE by") in flat
+    if not all(c["agrees"] for c in demo.plan_checks):
+        assert "The prediction and the measurement disagree here" in flat
     assert "At batch 1, " in text or "Speculation loses at batch 1" in text  # the verdicts
     page = demo.report.read_text()  # the whole story on one page, one section per result kept
     assert [name for name, _ in demo.results] == ["check", "fix", "vocab-compare", "generate", "probe", "drift",

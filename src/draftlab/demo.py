@@ -75,6 +75,7 @@ class Demo:
     generated_alone: GenerateResult | None = None
     plan: Any = None  # AutoPlan of the toy pair on this machine (passes only)
     plan_checked: Any = None  # generate's measured run of 3/1/4, against the plan's prediction
+    plan_checks: list[dict[str, Any]] = field(default_factory=list)  # held_against results for the plan
     results: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, JSON document) for the report
     report: Path | None = None
 
@@ -287,16 +288,9 @@ def finetune_section(demo: Demo) -> None:
                "--max-steps 30 --batch-size 8 --seq-len 256 --ttt-length 3 --lr 1e-3 --warmup 3 "
                f"--eval-prompts {prompts.name} --eval-every 10 --steps 3 --topk 1 --num-draft-tokens 4")
     demo.console.print(f"$ {command}", soft_wrap=True)
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a toy model's ops are too small to gain from threads (and lose on a busy machine)
-    try:
-        demo.finetuned = train(TrainOptions(target=v2, data=data, out=out, init=demo.toy.drafter_dir, max_steps=30,
-                                            batch_size=8, seq_len=256, ttt_length=3, lr=1e-3, warmup=3,
-                                            eval_prompts=prompts, eval_every=10, steps=3, topk=1, num_draft_tokens=4))
-    finally:
-        torch.set_num_threads(threads)
+    demo.finetuned = train(TrainOptions(target=v2, data=data, out=out, init=demo.toy.drafter_dir, max_steps=30,
+                                        batch_size=8, seq_len=256, ttt_length=3, lr=1e-3, warmup=3,
+                                        eval_prompts=prompts, eval_every=10, steps=3, topk=1, num_draft_tokens=4))
     from draftlab.report.train import train_document
 
     demo.keep("train", train_document(demo.finetuned), command)
@@ -332,7 +326,7 @@ def serve_and_bench(demo: Demo) -> None:
     demo.toy = demo.toy or cached_toy_pair()
     prompts = [Prompt(input_ids=list(text.encode())) for text in DEMO_PROMPTS * 2]
     demo.console.print("$ draftlab serve --target toy-target [--drafter toy-drafter --steps 3 --topk 1 "
-                       "--num-draft-tokens 4] & draftlab bench --api sglang --concurrency 2 --max-tokens 48",
+                       "--num-draft-tokens 4] & draftlab bench --api sglang --concurrency 1 --max-tokens 48",
                        soft_wrap=True)
     table = Table("arm", "output tok/s", "TPOT p50 ms", "accept length")
     files: list[Path] = []
@@ -343,7 +337,7 @@ def serve_and_bench(demo: Demo) -> None:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             url = f"http://127.0.0.1:{server.server_address[1]}"
-            result = run_bench(BenchConfig(base_url=url, api="sglang", max_tokens=48, warmup=1, concurrency=2,
+            result = run_bench(BenchConfig(base_url=url, api="sglang", max_tokens=48, warmup=1, concurrency=1,
                                            temperature=0.0, label=arm), prompts)
         finally:
             server.shutdown()
@@ -369,8 +363,6 @@ PLAN_GRID = "1/1/2,3/1/4,5/1/6,3/4/8"
 def plan_section(demo: Demo) -> None:
     """Will speculation pay off for the toy pair on this CPU? Probe, profile (passes and the decoder's
     own per-cycle work), predict; then hold the prediction against what generate measures."""
-    import torch
-
     from draftlab.cost.auto_plan import auto_plan
     from draftlab.cost.model import SpecConfig
     from draftlab.documents import to_jsonable
@@ -382,28 +374,60 @@ def plan_section(demo: Demo) -> None:
     command = (f"draftlab plan --target toy-target --drafter toy-drafter --prompts {prompts.name} "
                f"--grid {PLAN_GRID} --device cpu --max-new-tokens 64 --context 64 --repeats 5")
     demo.console.print(f"$ {command}", soft_wrap=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the toy gains nothing from threads; one keeps timings steady on a busy machine
-    try:
-        demo.plan = auto_plan(demo.toy.target_dir, demo.toy.drafter_dir, prompts,
-                              grid=[SpecConfig.parse(c) for c in PLAN_GRID.split(",")], max_new_tokens=64,
-                              context_tokens=64, device="cpu", warmup=2, repeats=5, progress=False)
-        demo.plan_checked = generate(demo.toy.target_dir, demo.toy.drafter_dir, prompts, steps=3, topk=1,
-                                     num_draft_tokens=4, max_new_tokens=64, engine=ENGINE)
-    finally:
-        torch.set_num_threads(threads)
+    # the same torch threads as every section before (set once by the command): predicted and measured
+    # numbers come from the same settings
+    demo.plan = auto_plan(demo.toy.target_dir, demo.toy.drafter_dir, prompts,
+                          grid=[SpecConfig.parse(c) for c in PLAN_GRID.split(",")], max_new_tokens=64,
+                          context_tokens=64, device="cpu", warmup=2, repeats=5, progress=False)
+    demo.plan_checked = generate(demo.toy.target_dir, demo.toy.drafter_dir, prompts, steps=3, topk=1,
+                                 num_draft_tokens=4, max_new_tokens=64, engine=ENGINE)
+    chain = next(r for r in demo.plan.plan.configs if r.label == "3/1/4" and r.batch_size == 1)
+    checks = [held_against("draftlab generate, 3/1/4 tok/s", chain.tokens_per_second,
+                           demo.plan_checked.tokens_per_second)]
+    if demo.benched:
+        base, spec = demo.benched["baseline"], demo.benched["EAGLE-3 3/1/4"]
+        if base.output_throughput > 0:
+            checks.append(held_against("the served A/B at concurrency 1, speedup", chain.speedup,
+                                       spec.output_throughput / base.output_throughput))
+    demo.plan_checks = checks
     render_plan(demo.plan.plan, demo.console)
-    demo.keep("plan", {**to_jsonable(demo.plan.plan), "timings": demo.plan.timings}, command)
-    chain = next(r for r in demo.plan.plan.configs if r.label == "3/1/4")
+    demo.keep("plan", {**to_jsonable(demo.plan.plan), "timings": demo.plan.timings, "measured_checks": checks},
+              command)
     own = demo.plan.profile.overhead[0]
     demo.console.print(
         f"The cycles include the reference decoder's own work beyond its passes, measured by timing its real "
         f"cycles: {own.cycle_ms:.1f} ms per cycle, {own.draft_step_ms:.1f} ms per draft step and "
         f"{own.tree_ms:.1f} ms more per tree cycle (tree, walk, "
-        f"cache bookkeeping in Python; an engine does it in a few GPU kernels). Check: plan predicts 3/1/4 at "
-        f"{chain.tokens_per_second:.0f} tok/s; draftlab generate measures "
-        f"{demo.plan_checked.tokens_per_second:.0f} tok/s.")
+        f"cache bookkeeping in Python; an engine does it in a few GPU kernels).")
+    for check in checks:
+        demo.console.print(check_sentence(check))
+    if any(not c["agrees"] for c in checks):
+        demo.console.print("[bold]The prediction and the measurement disagree here, so neither verdict above stands "
+                           "on its own:[/] on a small, busy CPU the timings of a toy's tiny passes swing with the "
+                           "machine's load. Rerun on a quiet machine, or trust the measured numbers.")
     demo.console.print("On a GPU the same command profiles the real passes; the verdict there is the one to act on.")
+
+
+AGREE = 0.15  # a prediction within this share of the measurement agrees with it
+
+
+def held_against(what: str, predicted: float, measured: float) -> dict[str, Any]:
+    """A plan's prediction beside what was measured with the same settings; they agree within :data:`AGREE`."""
+    gap = abs(predicted / measured - 1) if measured > 0 else float("inf")
+    return {"what": what, "predicted": predicted, "measured": measured, "agrees": gap <= AGREE}
+
+
+def check_sentence(check: dict[str, Any]) -> str:
+    """One line for a check: they agree, or they disagree by how much (never two headline numbers alone)."""
+    unit = "x" if "speedup" in check["what"] else " tok/s"
+    digits = ".2f" if unit == "x" else ".0f"
+    pair = (f"plan predicts {check['predicted']:{digits}}{unit}, {check['what'].split(',')[0]} measures "
+            f"{check['measured']:{digits}}{unit}")
+    if check["agrees"]:
+        return f"Check against {check['what']}: {pair}; they agree within {AGREE:.0%}."
+    gap = check["predicted"] / check["measured"] - 1 if check["measured"] > 0 else float("inf")
+    return (f"Check against {check['what']}: {pair}; they DISAGREE by {abs(gap):.0%} (more than {AGREE:.0%}), so "
+            "this machine's prediction is not to be trusted as it stands.")
 
 
 def report_section(demo: Demo) -> None:

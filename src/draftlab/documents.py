@@ -2,7 +2,8 @@
 
 Every document draftlab writes (``--json`` on stdout, ``bench -o``, a sweep's summary) carries a
 ``provenance`` object: the command line, the versions of draftlab, Python, torch and transformers,
-and the time. ``draftlab report`` shows it under each result, so a page passed around in a pull
+the torch threads a computing command used (:mod:`draftlab.threads`; null for commands that compute
+nothing) and the time. ``draftlab report`` shows it under each result, so a page passed around in a pull
 request says how each number was made. Versions are read from package metadata, without importing
 torch or transformers (commands that load no model start instantly).
 """
@@ -20,12 +21,19 @@ from typing import Any
 from draftlab import __version__
 
 _command: list[str] | None = None  # the argv of the running ``draftlab`` command, set by the CLI
+_threads: tuple[int, str] | None = None  # torch threads and where the count came from, set by use_threads
 
 
 def record_command(argv: list[str]) -> None:
     """Remember the command line (without the program name) for :func:`provenance`."""
     global _command
     _command = list(argv)
+
+
+def record_threads(count: int, source: str) -> None:
+    """Remember the torch thread count a command computes with (and why) for :func:`provenance`."""
+    global _threads
+    _threads = (count, source)
 
 
 def _version(package: str) -> str | None:
@@ -44,6 +52,8 @@ def provenance() -> dict[str, Any]:
         "torch": _version("torch"),
         "transformers": _version("transformers"),
         "platform": platform.platform(terse=True),
+        "threads": None if _threads is None else _threads[0],
+        "threads_from": None if _threads is None else _threads[1],
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

@@ -37,9 +37,10 @@ class BenchConfig:
     temperature: float = 0.0
     warmup: int = 1
     model: str | None = None  # OpenAI "model"; None: the first id of /v1/models
-    timeout_s: float = 600.0
+    timeout_s: float = 600.0  # per request, without data
     seed: int = 0
     label: str | None = None
+    run_timeout_s: float | None = None  # the whole run (model lookup, warm-up, server probes, requests)
 
 
 @dataclass
@@ -129,12 +130,13 @@ def _failed(record: RequestRecord, kind: str, message: str) -> RequestRecord:
 
 @dataclass
 class RunOutcome:
-    """The measured requests of one run, and whether it was cut short."""
+    """The measured requests of one run, and whether it was cut short (Ctrl-C, or the run's deadline)."""
 
     records: list[RequestRecord]
-    duration_s: float
+    duration_s: float  # wall time from the first request sent to the last one ended (or the cut)
     interrupted: bool
-    unfinished: int  # requests in flight or not yet sent when the run was interrupted
+    unfinished: int  # requests in flight or not yet sent when the run was cut short
+    timed_out: bool = False  # the run's deadline (--timeout) passed first
 
 
 async def run_requests(
@@ -143,8 +145,10 @@ async def run_requests(
     bodies: list[dict[str, Any]],
     *,
     on_done: Callable[[RequestRecord], None] | None = None,
+    deadline: float | None = None,
 ) -> RunOutcome:
-    """Send ``bodies`` with ``config``'s concurrency / arrival process; survive cancellation."""
+    """Send ``bodies`` with ``config``'s concurrency / arrival process; survive cancellation (Ctrl-C) and
+    stop at ``deadline`` (``time.monotonic()`` seconds), the requests still open then unfinished."""
     limit = config.concurrency or (None if config.request_rate else 1)
     gate = asyncio.Semaphore(limit) if limit else None
     rng = random.Random(config.seed)
@@ -163,6 +167,14 @@ async def run_requests(
 
     start = time.perf_counter()
     interrupted = False
+    expired: list[bool] = []
+    current = asyncio.current_task()
+    timer = None
+    if deadline is not None and current is not None:
+        def expire() -> None:
+            expired.append(True)
+            current.cancel()
+        timer = asyncio.get_running_loop().call_later(max(0.0, deadline - time.monotonic()), expire)
     try:
         for i, body in enumerate(bodies):
             if config.request_rate and i > 0:
@@ -175,15 +187,17 @@ async def run_requests(
         if tasks:
             await asyncio.gather(*tasks)
     except asyncio.CancelledError:
-        interrupted = True
-        current = asyncio.current_task()
+        interrupted = not expired
         if current is not None:
-            current.uncancel()  # the run ends here; the caller still scrapes metrics and reports
+            current.uncancel()  # the run ends here; the caller still reports what was measured
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    duration = max((r.start + (r.e2e_s or 0.0) for r in records), default=start) - start
-    return RunOutcome(records, duration, interrupted, len(bodies) - len(records))
+    finally:
+        if timer is not None:
+            timer.cancel()
+    duration = time.perf_counter() - start
+    return RunOutcome(records, duration, interrupted, len(bodies) - len(records), timed_out=bool(expired))
 
 
 def build_bodies(config: BenchConfig, prompts: list[Prompt], model: str | None) -> list[dict[str, Any]]:

@@ -49,15 +49,23 @@ def build_result(config: BenchConfig, outcome: RunOutcome, spec: SpecSummary, mo
     errors = [{"kind": k, "count": c, "example": examples[k]} for k, c in kinds.most_common()]
     if outcome.interrupted and outcome.unfinished:
         errors.append({"kind": "interrupted", "count": outcome.unfinished, "example": "run stopped before these finished"})
+    elif outcome.timed_out and outcome.unfinished:
+        cut = {"kind": "timeout", "count": outcome.unfinished,
+               "example": f"the run reached --timeout {config.run_timeout_s:g} s before these finished"}
+        same = next((e for e in errors if e["kind"] == "timeout"), None)
+        if same is None:
+            errors.append(cut)
+        else:
+            same["count"] += outcome.unfinished
     duration = outcome.duration_s
     tokens = sum(r.output_tokens for r in ok)
     tpot = [(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
     cfg = dataclasses.asdict(config)
-    cfg.update(model=model, interrupted=outcome.interrupted, spec_metrics=spec.source)
+    cfg.update(model=model, interrupted=outcome.interrupted, timed_out=outcome.timed_out, spec_metrics=spec.source)
     return BenchResult(
         config=cfg,
         completed=len(ok),
-        failed=len(failed) + (outcome.unfinished if outcome.interrupted else 0),
+        failed=len(failed) + (outcome.unfinished if outcome.interrupted or outcome.timed_out else 0),
         duration_s=duration,
         output_throughput=tokens / duration if duration > 0 else 0.0,
         request_throughput=len(ok) / duration if duration > 0 else 0.0,

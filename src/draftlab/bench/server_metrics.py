@@ -8,6 +8,7 @@ alone it cannot give a run's number: the result then says so instead of reportin
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import httpx
@@ -31,22 +32,28 @@ class Snapshot:
     sglang_cumulative: float | None
 
 
-async def snapshot(client: httpx.AsyncClient) -> Snapshot:
-    """Scrape ``/metrics`` and ``/get_server_info``; a missing endpoint or dead server gives None."""
-    vllm = cumulative = None
+async def snapshot(client: httpx.AsyncClient, timeout: float = 10.0) -> Snapshot:
+    """Scrape ``/metrics`` and ``/get_server_info`` together, each within ``timeout`` seconds; a missing
+    endpoint, a dead or silent server, or no time left (``timeout`` 0) gives None."""
+    if timeout <= 0:
+        return Snapshot(None, None)
+    metrics, info = await asyncio.gather(_get(client, "/metrics", timeout), _get(client, SGLANG_SERVER_INFO_PATH,
+                                                                                 timeout))
+    vllm = VllmSpecCounters.from_prometheus(metrics.text) if metrics is not None else None
     try:
-        response = await client.get("/metrics", timeout=10.0)
-        if response.status_code == 200:
-            vllm = VllmSpecCounters.from_prometheus(response.text)
-    except httpx.HTTPError:
-        pass
-    try:
-        response = await client.get(SGLANG_SERVER_INFO_PATH, timeout=10.0)
-        if response.status_code == 200:
-            cumulative = sglang_server_accept_length(response.json())
-    except (httpx.HTTPError, ValueError):
-        pass
+        cumulative = sglang_server_accept_length(info.json()) if info is not None else None
+    except ValueError:
+        cumulative = None
     return Snapshot(vllm, cumulative)
+
+
+async def _get(client: httpx.AsyncClient, path: str, timeout: float) -> httpx.Response | None:
+    """``path``'s response when it answers 200 within ``timeout`` seconds, else None."""
+    try:
+        response = await client.get(path, timeout=timeout)
+    except httpx.HTTPError:
+        return None
+    return response if response.status_code == 200 else None
 
 
 def summarize(api: str, records: list[RequestRecord], before: Snapshot, after: Snapshot) -> SpecSummary:

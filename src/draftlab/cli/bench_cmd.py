@@ -10,8 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    IgnoreEosOption, JsonOption, MaxTokensOption, PromptsOption, TemperatureOption, TimeoutOption, console, emit_json,
-    err_console,
+    IgnoreEosOption, JsonOption, MaxTokensOption, PromptsOption, TemperatureOption, at_least_one,
+    console, emit_json, err_console, non_negative, positive,
 )
 from draftlab.documents import document
 from draftlab.errors import DraftlabError
@@ -30,18 +30,21 @@ def bench(
     api: Annotated[str, typer.Option("--api", help="openai-chat | openai | sglang (/generate).")] = "openai-chat",
     prompts: PromptsOption = None,
     num_prompts: Annotated[Optional[int], typer.Option(
-        "--num-prompts", help="Requests to measure (prompts are cycled).")] = None,
+        "--num-prompts", callback=at_least_one, help="Requests to measure (prompts are cycled).")] = None,
     concurrency: Annotated[Optional[int], typer.Option(
-        "--concurrency", help="Max requests in flight (default 1).")] = None,
+        "--concurrency", callback=at_least_one, help="Max requests in flight (default 1).")] = None,
     request_rate: Annotated[Optional[float], typer.Option(
-        "--request-rate", help="Poisson arrivals per second.")] = None,
+        "--request-rate", callback=positive, help="Poisson arrivals per second.")] = None,
     max_tokens: MaxTokensOption = 128,
     ignore_eos: IgnoreEosOption = False,
     temperature: TemperatureOption = 0.0,
-    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests first.")] = 1,
+    warmup: Annotated[int, typer.Option("--warmup", callback=non_negative, help="Unmeasured requests first.")] = 1,
     model: Annotated[Optional[str], typer.Option(
         "--model", help="OpenAI model name (default: first of /v1/models).")] = None,
-    timeout: TimeoutOption = 600.0,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", callback=positive, help="Seconds the whole run may take: model lookup, warm-up, server probes "
+                                             "and requests (those still open then fail as timeout); also each "
+                                             "request's limit without data.")] = 600.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals.")] = 0,
     label: Annotated[Optional[str], typer.Option("--label", help="Arm name for bench compare.")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the result JSON here.")] = None,
@@ -59,7 +62,7 @@ def bench(
     config = BenchConfig(
         base_url=base_url.rstrip("/"), api=api, num_prompts=num_prompts, concurrency=concurrency,
         request_rate=request_rate, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,
-        warmup=warmup, model=model, timeout_s=timeout, seed=seed, label=label,
+        warmup=warmup, model=model, timeout_s=timeout, seed=seed, label=label, run_timeout_s=timeout,
     )
     rows = load_prompts(prompts)
     total = num_prompts or len(rows)

@@ -9,8 +9,8 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, TargetOption, console, emit_json,
-    main_process, parse_layer_ids,
+    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, TargetOption, ThreadsOption,
+    at_least_one, console, emit_json, main_process, parse_layer_ids, use_threads,
 )
 
 
@@ -24,16 +24,19 @@ def capture_command(
     aux_layers: Annotated[Optional[str], typer.Option(
         "--aux-layers", help="Target layers a,b,c to capture (default: the engines' default).")] = None,
     engine: EngineOption = "sglang",
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per row (longer rows are cut).")] = 2048,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per target pass.")] = 4,
-    shard: Annotated[int, typer.Option("--shard", help="Files per rows_* folder.")] = 2000,
+    seq_len: Annotated[int, typer.Option("--seq-len", callback=at_least_one,
+        help="Tokens per row (longer rows are cut).")] = 2048,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one, help="Rows per target pass.")] = 4,
+    shard: Annotated[int, typer.Option("--shard", callback=at_least_one, help="Files per rows_* folder.")] = 2000,
     resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted capture in --out.")] = False,
     dtype: DtypeOption = "float32",
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     json_out: JsonOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Capture a dataset's hidden states for train --features and probe --features (resumable, sharded)."""
+    use_threads(threads)
     from draftlab.train.capture import capture
 
     layers = None if aux_layers is None else parse_layer_ids(aux_layers)

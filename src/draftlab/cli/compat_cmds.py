@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import JsonOption, console, emit_json
+from draftlab.cli.common import (
+    JsonOption, ThreadsOption, console, emit_json, use_threads,
+)
 from draftlab.errors import DraftlabError
 
 EngineOpt = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
@@ -82,8 +84,9 @@ def _layer_list(text: str) -> list[int]:
 
 
 @app.command()
-def demo() -> int:
+def demo(threads: ThreadsOption = None) -> int:
     """Build a small target and a mismatched drafter, then inspect, check, fix and check again."""
+    use_threads(threads)
     from draftlab.demo import run_demo
 
     run_demo(console)

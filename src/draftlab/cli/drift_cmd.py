@@ -9,7 +9,8 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TopkOption, console, emit_json, lower_on_oom,
+    DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, ThreadsOption, TopkOption, at_least_one,
+    check_device, console, emit_json, lower_on_oom, use_threads,
 )
 from draftlab.errors import DraftlabError
 
@@ -25,17 +26,20 @@ def drift_command(
                          "layers with --drafter, else every layer.")] = None,
     drafter: Annotated[Optional[Path], typer.Option(
         "--drafter", help="Also probe this drafter's accept length on both targets.")] = None,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Probe continuation length.")] = 128,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", callback=at_least_one,
+        help="Probe continuation length.")] = 128,
     steps: StepsOption = None,
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per pass.")] = 4,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one, help="Sequences per pass.")] = 4,
     dtype: DtypeOption = None,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
+    device: Annotated[str, typer.Option("--device", callback=check_device, help="cpu, cuda or cuda:N.")] = "cpu",
     engine: Annotated[str, typer.Option("--engine", help="Aux-layer convention of the drafter config.")] = "sglang",
     json_out: JsonOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Per-layer cosine, relative L2 and CKA of the hidden states; next-token agreement and KL."""
+    use_threads(threads)
     from draftlab.probe.drift import drift
     from draftlab.report.drift import render_drift
 

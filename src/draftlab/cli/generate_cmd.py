@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
-    StepsOption, TargetOption, TemperatureOption, TopkOption, console, emit_json, lower_on_oom,
+    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption,
+    SamplingSeedOption, StepsOption, TargetOption, TemperatureOption, ThreadsOption, TopkOption, at_least_one,
+    console, emit_json, lower_on_oom, use_threads,
 )
 
 
@@ -21,7 +22,8 @@ def generate_command(
     steps: StepsOption = None,
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate per prompt.")] = 128,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", callback=at_least_one,
+        help="Tokens to generate per prompt.")] = 128,
     temperature: TemperatureOption = 0.0,
     seed: SamplingSeedOption = None,
     no_draft: Annotated[bool, typer.Option("--no-draft", help="Decode with the target alone (baseline).")] = False,
@@ -30,11 +32,14 @@ def generate_command(
     device_map: DeviceMapOption = None,
     engine: EngineOption = "sglang",
     batch_size: Annotated[int, typer.Option(
-        "--batch-size", help="Prompts decoded together (1: one at a time, the fastest path per prompt).")] = 1,
+        "--batch-size", callback=at_least_one,
+            help="Prompts decoded together (1: one at a time, the fastest path per prompt).")] = 1,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-new-tokens tokens.")] = False,
     json_out: JsonOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
+    use_threads(threads)
     from draftlab.report.generate import render_generate
     from draftlab.spec.generate import generate
 

@@ -14,7 +14,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import JsonOption, console, emit_json, parse_ints
+from draftlab.cli.common import (
+    JsonOption, ThreadsOption, at_least_one, check_device, checked, console, emit_json, non_negative, parse_ints,
+    positive, share, use_threads,
+)
 from draftlab.documents import to_jsonable
 from draftlab.cost.engine_numbers import estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
@@ -29,14 +32,14 @@ def plan(
     target: Annotated[Optional[Path], typer.Option(help="Target model folder: probe and profile it here (with --drafter and --prompts).")] = None,
     drafter: Annotated[Optional[Path], typer.Option(help="EAGLE-3 drafter folder (with --target).")] = None,
     prompts: Annotated[Optional[Path], typer.Option(help="JSONL prompts to probe accept lengths on (with --target).")] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option(help="With --target: continuation tokens per prompt for the probe (default 128).")] = None,
-    context: Annotated[Optional[int], typer.Option(help="With --target: KV-cache length the timed passes run after (default 256).")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(callback=at_least_one, help="With --target: continuation tokens per prompt for the probe (default 128).")] = None,
+    context: Annotated[Optional[int], typer.Option(callback=at_least_one, help="With --target: KV-cache length the timed passes run after (default 256).")] = None,
     dtype: Annotated[Optional[str], typer.Option(help="With --target: float32, bfloat16 or float16 (default bfloat16 on CUDA, float32 on CPU).")] = None,
-    device: Annotated[Optional[str], typer.Option(help="With --target: cpu, cuda or cuda:N (default cuda when available).")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="With --target: plan for sampling at this temperature (the probe's estimate; default 0, exact greedy).")] = None,
+    device: Annotated[Optional[str], typer.Option(callback=check_device, help="With --target: cpu, cuda or cuda:N (default cuda when available).")] = None,
+    temperature: Annotated[Optional[float], typer.Option(callback=non_negative, help="With --target: plan for sampling at this temperature (the probe's estimate; default 0, exact greedy).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="With --target and --temperature: seed of the sampled continuations.")] = None,
-    repeats: Annotated[Optional[int], typer.Option(help="With --target: timed calls per measured pass (default 10).")] = None,
-    overhead_ms: Annotated[Optional[float], typer.Option(help="With --target: fixed per-cycle overhead to assume, ms (default 0).")] = None,
+    repeats: Annotated[Optional[int], typer.Option(callback=at_least_one, help="With --target: timed calls per measured pass (default 10).")] = None,
+    overhead_ms: Annotated[Optional[float], typer.Option(callback=non_negative, help="With --target: fixed per-cycle overhead to assume, ms (default 0).")] = None,
     save_costs: Annotated[Optional[Path], typer.Option(help="With --target: also write the measured PROFILE.json here.")] = None,
     save_probe: Annotated[Optional[Path], typer.Option(help="With --target: also write the probe results (one per config) here.")] = None,
     costs: Annotated[Optional[Path], typer.Option(help="PROFILE.json written by draftlab profile.")] = None,
@@ -44,15 +47,16 @@ def plan(
     grid: Annotated[Optional[str], typer.Option(help="Configs to plan, e.g. 3/1/4,5/4/8:2.9 (':AL' assumes an accept length). Default: the probed configs; with --target " + DEFAULT_GRID + ".")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes to plan (default: all profiled), e.g. 1,8,32.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of predicted tok/s per config and batch size.")] = None,
-    baseline_tps: Annotated[Optional[float], typer.Option(help="Engine: tokens/s without speculation.")] = None,
-    decode_ms: Annotated[Optional[float], typer.Option(help="Engine: decode step in ms (instead of --baseline-tps).")] = None,
-    spec_tps: Annotated[Optional[float], typer.Option(help="Engine: tokens/s with speculation.")] = None,
-    cycle_ms: Annotated[Optional[float], typer.Option(help="Engine: speculative cycle in ms (instead of --spec-tps).")] = None,
-    accept_length: Annotated[Optional[float], typer.Option(help="Engine: mean accept length of the speculative run (bonus token included).")] = None,
-    allreduce_ms: Annotated[Optional[float], typer.Option(help="Engine: all-reduce time per cycle in ms.")] = None,
-    allreduce_share: Annotated[Optional[float], typer.Option(help="Engine: all-reduce share of a cycle, 0..1.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Engine: batch size the throughputs were measured at.")] = 1,
+    baseline_tps: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: tokens/s without speculation.")] = None,
+    decode_ms: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: decode step in ms (instead of --baseline-tps).")] = None,
+    spec_tps: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: tokens/s with speculation.")] = None,
+    cycle_ms: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: speculative cycle in ms (instead of --spec-tps).")] = None,
+    accept_length: Annotated[Optional[float], typer.Option(callback=checked(minimum=1), help="Engine: mean accept length of the speculative run (bonus token included).")] = None,
+    allreduce_ms: Annotated[Optional[float], typer.Option(callback=non_negative, help="Engine: all-reduce time per cycle in ms.")] = None,
+    allreduce_share: Annotated[Optional[float], typer.Option(callback=share, help="Engine: all-reduce share of a cycle, 0..1.")] = None,
+    batch_size: Annotated[int, typer.Option(callback=at_least_one, help="Engine: batch size the throughputs were measured at.")] = 1,
     what_if: Annotated[Optional[list[str]], typer.Option(help="Engine: a scenario, e.g. accept_length=3.2 or allreduce_scale=0.5; repeatable.")] = None,
+    threads: ThreadsOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Predict tokens per second per speculation config, the break-even accept length and the best config."""
@@ -62,7 +66,7 @@ def plan(
     given_engine = [k for k, v in engine.items() if v is not None] + (["what_if"] if what_if else [])
     pair_options = {"max_new_tokens": max_new_tokens, "context": context, "dtype": dtype, "device": device,
                     "temperature": temperature, "seed": seed, "repeats": repeats, "overhead_ms": overhead_ms,
-                    "save_costs": save_costs, "save_probe": save_probe}
+                    "save_costs": save_costs, "save_probe": save_probe, "threads": threads}
     if target is not None or drafter is not None or prompts is not None:
         if costs is not None or probe:
             raise DraftlabError("--target/--drafter/--prompts probe and profile the pair here; drop --costs and "
@@ -120,6 +124,7 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
         raise DraftlabError(f"--grid {assumed.config.label}:{assumed.accept_length:g}: with --target the probe "
                             f"measures every accept length; drop ':{assumed.accept_length:g}'")
     save_costs, save_probe = options.pop("save_costs", None), options.pop("save_probe", None)
+    use_threads(options.pop("threads", None))
     if "context" in options:
         options["context_tokens"] = options.pop("context")
     result = auto_plan(target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],

@@ -10,8 +10,9 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption, SamplingSeedOption,
-    StepsOption, TargetOption, TopkOption, console, emit_json, lower_on_oom, main_process,
+    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption,
+    SamplingSeedOption, StepsOption, TargetOption, ThreadsOption, TopkOption, at_least_one, console, emit_json,
+    lower_on_oom, main_process, non_negative, use_threads,
 )
 
 
@@ -30,23 +31,28 @@ def probe_command(
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
     max_new_tokens: Annotated[int, typer.Option(
-        "--max-new-tokens", help="Continuation tokens per prompt (a given response is cut to this).")] = 128,
+        "--max-new-tokens", callback=at_least_one,
+            help="Continuation tokens per prompt (a given response is cut to this).")] = 128,
     responses: Annotated[str, typer.Option(
         "--responses", help="generate: the target's greedy continuation; given: response_ids from the file.")
     ] = "generate",
     temperature: Annotated[float, typer.Option(
-        "--temperature", help="0: exact greedy accept lengths. > 0: expected acceptance, an estimate.")] = 0.0,
+        "--temperature", callback=non_negative,
+            help="0: exact greedy accept lengths. > 0: expected acceptance, an estimate.")] = 0.0,
     seed: SamplingSeedOption = None,
     batch_size: Annotated[Optional[int], typer.Option(
-        "--batch-size", help="Sequences decoded and probed together (default: as many as free GPU memory holds, "
+        "--batch-size", callback=at_least_one,
+            help="Sequences decoded and probed together (default: as many as free GPU memory holds, "
                              "up to 64; 4 on the CPU).")] = None,
     dtype: DtypeOption = None,
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     engine: EngineOption = "sglang",
     json_out: JsonOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
+    use_threads(threads)
     from draftlab.distributed import leave
     from draftlab.probe.probe import probe
     from draftlab.report.probe import render_probe

@@ -8,7 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import DtypeOption, JsonOption, console, emit_json, lower_on_oom, parse_ints
+from draftlab.cli.common import (
+    DtypeOption, JsonOption, ThreadsOption, at_least_one, check_device, console, emit_json, lower_on_oom,
+    non_negative, parse_ints, use_threads,
+)
 from draftlab.cost.profile import ModelInfo, Profile, save_profile
 from draftlab.errors import DraftlabError
 from draftlab.report.profile import render_profile
@@ -23,15 +26,19 @@ def profile(
     verify_tokens: Annotated[str, typer.Option(help="Tokens per sequence of a verify (1 = decode step).")] = "1,2,4,8,16,32,64",
     draft_rows: Annotated[str, typer.Option(help="Rows per sequence of a draft step (the topk values to plan).")] = "1,2,4,8",
     extend_tokens: Annotated[str, typer.Option(help="Accepted tokens per sequence of a draft-extend.")] = "1,2,3,4,5,6,7,8",
-    context: Annotated[int, typer.Option(help="KV-cache length every pass runs after.")] = 256,
+    context: Annotated[int, typer.Option(callback=at_least_one, help="KV-cache length every pass runs after.")] = 256,
     dtype: DtypeOption = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cuda",
-    warmup: Annotated[int, typer.Option(help="Untimed calls before each measurement.")] = 3,
-    repeats: Annotated[int, typer.Option(help="Timed calls per measurement (median and spread).")] = 10,
-    overhead_ms: Annotated[float, typer.Option(help="Fixed per-cycle overhead to assume, ms.")] = 0.0,
-    tp: Annotated[int, typer.Option(help="Also time the all-reduce over this many processes (>= 2; NCCL on GPUs, gloo on CPU).")] = 1,
+    device: Annotated[str, typer.Option(callback=check_device, help="cpu, cuda or cuda:N.")] = "cuda",
+    warmup: Annotated[int, typer.Option(callback=non_negative, help="Untimed calls before each measurement.")] = 3,
+    repeats: Annotated[int, typer.Option(callback=at_least_one,
+        help="Timed calls per measurement (median and spread).")] = 10,
+    overhead_ms: Annotated[float, typer.Option(callback=non_negative,
+        help="Fixed per-cycle overhead to assume, ms.")] = 0.0,
+    tp: Annotated[int, typer.Option(callback=at_least_one,
+        help="Also time the all-reduce over this many processes (>= 2; NCCL on GPUs, gloo on CPU).")] = 1,
     hidden_size: Annotated[Optional[int], typer.Option(help="With --tp and no --target: the model's hidden size.")] = None,
     num_layers: Annotated[Optional[int], typer.Option(help="With --tp and no --target: the model's layer count.")] = None,
+    threads: ThreadsOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Time decode, verify, draft steps and draft-extend (and the TP all-reduce) on this machine."""
@@ -41,6 +48,7 @@ def profile(
         raise DraftlabError("give --target T (and --drafter D), or --tp P to time the all-reduce")
     if drafter is not None and target is None:
         raise DraftlabError("--drafter needs --target (the drafter reads the target's features)")
+    use_threads(threads)
     result = Profile(model=ModelInfo(), verify=[])
     with lower_on_oom(batch_sizes=batch_sizes, context=context, verify_tokens=verify_tokens):
         if target is not None:

@@ -9,7 +9,8 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, JsonOption, console, emit_json, main_process,
+    DeviceMapOption, DeviceOption, DtypeOption, JsonOption, ThreadsOption, at_least_one, console, emit_json,
+    main_process, non_negative, use_threads,
 )
 
 
@@ -21,18 +22,23 @@ def regenerate_command(
     base_url: Annotated[Optional[str], typer.Option(
         "--base-url", help="Or ask an OpenAI-compatible server (SGLang, vLLM, draftlab serve).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Server model name (default: its first).")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Server requests in flight.")] = 8,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens per response at most.")] = 512,
-    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy.")] = 0.0,
+    concurrency: Annotated[int, typer.Option("--concurrency", callback=at_least_one,
+        help="Server requests in flight.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", callback=at_least_one,
+        help="Tokens per response at most.")] = 512,
+    temperature: Annotated[float, typer.Option("--temperature", callback=non_negative, help="0 is greedy.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (runtime, temperature > 0).")] = 0,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Prompts per decoding batch (runtime).")] = 8,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one,
+        help="Prompts per decoding batch (runtime).")] = 8,
     resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted run.")] = False,
     dtype: DtypeOption = "float32",
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     json_out: JsonOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Replace each conversation's last assistant turn with the target's own response."""
+    use_threads(threads)
     from draftlab.train.regenerate import regenerate
 
     result = regenerate(data, out, target=target, base_url=base_url, model=model, concurrency=concurrency,

@@ -10,7 +10,8 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, TopkOption, console, err_console,
+    DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, ThreadsOption, TopkOption,
+    check_device, console, err_console, use_threads,
 )
 
 
@@ -25,10 +26,12 @@ def serve(
     host: HostOption = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="0 picks a free port (printed).")] = 30000,
     dtype: DtypeOption = None,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
+    device: Annotated[str, typer.Option("--device", callback=check_device, help="cpu, cuda or cuda:N.")] = "cpu",
     engine: EngineOption = "sglang",
+    threads: ThreadsOption = None,
 ) -> int:
     """Serve /v1/completions, /v1/chat/completions, /generate, /get_server_info, /metrics, /health."""
+    use_threads(threads)
     from draftlab.serve.http import make_server
     from draftlab.serve.load import load_context
 

@@ -13,8 +13,8 @@ from draftlab.bench.grid import GRID_HELP, SweepEntry, parse_grid
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, IgnoreEosOption, MaxTokensOption, PortOption,
-    PromptsOption, SkipCheckOption, TargetIdOption, TemperatureOption, TimeoutOption, TpOption, console, emit_json,
-    err_console,
+    PromptsOption, SkipCheckOption, TargetIdOption, TemperatureOption, TimeoutOption, TpOption, at_least_one,
+    console, emit_json, err_console, non_negative,
 )
 from draftlab.errors import DraftlabError
 from draftlab.report.sweep import render_sweep, render_sweep_plan
@@ -34,18 +34,19 @@ def sweep(
     drafter: DrafterIdOption = None,
     prompts: PromptsOption = None,
     num_prompts: Annotated[Optional[int], typer.Option(
-        "--num-prompts", help="Measured requests per entry (prompts are cycled).")] = None,
+        "--num-prompts", callback=at_least_one, help="Measured requests per entry (prompts are cycled).")] = None,
     max_tokens: MaxTokensOption = 128,
     ignore_eos: IgnoreEosOption = False,
     temperature: TemperatureOption = 0.0,
-    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests per entry.")] = 1,
+    warmup: Annotated[int, typer.Option("--warmup", callback=non_negative, help="Unmeasured requests per entry.")] = 1,
     api: Annotated[Optional[str], typer.Option(
         "--api", help="openai-chat | openai | sglang (default: sglang; vLLM: openai).")] = None,
     tp: TpOption = 1,
     host: HostOption = "127.0.0.1",
     port: PortOption = None,
     max_running_requests: Annotated[Optional[int], typer.Option(
-        "--max-running-requests", help="Engine cap on every entry (default: max(48, largest batch)).")] = None,
+        "--max-running-requests", callback=at_least_one,
+            help="Engine cap on every entry (default: max(48, largest batch)).")] = None,
     health_timeout: HealthTimeoutOption = 1800.0,
     timeout: TimeoutOption = 600.0,
     out: Annotated[Optional[Path], typer.Option(

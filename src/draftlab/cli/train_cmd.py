@@ -10,7 +10,8 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TargetOption,
-    TopkOption, console, emit_json, lower_on_oom, main_process, parse_layer_ids,
+    ThreadsOption, TopkOption, at_least_one, console, emit_json, lower_on_oom, main_process, non_negative,
+    parse_layer_ids, positive, use_threads,
 )
 
 
@@ -29,28 +30,40 @@ def train_command(
     remap: Annotated[Optional[Path], typer.Option(
         "--remap", help="With --init: rebuild its vocabulary from these counts (vocab count) via vocab remap.")
     ] = None,
-    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps to run.")] = None,
-    epochs: Annotated[Optional[float], typer.Option("--epochs", help="Passes over the data (or --max-steps).")
+    max_steps: Annotated[Optional[int], typer.Option("--max-steps", callback=at_least_one,
+        help="Optimizer steps to run.")] = None,
+    epochs: Annotated[Optional[float], typer.Option("--epochs", callback=positive,
+        help="Passes over the data (or --max-steps).")
                       ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per optimizer step (all processes).")] = 8,
-    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Micro-batches per optimizer step.")] = 1,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per row (longer rows are cut).")] = 2048,
-    lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = 1e-4,
-    warmup: Annotated[int, typer.Option("--warmup", help="Linear warm-up steps before the cosine decay.")] = 0,
-    ttt_length: Annotated[int, typer.Option("--ttt-length", help="Training-time-test steps unrolled.")] = 7,
-    draft_vocab_size: Annotated[int, typer.Option(
-        "--draft-vocab-size", help="From scratch: draft vocabulary size (built from the data's counts).")] = 32000,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one,
+        help="Rows per optimizer step (all processes).")] = 8,
+    grad_accum: Annotated[int, typer.Option("--grad-accum", callback=at_least_one,
+        help="Micro-batches per optimizer step.")] = 1,
+    seq_len: Annotated[int, typer.Option("--seq-len", callback=at_least_one,
+        help="Tokens per row (longer rows are cut).")] = 2048,
+    lr: Annotated[float, typer.Option("--lr", callback=positive, help="Peak AdamW learning rate.")] = 1e-4,
+    warmup: Annotated[int, typer.Option("--warmup", callback=non_negative,
+        help="Linear warm-up steps before the cosine decay.")] = 0,
+    ttt_length: Annotated[int, typer.Option("--ttt-length", callback=at_least_one,
+        help="Training-time-test steps unrolled.")] = 7,
+    draft_vocab_size: Annotated[Optional[int], typer.Option(
+        "--draft-vocab-size", callback=at_least_one,
+        help="From scratch: draft vocabulary size, built from the data's counts (default 32000, or the target's "
+             "whole vocabulary when smaller).")] = None,
     aux_layers: Annotated[Optional[str], typer.Option(
-        "--aux-layers", help="From scratch: target layers a,b,c whose outputs the drafter fuses.")] = None,
+        "--aux-layers", help="From scratch: target layers a,b,c whose outputs the drafter fuses (default: the "
+                             "engines' default, or 3 spread evenly over a target under 8 layers).")] = None,
     variant: Annotated[Optional[str], typer.Option(
         "--variant", help="From scratch: eagle3 (default) or eagle3.1 (fc_norm + norm_output). A warm start keeps "
                           "the variant of --init.")] = None,
     eval_prompts: Annotated[Optional[Path], typer.Option(
         "--eval-prompts", help="Held-out prompts (as probe reads them) for the exact accept length.")] = None,
-    eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every N steps (and at the end).")] = 0,
+    eval_every: Annotated[int, typer.Option("--eval-every", callback=non_negative,
+        help="Evaluate every N steps (and at the end).")] = 0,
     eval_max_new_tokens: Annotated[int, typer.Option(
-        "--eval-max-new-tokens", help="Continuation tokens per eval prompt.")] = 64,
-    save_every: Annotated[int, typer.Option("--save-every", help="Checkpoint every N steps (and at the end).")
+        "--eval-max-new-tokens", callback=at_least_one, help="Continuation tokens per eval prompt.")] = 64,
+    save_every: Annotated[int, typer.Option("--save-every", callback=non_negative,
+        help="Checkpoint every N steps (and at the end).")
                           ] = 0,
     steps: StepsOption = None,
     topk: TopkOption = None,
@@ -61,8 +74,10 @@ def train_command(
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     json_out: JsonOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Train an EAGLE-3 drafter with SpecForge's TTT loss; OUT loads in SGLang and vLLM."""
+    use_threads(threads)
     from draftlab.report.train import render_train, train_document
     from draftlab.train.trainer import TrainOptions, train
 

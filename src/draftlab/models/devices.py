@@ -32,12 +32,25 @@ def default_dtype(device: str | None, device_map: str | None = None) -> str:
 
 
 def parse_device(name: str) -> torch.device:
+    """``name`` as a device that exists here: cpu, cuda[:N] with N below the GPU count, or mps where
+    torch has it; anything else is one line saying what this machine offers."""
     try:
         device = torch.device(name)
     except RuntimeError:
         raise DraftlabError(f"unknown device {name!r}; use cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise DraftlabError(f"device {name!r} asked for but CUDA is not available here; use --device cpu")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise DraftlabError(f"device {name!r} asked for but CUDA is not available here; use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise DraftlabError(f"device {name!r} does not exist: this machine has {count} GPU(s), "
+                                f"cuda:0..cuda:{count - 1}")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise DraftlabError(f"device {name!r} asked for but this machine or torch build has no MPS (Apple GPU); "
+                                "use --device cpu")
+    elif device.type != "cpu":
+        raise DraftlabError(f"device {name!r} is not supported; use cpu, cuda or cuda:N")
     return device
 
 

@@ -23,7 +23,7 @@ from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype
 from draftlab.models.target import TargetRunner
 from draftlab.probe.drift_metrics import HiddenDrift, LayerDrift, NextTokenDrift
-from draftlab.probe.probe import Clock, probe
+from draftlab.probe.probe import Clock, check_room, probe
 from draftlab.spec.prompts import read_prompts
 
 
@@ -60,6 +60,8 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
         raise DraftlabError(f"--layers: layer {bad[0]} does not exist; the targets have layers "
                             f"0..{cfg_a.num_layers - 1}")
     layers = sorted(set(layers))
+    if drafter is not None:
+        check_room(prompts, target_a, cfg_a)  # the drafter's probe needs room, known before any model loads
     sequences = _sequences(prompts, target_a, cfg_a)
 
     clock = Clock()

@@ -126,6 +126,8 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers, target=target_cfg).layers
     context = target_cfg.max_position_embeddings
 
+    if features is None:
+        check_room(prompts, target, target_cfg)  # before any model loads
     clock = Clock()
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         if features is None:
@@ -326,6 +328,8 @@ def _live_samples(runner: TargetRunner, drafter: Eagle3Drafter, target: str | Pa
     rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
     context = target_cfg.max_position_embeddings
     kept = [(i, row.input_ids) for i, row in enumerate(rows) if context is None or len(row.input_ids) < context]
+    if rows and not kept:
+        raise no_room(prompts, len(rows), context)
     if responses == "given":
         given = read_responses(prompts, len(rows), target_cfg.vocab_size)
         samples = []
@@ -348,6 +352,22 @@ def _live_samples(runner: TargetRunner, drafter: Eagle3Drafter, target: str | Pa
         conts = [parts[i % world.size][i // world.size] for i in range(len(kept))]
     samples = [_Sample(i, p + c[:r], len(p), min(max_new_tokens, r)) for (i, p), c, r in zip(kept, conts, room)]
     return samples, len(rows), batch_size
+
+
+def check_room(prompts: str | Path, target: str | Path, target_cfg: TargetConfig) -> None:
+    """Refuse a prompts file none of whose prompts is shorter than the target's context."""
+    rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
+    context = target_cfg.max_position_embeddings
+    if rows and context is not None and all(len(row.input_ids) >= context for row in rows):
+        raise no_room(prompts, len(rows), context)
+
+
+def no_room(prompts: str | Path, count: int, context: int | None) -> DraftlabError:
+    """The error for a prompts file none of whose prompts leaves room for a continuation: a probe of it
+    would measure nothing (and a mean of 0.0 would read as a drafter that accepts nothing)."""
+    return DraftlabError(f"every prompt ({count}) is at least as long as the target's context ({context} tokens), "
+                         "so none leaves room for a continuation; use shorter prompts or a target with a longer "
+                         "context", path=prompts)
 
 
 def _feature_samples(folder: str | Path, target_cfg: TargetConfig, drafter: Eagle3Drafter,

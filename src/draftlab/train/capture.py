@@ -20,10 +20,10 @@ import torch
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import aux_layers as engine_aux_layers
-from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, refuse_overlap, write_json_atomic
 from draftlab.train.data import pad_batch, target_tokenizer, tokenized_rows
+from draftlab.train.setup import scratch_aux_layers
 from draftlab.distributed import barrier, close_world, init_world
 
 MANIFEST = "capture.json"
@@ -65,7 +65,7 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
             layers = engine_aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config),
                                        target_cfg.num_layers, target=target_cfg).layers
         else:
-            layers = list(aux_layers) if aux_layers is not None else default_aux_layers(target_cfg.num_layers)
+            layers = scratch_aux_layers(target_cfg.num_layers, aux_layers)
         tokenizer, why = target_tokenizer(target)
         rows = tokenized_rows(data, tokenizer, target_cfg.vocab_size, seq_len, drop_last=False, no_tokenizer=why)
         mine = [i for i in range(len(rows)) if i % world.size == world.rank]

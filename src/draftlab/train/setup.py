@@ -53,20 +53,51 @@ def with_aux_ids(config: dict[str, Any], aux: list[int], target: TargetConfig) -
     return out
 
 
-def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: list[int] | None,
+DRAFT_VOCAB = 32000  # the draft vocabulary from scratch when none is asked for (and the target has more)
+
+
+def scratch_aux_layers(num_layers: int, given: list[int] | None = None) -> list[int]:
+    """The three distinct target layers a drafter from scratch fuses: ``given`` (checked), else the
+    engines' default, else, on a target too shallow for that default (fewer than 8 layers, where it
+    names a layer twice or one that cannot be captured), three spread evenly over 0..L-2."""
+    last = num_layers - 2  # the output of the final layer is not captured
+    if given is not None:
+        bad = [k for k in given if not 0 <= k <= last]
+        if bad:
+            raise DraftlabError(f"--aux-layers: layer {bad[0]} cannot be captured from a {num_layers}-layer "
+                                f"target (0..{last})")
+        if len(set(given)) != len(given):
+            raise DraftlabError(f"--aux-layers {','.join(map(str, given))} names a layer twice; give distinct "
+                                "layers")
+        return list(given)
+    default = default_aux_layers(num_layers)
+    if len(set(default)) == 3 and all(0 <= k <= last for k in default):
+        return default
+    if last < 2:
+        raise DraftlabError(f"a {num_layers}-layer target has {max(last + 1, 0)} capturable layer(s); an EAGLE-3 "
+                            "drafter fuses 3 distinct ones: train for a target with at least 4 layers")
+    return [0, (last + 1) // 2, last]
+
+
+def scratch_vocab_size(vocab_size: int, asked: int | None) -> int:
+    """The draft vocabulary size from scratch: ``asked`` when the target's vocabulary holds it, else
+    :data:`DRAFT_VOCAB` or the whole target vocabulary when that is smaller."""
+    if asked is None:
+        return min(DRAFT_VOCAB, vocab_size)
+    if asked > vocab_size:
+        raise DraftlabError(f"--draft-vocab-size {asked} is larger than the target's {vocab_size}-token "
+                            f"vocabulary; pass --draft-vocab-size {min(DRAFT_VOCAB, vocab_size)} or less")
+    return asked
+
+
+def scratch_config(target_dir: str | Path, draft_vocab_size: int | None, aux_layers: list[int] | None,
                    variant: str = "eagle3") -> dict[str, Any]:
     """A SpecForge drafter config sized like the target (its MLP width, head size and RoPE), with the
     flags of ``variant`` (:data:`~draftlab.checkpoint.variants.NEW_DRAFTER_FLAGS`)."""
     raw = open_checkpoint(target_dir).config
     target = TargetConfig.from_dict(raw)
-    if draft_vocab_size > target.vocab_size:
-        raise DraftlabError(f"--draft-vocab-size {draft_vocab_size} is larger than the target's "
-                            f"{target.vocab_size}-token vocabulary")
-    aux = list(aux_layers) if aux_layers is not None else default_aux_layers(target.num_layers)
-    bad = [k for k in aux if not 0 <= k < target.num_layers - 1]
-    if bad:
-        raise DraftlabError(f"--aux-layers: layer {bad[0]} cannot be captured from a {target.num_layers}-layer "
-                            f"target (0..{target.num_layers - 2})")
+    draft_vocab_size = scratch_vocab_size(target.vocab_size, draft_vocab_size)
+    aux = scratch_aux_layers(target.num_layers, aux_layers)
     inter = text_config(raw).get("intermediate_size")
     eps = float(text_config(raw).get("rms_norm_eps", 1e-6))
     if target.attention == "MLA":  # the engines' MLA drafter (Eagle3DeepseekV2ForCausalLM), the target's MLA dims
@@ -80,10 +111,10 @@ def scratch_config(target_dir: str | Path, draft_vocab_size: int, aux_layers: li
     return with_aux_ids(config, aux, target)
 
 
-def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCounts, draft_vocab_size: int,
+def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCounts, draft_vocab_size: int | None,
                  aux_layers: list[int] | None, seed: int, variant: str = "eagle3") -> StartingDrafter:
     config = scratch_config(target_dir, draft_vocab_size, aux_layers, variant)
-    mapping = build_mapping(counts, draft_vocab_size, config["vocab_size"])
+    mapping = build_mapping(counts, config["draft_vocab_size"], config["vocab_size"])
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         drafter = Eagle3Drafter(DrafterConfig.from_dict(config), embed_tokens=embed)
@@ -119,6 +150,24 @@ def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, re
                                  device=str(embed_owner.embed_tokens.weight.device))
     config = with_aux_ids(open_checkpoint(source).config, aux, target)
     return StartingDrafter(master_weights(drafter), torch.from_numpy(mapping.t2d.copy()), config, aux, vocab)
+
+
+def setup_notes(target: TargetConfig, start: StartingDrafter, *, scratch: bool, opts_aux: list[int] | None,
+                opts_vocab: int | None) -> list[str]:
+    """What a run from scratch chose for the user where the usual default does not fit the target."""
+    if not scratch:
+        return []
+    notes = []
+    default = default_aux_layers(target.num_layers)
+    if opts_aux is None and start.aux_layers != default:
+        notes.append(f"aux layers {', '.join(map(str, start.aux_layers))}: the engines' default "
+                     f"{', '.join(map(str, default))} does not name 3 distinct capturable layers of a "
+                     f"{target.num_layers}-layer target (pass --aux-layers to choose others)")
+    size = start.config.get("draft_vocab_size")
+    if opts_vocab is None and size != DRAFT_VOCAB:
+        notes.append(f"draft vocabulary {size} tokens: the target's whole vocabulary, smaller than the default "
+                     f"{DRAFT_VOCAB} (pass --draft-vocab-size to prune it)")
+    return notes
 
 
 def master_weights(drafter: Eagle3Drafter) -> Eagle3Drafter:

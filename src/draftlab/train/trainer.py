@@ -31,7 +31,7 @@ from torch import nn
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
-from draftlab.engines import default_aux_layers, intended_aux_layers
+from draftlab.engines import intended_aux_layers
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
@@ -42,7 +42,9 @@ from draftlab.train.data import (
     DataOrder, TrainRow, feature_rows, pad_batch, pad_features, target_tokenizer, tokenized_rows,
 )
 from draftlab.distributed import World, all_sum, barrier, close_world, init_world
-from draftlab.train.setup import StartingDrafter, from_scratch, master_weights, warm_start
+from draftlab.train.setup import (
+    StartingDrafter, from_scratch, master_weights, scratch_aux_layers, setup_notes, warm_start,
+)
 from draftlab.train.ttt import make_batch, ttt_loss
 from draftlab.vocab.counts import TokenCounts
 
@@ -67,7 +69,7 @@ class TrainOptions:
     warmup: int = 0
     max_grad_norm: float = 0.5
     ttt_length: int = 7
-    draft_vocab_size: int = 32000
+    draft_vocab_size: int | None = None  # from scratch; None: 32000, or the target's vocabulary when smaller
     aux_layers: list[int] | None = None
     variant: str | None = None  # from scratch: "eagle3" (default) or "eagle3.1"; a warm start keeps --init's
     eval_prompts: Path | None = None
@@ -97,6 +99,9 @@ class TrainResult:
     accuracy_by_step: list[float]  # teacher-forced top-1 per TTT step, last steps' batches
     eval: list[dict[str, Any]] = field(default_factory=list)  # {"step", "accept_length", ...}
     interrupted: bool = False
+    aux_layers: list[int] = field(default_factory=list)  # canonical target layers the drafter fuses
+    draft_vocab_size: int | None = None
+    notes: list[str] = field(default_factory=list)  # choices made for the user (aux layers, vocabulary size)
 
 
 StepHook = Callable[[int], bool]  # called after each optimizer step; True asks the run to stop (tests)
@@ -115,12 +120,26 @@ class _TTTModule(nn.Module):
 
 
 def train(opts: TrainOptions, *, on_step: StepHook | None = None) -> TrainResult:
-    """Run (or resume) training into ``opts.out``; see the module docstring."""
+    """Run (or resume) training into ``opts.out``; see the module docstring. A new OUT that fails before
+    its first checkpoint is removed: a rerun is not refused as "already exists"."""
     world = init_world(opts.device or "cpu")
     try:
-        return _Run(opts, world).run(on_step)
+        run = _Run(opts, world)  # every input checked, OUT not yet created
+        with _removed_unless_checkpointed(Path(opts.out), new=not opts.resume and world.main):
+            return run.run(on_step)
     finally:
         close_world(world)
+
+
+@contextmanager
+def _removed_unless_checkpointed(out: Path, *, new: bool):
+    """Remove ``out`` (made by this run when ``new``) if the block fails before a checkpoint is in it."""
+    try:
+        yield
+    except BaseException:
+        if new and out.is_dir() and not (out / checkpoints.STATE_FILE).exists():
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 class _Run:
@@ -143,6 +162,11 @@ class _Run:
                                 path=self.out)
         barrier(world)  # every rank has looked before rank 0 creates OUT
         self.target_cfg = TargetConfig.from_dict(open_checkpoint(opts.target).config)
+        if opts.eval_prompts is not None:  # cheap checks first: nothing has loaded yet
+            from draftlab.probe.probe import check_room
+
+            exact_spec_flags(opts.steps, opts.topk, opts.num_draft_tokens, architecture=self.target_cfg.architecture)
+            check_room(opts.eval_prompts, opts.target, self.target_cfg)
         aux = self.state["aux_layers"] if self.state else self._aux_layers()
         self.runner, self.heads = self._target(aux)
         if self.device_map is not None:  # the drafter sits with the split target's input embedding
@@ -151,6 +175,8 @@ class _Run:
         self.start = self._drafter(aux)
         self.drafter = self.start.drafter.place(torch.float32, self.device, keep_embedding=True)
         self.t2d = self.start.t2d.to(self.device)
+        # the eval prompts and flags are inputs too: checked (and their continuations made) before OUT exists
+        self.evaluate = self._evaluator() if opts.eval_prompts is not None and world.main else None
 
     # --- set-up ---
 
@@ -158,7 +184,7 @@ class _Run:
         if self.opts.init is not None:
             cfg = DrafterConfig.from_dict(open_checkpoint(self.opts.init).config)
             return intended_aux_layers(cfg, self.target_cfg.num_layers, target=self.target_cfg).layers
-        return self.opts.aux_layers or default_aux_layers(self.target_cfg.num_layers)
+        return scratch_aux_layers(self.target_cfg.num_layers, self.opts.aux_layers)
 
     def _target(self, aux: list[int]):
         """The live target (online features, eval), or only its embedding and lm_head (--features)."""
@@ -238,7 +264,7 @@ class _Run:
         elif world.main:
             self.out.mkdir(parents=True)
         barrier(world)
-        evaluate = self._evaluator() if o.eval_prompts is not None and world.main else None
+        evaluate = self.evaluate
         run_tokens, started = 0, time.perf_counter()
         interrupted = False
         with _stop_on_sigint() as stop, _progress(o.progress and world.main, total, step) as bar:
@@ -364,7 +390,12 @@ class _Run:
                                                                         else str(self.opts.init))
         evals = [{"step": e["step"], **e["eval"]} for e in log if "eval" in e]
         return TrainResult(self.out, init, self.start.vocab, step, tokens, rate,
-                           log[-1]["loss"] if log else None, accuracy, evals, interrupted)
+                           log[-1]["loss"] if log else None, accuracy, evals, interrupted,
+                           aux_layers=list(self.start.aux_layers),
+                           draft_vocab_size=self.start.config.get("draft_vocab_size"),
+                           notes=setup_notes(self.target_cfg, self.start, scratch=self.opts.init is None
+                                             and self.state is None, opts_aux=self.opts.aux_layers,
+                                             opts_vocab=self.opts.draft_vocab_size))
 
 
 def _check_options(o: TrainOptions, world: World) -> None:

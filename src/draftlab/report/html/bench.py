@@ -67,7 +67,7 @@ def compare_section(doc: dict[str, Any]) -> Section:
                 ax.set_xlabel(f"arm, at {load_name} {loads[0]:g}")
             else:
                 ax.set_xlabel(load_name)
-                ax.legend(fontsize=7)
+                figures.legend(ax, fontsize=7)
         svg = figures.to_svg(fig)
     grows = " as the load grows" if len(loads) > 1 else ""
     section.body.append(figure(svg, f"Throughput (left) and per-token latency (right) of each arm{grows}.",
@@ -115,7 +115,7 @@ def sweep_section(doc: dict[str, Any]) -> Section:
             for ax in (left, right):
                 ax.set_xlabel("batch (concurrent requests)")
                 ax.set_xscale("log", base=2)
-                ax.legend(fontsize=7)
+                figures.legend(ax, fontsize=7)
             svg = figures.to_svg(fig)
         section.body.append(figure(svg, "Each speculation config against the baseline as the batch grows.",
                                    "sweep"))

@@ -13,10 +13,17 @@ from draftlab.report.html.markup import Section, config_label, figure, num, para
 def probe_section(doc: dict[str, Any]) -> Section:
     cfg = doc["config"]
     label, n = config_label(cfg), cfg.get("num_prompts", len(doc["results"]))
-    mean = doc["mean_accept_length"]
+    mean, skipped = doc["mean_accept_length"], doc.get("skipped_prompts") or 0
     how = "estimated at temperature " + f"{cfg['temperature']:g}" if doc.get("estimate") else "exact, greedy"
     pair = f"{Path(cfg['drafter']).name} on {Path(cfg['target']).name}: " if cfg.get("drafter") else ""
-    section = Section("probe", f"{pair}{label} accepts {mean:.2f} tokens per cycle on {n} prompts ({how})")
+    if not doc["results"]:  # an older probe of prompts that were all skipped measured nothing
+        heading = f"{pair}{label}: nothing measured, all {n} prompts were as long as the target's context"
+    elif skipped:
+        heading = (f"{pair}{label} accepts {mean:.2f} tokens per cycle on {n - skipped} of {n} prompts ({how}; "
+                   f"{skipped} skipped, as long as the target's context)")
+    else:
+        heading = f"{pair}{label} accepts {mean:.2f} tokens per cycle on {n} prompts ({how})"
+    section = Section("probe", heading)
     facts = [f"Speculation flags {label} ({cfg.get('flags_source', 'given')}), {cfg['responses']} continuations of "
              f"up to {cfg['max_new_tokens']} tokens, on {cfg.get('device', '?')} in {cfg.get('dtype', '?')}."]
     if doc.get("vocab_bound") is not None:

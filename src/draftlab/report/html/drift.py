@@ -29,7 +29,7 @@ def drift_section(doc: dict[str, Any]) -> Section:
         left.plot(x, [layer["cka"] for layer in layers], marker="s", label="linear CKA")
         left.set_xlabel("target layer (0-based)")
         left.set_ylabel("similarity of A and B (1 = same)")
-        left.legend()
+        figures.legend(left)
         right.plot(x, [layer["relative_l2"] for layer in layers], marker="o", color=figures.BAD)
         right.set_xlabel("target layer (0-based)")
         right.set_ylabel("relative L2, ||B - A|| / ||A||")

@@ -40,6 +40,37 @@ def axes(ncols: int = 1, width: float = 6.4, height: float = 3.0) -> Iterator[tu
             plt.close(fig)
 
 
+def legend(ax: Any, **options: Any) -> Any:
+    """``ax``'s legend beside its plotting area (to the right), never over the data; tight layout makes
+    room for it. :func:`legend_overlaps` checks it."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **options)
+
+
+def legend_overlaps(fig: Any) -> list[str]:
+    """Each legend that covers a drawn data artist (bar, line, marker) of any axes of ``fig``, as
+    ``"legend of <title> covers <artist>"``; empty when no legend covers data. Laid out as saved."""
+    from matplotlib.transforms import Bbox
+
+    fig.tight_layout()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        box = ax.get_legend().get_window_extent(renderer) if ax.get_legend() else None
+        if box is None:
+            continue
+        for other in fig.axes:
+            area = other.get_window_extent(renderer)  # data is clipped to its axes
+            for artist in [*other.patches, *other.lines, *other.collections]:
+                drawn = Bbox.intersection(artist.get_window_extent(renderer), area)
+                if drawn is None or not artist.get_visible():
+                    continue
+                inter = Bbox.intersection(drawn, box)
+                if inter is not None and inter.width > 0.5 and inter.height > 0.5:
+                    found.append(f"legend of {ax.get_title() or ax.get_ylabel()!r} covers {artist}")
+    return found
+
+
 def to_svg(fig: Any) -> str:
     """The figure as an ``<svg>`` element, ready to inline (no XML prolog or doctype)."""
     fig.tight_layout()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,16 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+_SEPARATORS = re.compile(r"([/_.,:=-]+)")
+
+
+def cell(value: Any) -> str:
+    """A table cell's text, escaped; a long run without spaces (a path, a flag list) may wrap after its
+    separators, never inside a run of letters or digits (the table's CSS breaks nowhere else)."""
+    return " ".join(_SEPARATORS.sub(r"\1<wbr>", esc(word)) if len(word) > 16 else esc(word)
+                    for word in str(value).split(" "))
+
+
 def num(value: float | None, spec: str = ".2f", unit: str = "") -> str:
     """``value`` formatted by ``spec`` (and ``unit``), or an en dash when there is none."""
     if value is None:
@@ -49,16 +60,16 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, numeric: Seq
     """An HTML table; cells are escaped; ``numeric`` columns are right-aligned."""
     numeric = numeric or [False] * len(columns)
     align = [' class="n"' if n else "" for n in numeric]
-    head = "".join(f"<th{a}>{esc(c)}</th>" for c, a in zip(columns, align))
-    body = "".join("<tr>" + "".join(f"<td{a}>{esc(v)}</td>" for v, a in zip(row, align)) + "</tr>" for row in rows)
+    head = "".join(f"<th{a}>{cell(c)}</th>" for c, a in zip(columns, align))
+    body = "".join("<tr>" + "".join(f"<td{a}>{cell(v)}</td>" for v, a in zip(row, align)) + "</tr>" for row in rows)
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="table"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def key_values(pairs: Iterable[tuple[str, Any]]) -> str:
     """A two-column table of names and values."""
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in pairs)
-    return f"<table class=\"kv\"><tbody>{rows}</tbody></table>"
+    rows = "".join(f"<tr><th>{cell(k)}</th><td>{cell(v)}</td></tr>" for k, v in pairs)
+    return f'<div class="table"><table class="kv"><tbody>{rows}</tbody></table></div>'
 
 
 def pre(text: str) -> str:

@@ -30,8 +30,9 @@ figcaption { color: var(--muted); font-size: .82rem; }
 svg.plot { width: 100%; height: auto; max-height: 460px; }
 table { border-collapse: collapse; margin: .75rem 0; font-size: .85rem; max-width: 100%; }
 caption { text-align: left; color: var(--muted); font-size: .82rem; padding-bottom: .25rem; }
+.table { overflow-x: auto; max-width: 100%; }
 th, td { border-bottom: 1px solid var(--line); padding: .25rem .6rem; text-align: left; vertical-align: top;
-         overflow-wrap: anywhere; }
+         overflow-wrap: normal; word-break: normal; hyphens: none; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 table.kv th { font-weight: 600; }
 pre { background: #f9fafb; border: 1px solid var(--line); padding: .6rem; overflow-x: auto; font-size: .8rem; }

@@ -23,8 +23,19 @@ def plan_section(doc: dict[str, Any]) -> Section:
         else:
             findings.append(f"{config_label(best)} pays off at batch {b}: {best['speedup']:.2f}x")
     heading = "; ".join(findings)
+    off = [c for c in doc.get("measured_checks") or [] if not c["agrees"]]
+    if off:  # the prediction was held against a measurement and failed: say that, not the prediction
+        c = off[0]
+        heading = (f"the plan's prediction disagrees with what was measured: {c['what']} predicted "
+                   f"{c['predicted']:.2f}, measured {c['measured']:.2f}")
     section = Section("plan", heading[0].upper() + heading[1:])
     section.body.append(para(doc["verdict"]))
+    for c in doc.get("measured_checks") or []:
+        gap = c["predicted"] / c["measured"] - 1 if c["measured"] else float("inf")
+        section.body.append(para(
+            f"Held against {c['what']}: predicted {c['predicted']:.2f}, measured {c['measured']:.2f} with the same "
+            f"settings; " + ("they agree." if c["agrees"] else f"they disagree by {abs(gap):.0%}, so the predicted "
+                             "verdict above is not to be acted on as it stands.")))
     section.body.append(_throughput_figure(rows, doc["baseline_tokens_per_second"], batches))
     section.body.append(_split_figure(rows))
     section.body.append(table(
@@ -50,7 +61,7 @@ def _throughput_figure(rows: list[dict[str, Any]], baseline: dict[str, float], b
             ax.set_xlabel("steps/topk/num_draft_tokens")
             ax.set_ylabel("predicted output tok/s")
             ax.tick_params(axis="x", rotation=45)
-            ax.legend(loc="lower right")
+            figures.legend(ax)
         svg = figures.to_svg(fig)
     more = f" (first {len(shown)} of {len(batches)} batch sizes; the table has all)" if len(batches) > len(shown) else ""
     return figure(svg, "Predicted throughput per config: green pays off, red loses to plain decoding" + more + ".",
@@ -69,14 +80,14 @@ def _split_figure(rows: list[dict[str, Any]]) -> str:
         left.invert_yaxis()
         left.set_xlabel("ms per speculative cycle")
         left.set_ylabel("config @ batch")
-        left.legend(fontsize=7)
+        figures.legend(left, fontsize=7)
         right.barh(labels, [r["accept_length"] for r in rows], label="accept length")
         right.scatter([r["break_even_accept_length"] for r in rows], labels, color="black", marker="|", s=200,
                       label="break-even", zorder=3)
         right.invert_yaxis()
         right.set_xlabel("tokens per cycle")
         right.tick_params(axis="y", labelleft=False)
-        right.legend(fontsize=7)
+        figures.legend(right, fontsize=7)
         svg = figures.to_svg(fig)
     return figure(svg, "Left: where a cycle's time goes. Right: each config's accept length against the accept "
                        "length it needs to break even (the black mark).", "plan-split")

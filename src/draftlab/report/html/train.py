@@ -72,7 +72,7 @@ def _curves(log: list[dict[str, Any]], evals: list[dict[str, Any]]) -> str:
         for k in range(len(log[0]["accuracy_by_step"])):
             axes[1].plot(steps, [e["accuracy_by_step"][k] for e in log], label=f"step {k}")
         axes[1].set_ylabel("teacher-forced accuracy (fraction)")
-        axes[1].legend(fontsize=6, ncol=2)
+        figures.legend(axes[1], fontsize=6, ncol=2)
         if evals:
             axes[2].plot([e["step"] for e in evals], [e["accept_length"] for e in evals], marker="o",
                          color=figures.GOOD)

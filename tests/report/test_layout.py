@@ -1,0 +1,115 @@
+"""The report's layout, measured rather than looked at: no figure's legend covers a data artist (from
+the figures' own bounding boxes), and Chromium never wraps a table cell inside a run of letters or
+digits ("se/ve/rit/y"), even in a narrow window."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from chromium import chromium
+
+from draftlab.report.html import figures
+from draftlab.report.html.report import make_report
+
+ORDER = ["inspect", "check", "vocab-compare", "probe", "drift", "plan", "bench", "bench-compare"]
+
+# Injected into a copy of the page (the page itself runs no script): for every table cell, each pair of
+# neighbouring letters/digits whose second one starts a new line is a word broken in two.
+MEASURE = """<script>
+const broken = [];
+for (const td of document.querySelectorAll("td, th")) {
+  const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+  const chars = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.data.length; i++) chars.push([node, i]);
+  }
+  let prev = null;
+  for (const [node, i] of chars) {
+    const range = document.createRange();
+    range.setStart(node, i); range.setEnd(node, i + 1);
+    const rect = range.getBoundingClientRect();
+    const ch = node.data[i];
+    if (prev && /[\\p{L}\\p{N}]/u.test(ch) && /[\\p{L}\\p{N}]/u.test(prev.ch) && rect.top > prev.top + 2) {
+      broken.push(td.textContent.slice(0, 60));
+      break;
+    }
+    prev = {ch, top: rect.top};
+  }
+}
+document.body.setAttribute("data-broken", JSON.stringify(broken));
+document.body.setAttribute("data-cells", String(document.querySelectorAll("td, th").length));
+</script>"""
+
+
+def _sweep_and_log(tmp_path: Path) -> list[Path]:
+    log = tmp_path / "train_log.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 3.0 / s, "accuracy_by_step": [0.9 - s / 10, 0.4],
+                                       "tokens_per_second": 1e3, "eval": {"accept_length": 1.5 + s / 10}}) + "\n"
+                           for s in range(1, 6)))
+    sweep = tmp_path / "sweep.json"
+    rows = [{"batch": b, "steps": s, "topk": 1, "num_draft_tokens": s + 1, "config": c, "output_throughput": tp,
+             "speedup": sp, "accept_length": al, "ttft_p50_ms": 10.0, "tpot_p50_ms": 5.0 * b, "completed": 4,
+             "failed": 0, "error": None}
+            for b, s, c, tp, sp, al in [(1, 0, "baseline", 80.0, 1.0, None), (1, 3, "3/1/4", 120.0, 1.5, 2.9),
+                                       (8, 0, "baseline", 400.0, 1.0, None), (8, 3, "3/1/4", 360.0, 0.9, 2.9)]]
+    sweep.write_text(json.dumps({"engine": "sglang", "target": "T", "drafter": "D", "api": "openai-chat",
+                                 "max_running_requests": 8, "out_dir": str(tmp_path), "rows": rows, "complete": True}))
+    return [log, sweep]
+
+
+def test_no_legend_covers_data_in_any_figure(toy_results, tmp_path, monkeypatch):
+    made, covered = [], []
+    to_svg = figures.to_svg
+
+    def checked(fig):
+        made.append(fig)
+        covered.extend(figures.legend_overlaps(fig))
+        return to_svg(fig)
+
+    monkeypatch.setattr(figures, "to_svg", checked)
+    make_report([toy_results[k] for k in ORDER] + _sweep_and_log(tmp_path), tmp_path / "r.html")
+    with_legend = [f for f in made if any(ax.get_legend() for ax in f.axes)]
+    assert len(with_legend) >= 5  # plan (two), drift, bench compare, sweep, train
+    assert covered == []
+
+
+def test_the_overlap_check_sees_a_legend_over_bars():
+    """The check's own control: a legend placed inside the axes, over the bars, is caught."""
+    with figures.axes(1) as (fig, (ax,)):
+        ax.bar(["a", "b", "c"], [5, 5, 5], label="tok/s")
+        ax.legend(loc="center")
+        assert figures.legend_overlaps(fig)
+
+
+def test_chromium_never_breaks_a_word_inside_a_table_cell(toy_results, tmp_path):
+    import subprocess
+
+    from chromium import FLAGS
+
+    binary = chromium()
+    page = tmp_path / "r.html"
+    make_report([toy_results[k] for k in ORDER] + _sweep_and_log(tmp_path), page)
+    html = page.read_text()
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)  # let the measuring script run
+    probe = tmp_path / "measured.html"
+    probe.write_text(html.replace("</body>", MEASURE + "</body>"))
+    for width in (480, 800):
+        done = subprocess.run([binary, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},4000",
+                               "--dump-dom", probe.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        cells = re.search(r'data-cells="(\d+)"', done.stdout)
+        broken = re.search(r'data-broken="([^"]*)"', done.stdout)
+        assert cells and int(cells.group(1)) > 50, "the script did not run"
+        assert json.loads(broken.group(1).replace("&quot;", '"')) == [], width
+
+
+@pytest.mark.parametrize("text, breaks", [("--speculative-num-steps", True), ("severity", False), ("3/1/4", False)])
+def test_long_cells_may_wrap_only_after_separators(text, breaks):
+    from draftlab.report.html.markup import cell
+
+    out = cell(text)
+    assert ("<wbr>" in out) == breaks and out.replace("<wbr>", "") == text
+    assert not re.search(r"[A-Za-z0-9]<wbr>[A-Za-z0-9]", out)

@@ -1,0 +1,100 @@
+"""draftlab train at the edges: a shallow target gets distinct aux layers (and says which), the default
+draft vocabulary fits a small target, and an OUT the run did not finish is never left behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from draftlab.cli import main
+from draftlab.compat import check_pair
+from draftlab.errors import DraftlabError
+from draftlab.toy.corpus import stdlib_text
+from draftlab.train.trainer import TrainOptions, train
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory) -> Path:
+    text = stdlib_text("train", 4_000).decode("latin-1")
+    path = tmp_path_factory.mktemp("edges") / "data.jsonl"
+    path.write_text("".join(json.dumps({"text": text[i:i + 96]}) + "\n" for i in range(0, len(text), 96)))
+    return path
+
+
+def _train(toy_pair, rows: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", "--target", str(toy_pair.target_dir), "--data", str(rows), "--out", str(out), "--max-steps", "1",
+            "--batch-size", "4", "--seq-len", "64", "--ttt-length", "2", *extra]
+
+
+@pytest.mark.parametrize("layers", range(4, 17))
+def test_default_aux_layers_are_distinct_and_capturable_at_any_depth(layers):
+    from draftlab.train.setup import scratch_aux_layers
+
+    aux = scratch_aux_layers(layers)
+    assert len(set(aux)) == 3 and all(0 <= k <= layers - 2 for k in aux)
+    if layers >= 8:
+        assert aux == [1, layers // 2 - 1, layers - 4]  # the engines' own default where it works
+
+
+def test_too_shallow_or_duplicate_aux_layers_are_refused():
+    from draftlab.train.setup import scratch_aux_layers
+
+    with pytest.raises(DraftlabError, match="3-layer target has 2 capturable"):
+        scratch_aux_layers(3)
+    with pytest.raises(DraftlabError, match="names a layer twice"):
+        scratch_aux_layers(8, [1, 1, 2])
+
+
+def test_from_scratch_on_a_4_layer_target_checks_in_both_engines_and_says_what_it_chose(toy_pair, rows,
+                                                                                        tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main([*_train(toy_pair, rows, out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["aux_layers"] == [0, 1, 2] and doc["draft_vocab_size"] == 260
+    notes = " ".join(doc["notes"])
+    assert "aux layers 0, 1, 2" in notes and "draft vocabulary 260 tokens" in notes
+    for engine in ("sglang", "vllm"):
+        assert check_pair(out, toy_pair.target_dir, engine).ok, engine
+
+
+def test_aux_layers_default_is_distinct_with_a_given_vocabulary(toy_pair, rows, tmp_path):
+    out = tmp_path / "out"
+    train(TrainOptions(target=toy_pair.target_dir, data=rows, out=out, max_steps=1, batch_size=4, seq_len=64,
+                       ttt_length=2, draft_vocab_size=64))
+    config = json.loads((out / "config.json").read_text())
+    assert len(set(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])) == 3
+    for engine in ("sglang", "vllm"):
+        assert check_pair(out, toy_pair.target_dir, engine).ok, engine
+
+
+def test_a_draft_vocabulary_larger_than_the_target_says_what_to_pass(toy_pair, rows, tmp_path, capsys):
+    assert main(_train(toy_pair, rows, tmp_path / "out", "--draft-vocab-size", "1000")) == 2
+    assert "pass --draft-vocab-size 260 or less" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", ["empty eval prompts", "partial speculation flags"])
+def test_a_refused_input_leaves_no_out_and_the_rerun_works(toy_pair, rows, tmp_path, capsys, case):
+    prompts = tmp_path / "eval.jsonl"
+    prompts.write_text("" if case == "empty eval prompts" else json.dumps({"prompt": "def f(x):"}) + "\n")
+    flags = ["--steps", "3"] if case == "partial speculation flags" else []
+    out = tmp_path / "out"
+    assert main([*_train(toy_pair, rows, out, "--eval-prompts", str(prompts), *flags)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not out.exists()
+    assert main(_train(toy_pair, rows, out)) == 0  # not refused as "already exists"
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_removes_out(toy_pair, rows, tmp_path):
+    out = tmp_path / "out"
+
+    def fail(step: int) -> bool:
+        assert out.is_dir()  # OUT was made, and holds the step's log
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        train(TrainOptions(target=toy_pair.target_dir, data=rows, out=out, max_steps=3, batch_size=4, seq_len=64,
+                           ttt_length=2, draft_vocab_size=64, aux_layers=[0, 1, 2]), on_step=fail)
+    assert not out.exists()
