@@ -98,3 +98,17 @@ def test_a_run_that_fails_before_its_first_checkpoint_removes_out(toy_pair, rows
         train(TrainOptions(target=toy_pair.target_dir, data=rows, out=out, max_steps=3, batch_size=4, seq_len=64,
                            ttt_length=2, draft_vocab_size=64, aux_layers=[0, 1, 2]), on_step=fail)
     assert not out.exists()
+
+
+def test_a_deepseek_target_never_opens_its_aux_layers_with_layer_0(target_configs):
+    """SGLang 0.5.13+ cannot name layer 0's output first for DeepSeek/Kimi targets: a shallow one spreads
+    the three layers from 1."""
+    from draftlab.checkpoint import TargetConfig
+    from draftlab.engines import first_nameable
+    from draftlab.train.setup import scratch_aux_layers
+
+    deepseek = TargetConfig.from_dict({**target_configs["deepseek_v3"], "num_hidden_layers": 5})
+    assert first_nameable(deepseek) == 1 and first_nameable(TargetConfig.from_dict(target_configs["llama"])) == 0
+    assert scratch_aux_layers(5, first=1) == [1, 2, 3] and scratch_aux_layers(5) == [0, 2, 3]
+    with pytest.raises(DraftlabError, match="at least 5 layers"):
+        scratch_aux_layers(4, first=1)

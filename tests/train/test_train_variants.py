@@ -81,6 +81,9 @@ def test_from_scratch_on_an_mla_target_trains_an_mla_drafter_that_is_accepted(tm
     target = json.loads((toy.target_dir / "config.json").read_text())
     assert config.architecture == "Eagle3DeepseekV2ForCausalLM" and config.variant.mla is not None
     assert config.variant.mla.kv_lora_rank == target["kv_lora_rank"] and config.rope.scaling["rope_type"] == "yarn"
+    for engine in ("sglang", "vllm"):
+        result = check_pair(tmp_path / "out", toy.target_dir, engine)
+        assert result.ok, [(f.code, f.message) for f in result.findings if f.severity == "error"]
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"input_ids": list(p)}) + "\n"
                                for p in (b"def __init__(self", b"import os\n", b"    return self._", b"for i in range(")))

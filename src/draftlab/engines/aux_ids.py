@@ -130,6 +130,18 @@ def written_aux_ids(engine: str, canonical: list[int], *, target: TargetConfig |
     return list(canonical)
 
 
+def first_nameable(target: TargetConfig | None) -> int:
+    """The lowest canonical layer that can open an aux list in the newest release of every engine: 1 for
+    DeepSeek/Kimi targets (SGLang 0.5.13+ reads a list opening with 1 as outputs, any other as inputs of
+    layers, so layer 0's output cannot be named first), else 0."""
+    try:
+        for engine in ENGINES:
+            written_aux_ids(engine, [0], target=target)
+    except DraftlabError:
+        return 1
+    return 0
+
+
 def capturable(num_layers: int, engine: str | None = None, *, target: TargetConfig | None = None,
                version: str | None = None) -> range:
     """Canonical ids a release can capture: the input of layer k + 1, so up to L - 2; the last layer's

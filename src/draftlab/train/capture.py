@@ -20,6 +20,7 @@ import torch
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import aux_layers as engine_aux_layers
+from draftlab.engines import first_nameable
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, refuse_overlap, write_json_atomic
 from draftlab.train.data import pad_batch, target_tokenizer, tokenized_rows
@@ -65,7 +66,7 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
             layers = engine_aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config),
                                        target_cfg.num_layers, target=target_cfg).layers
         else:
-            layers = scratch_aux_layers(target_cfg.num_layers, aux_layers)
+            layers = scratch_aux_layers(target_cfg.num_layers, aux_layers, first=first_nameable(target_cfg))
         tokenizer, why = target_tokenizer(target)
         rows = tokenized_rows(data, tokenizer, target_cfg.vocab_size, seq_len, drop_last=False, no_tokenizer=why)
         mine = [i for i in range(len(rows)) if i % world.size == world.rank]

@@ -23,7 +23,7 @@ from torch import nn
 from draftlab.checkpoint import DrafterConfig, TargetConfig, is_drafter, open_checkpoint, text_config
 from draftlab.checkpoint.synth import mla_drafter_config, specforge_drafter_config
 from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
-from draftlab.engines import default_aux_layers, intended_aux_layers, written_aux_ids
+from draftlab.engines import default_aux_layers, first_nameable, intended_aux_layers, written_aux_ids
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.vocab.build import build_mapping
@@ -56,10 +56,11 @@ def with_aux_ids(config: dict[str, Any], aux: list[int], target: TargetConfig) -
 DRAFT_VOCAB = 32000  # the draft vocabulary from scratch when none is asked for (and the target has more)
 
 
-def scratch_aux_layers(num_layers: int, given: list[int] | None = None) -> list[int]:
+def scratch_aux_layers(num_layers: int, given: list[int] | None = None, *, first: int = 0) -> list[int]:
     """The three distinct target layers a drafter from scratch fuses: ``given`` (checked), else the
     engines' default, else, on a target too shallow for that default (fewer than 8 layers, where it
-    names a layer twice or one that cannot be captured), three spread evenly over 0..L-2."""
+    names a layer twice or one that cannot be captured), three spread evenly over first..L-2 (``first``:
+    :func:`~draftlab.engines.first_nameable` for the target)."""
     last = num_layers - 2  # the output of the final layer is not captured
     if given is not None:
         bad = [k for k in given if not 0 <= k <= last]
@@ -71,12 +72,13 @@ def scratch_aux_layers(num_layers: int, given: list[int] | None = None) -> list[
                                 "layers")
         return list(given)
     default = default_aux_layers(num_layers)
-    if len(set(default)) == 3 and all(0 <= k <= last for k in default):
+    if len(set(default)) == 3 and all(first <= k <= last for k in default):
         return default
-    if last < 2:
-        raise DraftlabError(f"a {num_layers}-layer target has {max(last + 1, 0)} capturable layer(s); an EAGLE-3 "
-                            "drafter fuses 3 distinct ones: train for a target with at least 4 layers")
-    return [0, (last + 1) // 2, last]
+    if last - first < 2:
+        raise DraftlabError(f"a {num_layers}-layer target has {max(last - first + 1, 0)} capturable layer(s); an "
+                            f"EAGLE-3 drafter fuses 3 distinct ones: train for a target with at least {first + 4} "
+                            "layers")
+    return [first, (first + last + 1) // 2, last]
 
 
 def scratch_vocab_size(vocab_size: int, asked: int | None) -> int:
@@ -97,7 +99,7 @@ def scratch_config(target_dir: str | Path, draft_vocab_size: int | None, aux_lay
     raw = open_checkpoint(target_dir).config
     target = TargetConfig.from_dict(raw)
     draft_vocab_size = scratch_vocab_size(target.vocab_size, draft_vocab_size)
-    aux = scratch_aux_layers(target.num_layers, aux_layers)
+    aux = scratch_aux_layers(target.num_layers, aux_layers, first=first_nameable(target))
     inter = text_config(raw).get("intermediate_size")
     eps = float(text_config(raw).get("rms_norm_eps", 1e-6))
     if target.attention == "MLA":  # the engines' MLA drafter (Eagle3DeepseekV2ForCausalLM), the target's MLA dims

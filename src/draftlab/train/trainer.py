@@ -31,7 +31,7 @@ from torch import nn
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
-from draftlab.engines import intended_aux_layers
+from draftlab.engines import first_nameable, intended_aux_layers
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
@@ -184,7 +184,8 @@ class _Run:
         if self.opts.init is not None:
             cfg = DrafterConfig.from_dict(open_checkpoint(self.opts.init).config)
             return intended_aux_layers(cfg, self.target_cfg.num_layers, target=self.target_cfg).layers
-        return scratch_aux_layers(self.target_cfg.num_layers, self.opts.aux_layers)
+        return scratch_aux_layers(self.target_cfg.num_layers, self.opts.aux_layers,
+                                  first=first_nameable(self.target_cfg))
 
     def _target(self, aux: list[int]):
         """The live target (online features, eval), or only its embedding and lm_head (--features)."""
