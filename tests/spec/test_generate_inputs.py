@@ -39,7 +39,7 @@ def _assert_refused(result, message):
     [(["--steps", "3", "--topk", "1", "--num-draft-tokens", "8"], "SGLang warns and sets --num-draft-tokens to"),
      (["--steps", "2", "--topk", "2", "--num-draft-tokens", "9"], "offers only 6"),
      (["--steps", "3"], "all three"),
-     (["--steps", "0", "--topk", "1", "--num-draft-tokens", "1"], "positive integer")],
+     (["--steps", "0", "--topk", "1", "--num-draft-tokens", "1"], "--steps 0: must be a whole number >= 1")],
 )
 def test_flags_sglang_would_change_or_reject(pair, capsys, flags, message):
     target, drafter, prompts = pair
@@ -66,6 +66,6 @@ def test_bad_prompts_and_missing_drafter(pair, tmp_path, capsys):
              ([*base, "--prompts", str(tmp_path / "missing.jsonl")], "not found"),
              (["--target", str(target), "--prompts", str(empty)], "--no-draft"),
              ([*base, "--prompts", str(empty), "--engine", "trt"], "unknown engine"),
-             ([*base, "--prompts", str(empty), "--max-new-tokens", "0"], "--max-new-tokens must be >= 1")]
+             ([*base, "--prompts", str(empty), "--max-new-tokens", "0"], "--max-new-tokens 0: must be a whole number >= 1")]
     for args, message in cases:
         _assert_refused(_cli(args, capsys), message)

@@ -65,7 +65,7 @@ def test_probe_with_device_map_matches_one_device(toy_pair, prompts):
 def test_cli_refuses_device_and_device_map_together(toy_pair, prompts, command, capsys):
     code = main([command, "--target", str(toy_pair.target_dir), "--drafter", str(toy_pair.drafter_dir),
                  "--prompts", str(prompts), "--steps", "3", "--topk", "1", "--num-draft-tokens", "4",
-                 "--device", "cuda", "--device-map", "auto", "--json"])
+                 "--device", "cpu", "--device-map", "auto", "--json"])
     out = capsys.readouterr()
     assert code == 2 and out.out == ""
     assert len(out.err.strip().splitlines()) == 1 and "--device-map" in out.err and "--device" in out.err
