@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -370,12 +371,14 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         smoke.run(pair, "train --init (fine-tune, eval)", ["train", "--target", t, "--data", str(data), "--init", d,
                                                           "--out", str(work / "tuned"), *steps, "--eval-prompts",
                                                           str(prompts), "--eval-every", "2", *chain, "--json"])
+        smoke.run(pair, "check (trained drafter)", ["check", str(work / "tuned"), "--target", t, "--json"])
+        shutil.rmtree(work / "tuned", ignore_errors=True)  # its optimizer state: tens of GB on the device's disk
         vocab_size = "64" if pair == "toy" else str(DRAFT_VOCAB[shape_of(pair)])
         variant = ["--variant", "eagle3.1"] if pair.endswith(":eagle3.1") else []
         smoke.run(pair, "train (from scratch)", ["train", "--target", t, "--data", str(data), "--out",
                                                  str(work / "scratch"), *steps, "--draft-vocab-size", vocab_size,
                                                  *variant, "--json"])
-        smoke.run(pair, "check (trained drafter)", ["check", str(work / "tuned"), "--target", t, "--json"])
+        smoke.run(pair, "check (drafter from scratch)", ["check", str(work / "scratch"), "--target", t, "--json"])
         smoke.run(pair, "capture", ["capture", "--target", t, "--data", str(data), "--drafter", d, "--out",
                                     str(work / "captured"), "--seq-len", "256", *cuda, "--json"])
 
