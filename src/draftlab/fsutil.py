@@ -128,7 +128,6 @@ def refuse_overlap(out: str | Path, inputs: Mapping[str, str | Path | Iterable[s
     folder input (a Hugging Face snapshot's weights are links into ``blobs``).
     """
     out = Path(out)
-    refuse_special(out, folder=folder)
     out_real = _resolved(out, "the output")
     out_id = _identity(out_real)
     out_above = _ancestor_ids(out_real)
@@ -147,6 +146,7 @@ def refuse_overlap(out: str | Path, inputs: Mapping[str, str | Path | Iterable[s
             if twin is not None:
                 raise DraftlabError(f"is {twin}, a file of {label} ({one}), under another name; write the output "
                                     "somewhere else", path=out)
+    refuse_special(out, folder=folder)
 
 
 def local_inputs(**given: str | Path | None) -> dict[str, Path | None]:
