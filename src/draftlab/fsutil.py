@@ -5,8 +5,12 @@ temporary sibling folder and renamed as a whole. An interrupted write leaves no 
 ``tempfile`` creates both private (0600 / 0700); they are given the mode a plain write or ``mkdir``
 would under the user's umask before the rename, so an engine running as another user (as in a
 container) can read what draftlab writes. A write that fails (disk full, no permission) removes the
-temporary and is one :class:`DraftlabError` line saying what happened. :func:`refuse_overlap` keeps
-a command's output away from its inputs.
+temporary and is one :class:`DraftlabError` line saying what happened.
+
+:func:`refuse_overlap` is the one output rule every command checks before it runs: an output is never
+an input, inside one or holding one (by path and by file identity), and never a device, FIFO or socket
+(the rename that protects regular files would replace them). The atomic writers refuse special
+files themselves too, so no writer can destroy one.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from draftlab.errors import DraftlabError
+from draftlab.readable import present, special_kind
 
 
 def _umask() -> int:
@@ -57,6 +63,7 @@ def _write_failed(dest: Path, exc: OSError, tmp: Path | None) -> DraftlabError:
 def atomic_path(dest: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; on success rename it onto ``dest``."""
     dest = Path(dest)
+    refuse_special(dest)
     tmp_path: Path | None = None
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +97,7 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
     ``dest`` must not exist unless ``overwrite`` is set, so a user's folder is never merged into.
     """
     dest = Path(dest)
+    refuse_special(dest, folder=True)
     if dest.exists() and not overwrite:
         raise DraftlabError("already exists; choose a new output path", path=dest)
     tmp: Path | None = None
@@ -108,17 +116,101 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def refuse_overlap(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
-    """Refuse an output path that is one of the ``inputs`` (named by their option), lies inside one,
-    or holds one: no command writes into or over what it reads."""
-    out_real = Path(out).resolve()
+def refuse_overlap(out: str | Path, inputs: Mapping[str, str | Path | Iterable[str | Path] | None], *,
+                   folder: bool = False) -> None:
+    """The one output rule, checked before anything runs: refuse ``out`` when writing it would destroy or
+    swallow something. ``inputs`` maps each input's label (its option) to a path, a list of paths or None.
+
+    Refused: an output that exists and is not what it is meant to be (a regular file, or a folder when
+    ``folder``): a device, FIFO or socket would be replaced by the atomic rename; an output that is an
+    input, lies inside one or holds one, by resolved path and by file identity (the same inode through a
+    hard link, a symlink or a bind mount); a file output that is the same file as anything inside a
+    folder input (a Hugging Face snapshot's weights are links into ``blobs``).
+    """
+    out = Path(out)
+    out_real = _resolved(out, "the output")
+    out_id = _identity(out_real)
+    out_above = _ancestor_ids(out_real)
     for label, given in inputs.items():
-        if given is None:
-            continue
-        real = Path(given).resolve()
-        if out_real == real:
-            raise DraftlabError(f"is {label} itself; write the output somewhere else", path=out)
-        if out_real.is_relative_to(real):
-            raise DraftlabError(f"is inside {label} ({given}); write the output somewhere else", path=out)
-        if real.is_relative_to(out_real):
-            raise DraftlabError(f"holds {label} ({given}); write the output somewhere else", path=out)
+        for one in _paths(given):
+            real = _resolved(one, label)
+            real_id = _identity(real)
+            if out_real == real or (out_id is not None and out_id == real_id):
+                same = "" if out_real == real else f" ({one}, the same file under another name)"
+                raise DraftlabError(f"is {label} itself{same}; write the output somewhere else", path=out)
+            if out_real.is_relative_to(real) or (real_id is not None and real_id in out_above):
+                raise DraftlabError(f"is inside {label} ({one}); write the output somewhere else", path=out)
+            if real.is_relative_to(out_real) or (out_id is not None and out_id in _ancestor_ids(real)):
+                raise DraftlabError(f"holds {label} ({one}); write the output somewhere else", path=out)
+            twin = _same_file_inside(real, out_id) if out_id is not None and not folder else None
+            if twin is not None:
+                raise DraftlabError(f"is {twin}, a file of {label} ({one}), under another name; write the output "
+                                    "somewhere else", path=out)
+    refuse_special(out, folder=folder)
+
+
+def local_inputs(**given: str | Path | None) -> dict[str, Path | None]:
+    """``--name``: path for each value that is a local path (a hub id such as ``org/model`` is left out)."""
+    return {f"--{name.replace('_', '-')}": Path(v) if v is not None and present(v) else None
+            for name, v in given.items()}
+
+
+def refuse_special(out: Path, *, folder: bool = False) -> None:
+    """Refuse an output that exists and is not a regular file (or, with ``folder``, not a folder)."""
+    try:
+        mode = os.stat(out).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DraftlabError("is a symlink loop; remove the link or write the output elsewhere", path=out) from None
+        return  # not there, or unreachable: writing it will say why in one line
+    if folder and not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else special_kind(mode)
+        raise DraftlabError(f"is {kind}, not a folder; give a new folder for the output", path=out)
+    if not folder and not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode):
+            raise DraftlabError("is a folder; give a file path for the output", path=out)
+        raise DraftlabError(f"is {special_kind(mode)}, not a regular file, and writing the output would replace it; "
+                            "write to a regular file", path=out)
+
+
+def _paths(given: str | Path | Iterable[str | Path] | None) -> list[Path]:
+    if given is None:
+        return []
+    if isinstance(given, (str, os.PathLike)):
+        return [Path(given)]
+    return [Path(g) for g in given if g is not None]
+
+
+def _resolved(path: Path, label: str) -> Path:
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # Python < 3.13 raises RuntimeError on a symlink loop
+        raise DraftlabError(f"{label} is a symlink loop (its links lead back to themselves); point the link at a "
+                            "real file or folder", path=path) from None
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of what ``path`` names, or None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _ancestor_ids(path: Path) -> set[tuple[int, int]]:
+    """Identities of the folders above ``path`` that exist (a bind mount of an input folder is caught)."""
+    return {i for i in map(_identity, path.parents) if i is not None}
+
+
+def _same_file_inside(folder: Path, target: tuple[int, int]) -> Path | None:
+    """A file under ``folder`` (symlinks followed for files, not for folders) that is ``target``."""
+    if not os.path.isdir(folder):
+        return None
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            if _identity(Path(root) / name) == target:
+                return Path(root) / name
+    return None

@@ -222,3 +222,23 @@ def test_mla_drafter_is_refused_for_speculators_in_one_line(tmp_path, capsys):
     assert main(["convert", str(drafter), "--to", "speculators", "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "MLA drafter" in err[0] and not (tmp_path / "out").exists()
+
+
+def test_the_verifier_is_named_so_speculators_finds_it_from_any_directory(tmp_path, pair, monkeypatch, capsys):
+    """A relative --target is written absolute (speculators resolves name_or_path from where it runs); a hub
+    id is written as given, the folder then unchecked, and the output says which."""
+    drafter, target = pair
+    monkeypatch.chdir(target.parent)
+    assert main(["convert", drafter.name, "--to", "speculators", "-o", "spec", "-t", target.name]) == 0
+    written = json.loads((tmp_path / "spec" / "config.json").read_text())["speculators_config"]["verifier"]
+    assert written["name_or_path"] == str(target) and Path(written["name_or_path"]).is_absolute()
+    assert "as an absolute path" in capsys.readouterr().out
+
+    hub = "meta-llama/Llama-3.1-8B-Instruct"
+    assert main(["convert", str(drafter), "--to", "speculators", "-o", str(tmp_path / "hub"), "-t", hub]) == 0
+    written = json.loads((tmp_path / "hub" / "config.json").read_text())["speculators_config"]["verifier"]
+    assert written == {"name_or_path": hub, "architectures": []}
+    out = capsys.readouterr().out
+    assert "a hub id" in out and f"not checked: --target {hub} is a hub id" in out
+    assert main(["convert", str(drafter), "--to", "specforge", "-o", str(tmp_path / "sf"), "-t", hub]) == 2
+    assert f"--target {hub} is not a local folder" in capsys.readouterr().err and not (tmp_path / "sf").exists()

@@ -112,3 +112,21 @@ def test_vllm_flags_targets_outside_its_allow_list(tmp_path, target_configs):
     assert "target-unsupported" in codes(drafter, target, "vllm", "0.17.1")
     assert "target-unsupported" not in codes(drafter, target, "vllm", "0.18.0")
     assert "target-unsupported" not in codes(drafter, target, "sglang")
+
+
+def test_a_stray_safetensors_beside_a_single_file_checkpoint_is_an_error(tmp_path, target_configs):
+    """Without an index SGLang and vLLM load every *.safetensors of the folder; one no index names is loaded too."""
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    assert "stray-weights" not in codes(drafter, target)
+    (drafter / "old-epoch.safetensors").write_bytes((drafter / "model.safetensors").read_bytes())
+    for engine in ("sglang", "vllm"):
+        result = check_pair(drafter, target, engine)
+        found = [f for f in result.findings if f.code == "stray-weights"]
+        assert not result.ok and len(found) == 1 and found[0].severity == "error" and not found[0].fixable
+        assert found[0].field == "old-epoch.safetensors" and "move old-epoch.safetensors" in found[0].fix
+    from draftlab.checkpoint import open_checkpoint
+
+    names = list(open_checkpoint(drafter / "model.safetensors").tensors)
+    (drafter / "model.safetensors.index.json").write_text(  # an index names what is loaded: nothing is stray
+        json.dumps({"weight_map": dict.fromkeys(names, "model.safetensors")}))
+    assert "stray-weights" not in codes(drafter, target)

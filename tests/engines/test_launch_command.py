@@ -119,3 +119,20 @@ def test_vllm_baseline_and_extra_args_pass_through():
 def test_spec_flags_without_drafter_refused():
     with pytest.raises(DraftlabError, match="need --drafter"):
         engine_command(LaunchRequest("sglang", "T", steps=3, topk=1, num_draft_tokens=4))
+
+
+def test_a_check_error_that_check_fix_cannot_fix_is_not_sent_to_check_fix(tmp_path, target_configs):
+    """num-layers (two decoder layers in SGLang) is no config edit: launch names its own fix instead."""
+    from builders import make_pair
+
+    from draftlab.engines.launch import check_before_launch
+
+    drafter, target = make_pair(tmp_path, target_configs["llama"], num_hidden_layers=2)
+    with pytest.raises(DraftlabError) as info:
+        check_before_launch(LaunchRequest("sglang", str(target), str(drafter)))
+    message = str(info.value)
+    assert "num-layers" in message and "check --fix OUT" not in message
+    assert "draftlab check --fix cannot fix num-layers" in message
+    fixable, _ = make_pair(tmp_path / "fixable", target_configs["llama"], architectures=["NotADrafter"])
+    with pytest.raises(DraftlabError, match="architecture-unknown .*run draftlab check --fix OUT and launch OUT"):
+        check_before_launch(LaunchRequest("sglang", str(target), str(fixable)))

@@ -6,8 +6,11 @@ fuzz_profiles.py (150 in CI; DRAFTLAB_FUZZ_PROFILE=long for 5000)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 
+import fuzz_targets
 import pytest
 from fuzz_profiles import FUZZ
 from fuzz_targets import (BY_NAME, TARGET_CONFIG, VALID_DATA, VALID_HEADER, VALID_INDEX,
@@ -126,3 +129,71 @@ def test_valid_inputs_are_results():
     assert len(run_target(BY_NAME["train rows (train/data.py)"], b'{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}'))
     with pytest.raises(DraftlabError):
         run_target(BY_NAME["safetensors header"], struct.pack("<Q", 2**60))
+
+
+# a valid input of each target: every file it writes is replaced in turn by something that is not a file
+VALID = {
+    "safetensors header": safetensors_bytes(VALID_HEADER, VALID_DATA),
+    "config.json (target, drafter)": json.dumps(TARGET_CONFIG),
+    "model.safetensors.index.json": json.dumps(VALID_INDEX),
+    "prompts (spec/prompts.py)": b'{"input_ids": [1, 2, 3]}',
+    "vocab count rows (vocab/rows.py)": b'{"input_ids": [1, 2, 3]}',
+    "train rows (train/data.py)": b'{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}',
+    "feature files (probe/features.py)": ("data_0.ckpt", b""),
+    "d2t/t2d mapping file (vocab/mapping.py)": safetensors_bytes(VALID_HEADER, VALID_DATA),
+    "drafter d2t/t2d (reader, arrays.py, d2t.py)": safetensors_bytes(VALID_HEADER, VALID_DATA),
+    "PROFILE.json (plan)": json.dumps(VALID_PROFILE),
+    "probe JSON (plan)": json.dumps(VALID_PROBE),
+}
+
+
+TRUE_REASON = {"fifo": "is a named pipe (FIFO)", "device": "is a character device", "loop": "is a symlink loop",
+               "folder": "is a folder"}
+# readers handed the path of their file itself, which take a checkpoint folder there too: a folder is read as one
+FOLDER_READERS = {"d2t/t2d mapping file (vocab/mapping.py)": ("d2t.safetensors", "no weights found"),
+                  "drafter d2t/t2d (reader, arrays.py, d2t.py)": ("model.safetensors", "no weights found")}
+
+
+def _make_special(path, kind: str) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # as /dev/null: reads end at once
+    elif kind == "loop":
+        path.symlink_to(path)
+    else:
+        path.mkdir()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["fifo", "device", "loop", "folder"])
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_no_reader_opens_a_fifo_device_loop_or_folder(name, kind, monkeypatch):
+    """Each file a reader is given, in turn a FIFO (opening it would block forever), a character device, a
+    symlink loop or a folder: one DraftlabError line naming the file and saying what it is, never a hang,
+    a traceback or a wrong reason ("not found" for a loop or a folder)."""
+    if kind == "device" and os.geteuid() != 0:
+        pytest.skip("os.mknod of a character device needs root")
+    assert set(VALID) == set(BY_NAME)
+    write = fuzz_targets._write
+    which = 0
+    while True:
+        written: list[str] = []
+
+        def special(folder, file_name, content, _which=which):
+            written.append(file_name)
+            if len(written) - 1 != _which:
+                return write(folder, file_name, content)
+            _make_special(folder / file_name, kind)
+            return folder / file_name
+
+        monkeypatch.setattr(fuzz_targets, "_write", special)
+        with pytest.raises(DraftlabError) as info:
+            run_target(BY_NAME[name], VALID[name])
+        message = str(info.value)
+        as_folder = FOLDER_READERS.get(name, (None, None))
+        reason = as_folder[1] if kind == "folder" and written[which] == as_folder[0] else TRUE_REASON[kind]
+        assert "\n" not in message and written[which] in message and reason in message, message
+        if which == len(written) - 1:
+            break
+        which += 1

@@ -143,7 +143,7 @@ def test_it_never_writes_over_an_input(tmp_path, capsys, toy_results):
     copy.write_text(toy_results["probe"].read_text())
     before = copy.read_bytes()
     assert main(["report", str(copy), "-o", str(copy)]) == 2
-    assert "is one of the results" in capsys.readouterr().err and copy.read_bytes() == before
+    assert "is a result file itself" in capsys.readouterr().err and copy.read_bytes() == before
     assert main(["report", str(tmp_path / "missing.json")]) == 2
     assert "result file not found" in capsys.readouterr().err
 

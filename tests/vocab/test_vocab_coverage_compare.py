@@ -91,3 +91,16 @@ def test_cli_coverage_refuses_mismatched_inputs(tmp_path: Path, tokenizers_root:
     other = write_counts(tmp_path / "o.json", {1: 3}, 120)
     assert main(["vocab", "coverage", str(tmp_path / "m.safetensors"), "--counts", str(other)]) == 2
     assert "counts are for a 120-token vocabulary" in capsys.readouterr().err
+
+
+def test_compare_refuses_a_target_instead_of_reading_it_as_a_full_vocabulary(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from .helpers import make_target
+
+    drafter = make_drafter(tmp_path / "drafter", VocabMapping.from_target_ids(list(range(0, 200, 2)), VOCAB))
+    target = make_target(tmp_path / "target", VOCAB)
+    assert main(["vocab", "compare", str(drafter), str(target)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip() == (
+        f"draftlab: error: {target}: is a model (LlamaForCausalLM), not an EAGLE-3 drafter: it holds no draft "
+        "vocabulary mapping (d2t/t2d); give a drafter folder or a mapping file (.safetensors / .pt)")

@@ -14,6 +14,7 @@ from draftlab.bench.client import BenchConfig, RunOutcome
 from draftlab.bench.stats import summarize_ms
 from draftlab.engines.metrics import SpecSummary
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 
 CONTRACT_KEYS = (
     "config", "completed", "failed", "duration_s", "output_throughput", "request_throughput",
@@ -82,8 +83,7 @@ def build_result(config: BenchConfig, outcome: RunOutcome, spec: SpecSummary, mo
 def load_result(path: str | Path) -> BenchResult:
     """Read a result file written by ``bench -o``, checking it has every contract field."""
     path = Path(path)
-    if not path.is_file():
-        raise DraftlabError("result file not found; write one with draftlab bench -o FILE", path=path)
+    regular_file(path, "result file not found; write one with draftlab bench -o FILE")
     try:
         data = jsonio.loads(path.read_text())
     except json.JSONDecodeError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 
 from draftlab import jsonio
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 
 APIS = ("openai-chat", "openai", "sglang")
 API_PATHS = {"openai-chat": "/v1/chat/completions", "openai": "/v1/completions", "sglang": "/generate"}
@@ -31,8 +32,7 @@ class Prompt:
 def load_prompts(path: str | Path) -> list[Prompt]:
     """Read a prompts JSONL file; every bad row is reported by line number."""
     path = Path(path)
-    if not path.is_file():
-        raise DraftlabError("prompts file not found; give a JSONL file with prompt/messages/input_ids rows", path=path)
+    regular_file(path, "prompts file not found; give a JSONL file with prompt/messages/input_ids rows")
     prompts = []
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():

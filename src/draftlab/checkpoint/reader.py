@@ -16,6 +16,7 @@ resolved, or, in a Hugging Face cache snapshot (``.../snapshots/REV``), in that 
 from __future__ import annotations
 
 import json
+import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from draftlab import jsonio
 from draftlab.checkpoint.safetensors_header import FLOAT_DTYPES, TORCH_NAMES, TensorInfo, read_header
 from draftlab.errors import DraftlabError
+from draftlab.readable import present, regular_file, stat_input
 
 if TYPE_CHECKING:
     import torch
@@ -136,10 +138,8 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
 
 
 def _open(path: Path) -> Checkpoint:
-    if not path.exists():
-        raise DraftlabError("no such file or folder", path=path)
-    if path.is_file():
-        folder, files = path.parent, [path]
+    if not stat.S_ISDIR(stat_input(path, "no such file or folder").st_mode):
+        folder, files = path.parent, [regular_file(path)]
         fmt = _format_of(path)
         weight_map: dict[str, str] | None = None
     else:
@@ -147,7 +147,7 @@ def _open(path: Path) -> Checkpoint:
         files, fmt, weight_map = _find_weight_files(folder)
     config = read_json(inside_checkpoint(folder, folder / "config.json"))
     for file in files:
-        inside_checkpoint(folder, file)
+        regular_file(inside_checkpoint(folder, file))
     if not isinstance(config, dict):
         raise DraftlabError("config must be a JSON object", path=folder / "config.json")
 
@@ -171,9 +171,7 @@ def _open(path: Path) -> Checkpoint:
 def read_json(path: Path) -> Any:
     """Parse a JSON file, turning every failure into a one-line :class:`DraftlabError`."""
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise DraftlabError("not found", path=path) from None
+        text = regular_file(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise DraftlabError(f"cannot read ({exc})", path=path) from None
     try:
@@ -194,11 +192,11 @@ def _find_weight_files(folder: Path) -> tuple[list[Path], str, dict[str, str] | 
     for index_name, fmt in (("model.safetensors.index.json", "safetensors"),
                             ("pytorch_model.bin.index.json", "pytorch")):
         index = folder / index_name
-        if index.exists():
+        if present(index):
             weight_map = _read_index(inside_checkpoint(folder, index))
             return _files_from_index(folder, index, weight_map), fmt, weight_map
     for single, fmt in (("model.safetensors", "safetensors"), ("pytorch_model.bin", "pytorch")):
-        if (folder / single).exists():
+        if present(folder / single):
             return [folder / single], fmt, None
     found = sorted(folder.glob("*.safetensors"))
     if found:
@@ -231,7 +229,7 @@ def _files_from_index(folder: Path, index: Path, weight_map: dict[str, str]) -> 
         if not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name:
             raise DraftlabError(f"weight_map names {name!r}, outside the checkpoint folder; refusing it", path=index)
         file = folder / name
-        if not file.is_file():
+        if not present(file):
             raise DraftlabError(f"weight_map names {name!r}, which does not exist", path=index)
         files.append(file)
     return files
@@ -245,7 +243,11 @@ def inside_checkpoint(folder: Path, file: Path) -> Path:
     """
     if file.parent == folder and not file.is_symlink():
         return file
-    root, real = folder.resolve(), file.resolve()
+    try:
+        root, real = folder.resolve(), file.resolve()
+    except RuntimeError:  # Python < 3.13: a symlink loop
+        stat_input(file)  # says so in one line
+        raise
     allowed = [root]
     if root.parent.name == "snapshots":
         allowed.append(root.parent.parent / "blobs")

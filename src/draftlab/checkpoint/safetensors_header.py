@@ -17,6 +17,7 @@ from pathlib import Path
 
 from draftlab import jsonio
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 
 # Bytes per element of each safetensors dtype.
 DTYPE_SIZES: dict[str, float] = {
@@ -66,7 +67,7 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     Raises :class:`DraftlabError` naming the file for every way the header can be wrong.
     """
     try:
-        size = path.stat().st_size
+        size = regular_file(path).stat().st_size
         with path.open("rb") as f:
             prefix = f.read(8)
             if len(prefix) < 8:

@@ -15,7 +15,7 @@ from draftlab.cli.common import (
 )
 from draftlab.documents import document
 from draftlab.errors import DraftlabError
-from draftlab.fsutil import write_json_atomic
+from draftlab.fsutil import refuse_overlap, write_json_atomic
 from draftlab.report.bench import render_bench, render_bench_compare
 
 bench_app = typer.Typer(help="Benchmark a serving endpoint (SGLang, vLLM, draftlab serve).", no_args_is_help=False)
@@ -59,6 +59,8 @@ def bench(
 
     if base_url is None or prompts is None:
         raise DraftlabError("bench needs --base-url URL and --prompts FILE (or: draftlab bench compare A.json B.json)")
+    if output is not None:
+        refuse_overlap(output, {"--prompts": prompts})
     config = BenchConfig(
         base_url=base_url.rstrip("/"), api=api, num_prompts=num_prompts, concurrency=concurrency,
         request_rate=request_rate, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,
@@ -99,6 +101,8 @@ def compare(
     """Compare benchmark runs: throughput, latency and speedup over the baseline at equal load."""
     from draftlab.bench.compare import compare_results
 
+    if plot is not None:
+        refuse_overlap(plot, {"a result file": files})
     result = compare_results(files, baseline=baseline, plot=plot)
     if json_out:
         emit_json(result)

@@ -17,7 +17,8 @@ def convert(
     to: Annotated[str, typer.Option("--to", help="specforge (SGLang's layout) or speculators (vLLM's).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The new folder to write (must not exist).")],
     target: Annotated[Optional[Path], typer.Option(
-        "--target", "-t", help="The target folder: named as the verifier, and the output is checked against it.")] = None,
+        "--target", "-t", help="The target folder, named as the verifier by its absolute path and checked against the output; "
+                             "with --to speculators also a hub id (named as given, not checked).")] = None,
     json_out: JsonOption = False,
 ) -> int:
     """Write DRAFTER in the other layout, tensors bit for bit. Exit 0 done (and check-clean with --target), 1 the

@@ -14,6 +14,7 @@ from draftlab.cli.common import (
     StepsOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
 )
 from draftlab.errors import DraftlabError
+from draftlab.fsutil import local_inputs, refuse_overlap
 from draftlab.report.launch import render_launch
 
 
@@ -70,8 +71,9 @@ def launch(
         return 0
     if json_out:
         raise DraftlabError("--json only goes with --dry-run (a running server prints its log, not JSON)")
-    render_launch(command, console, err_console)
     log = log_file or Path(f"draftlab-{command.engine}-{command.port}.log")
+    refuse_overlap(log, local_inputs(target=target, drafter=drafter))
+    render_launch(command, console, err_console)
     with EngineProcess(command, log) as proc:
         proc.start()
         with err_console.status(f"waiting for {command.base_url}/health (log: {log})"):

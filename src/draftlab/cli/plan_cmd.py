@@ -24,6 +24,7 @@ from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
 from draftlab.cost.probes import load_probes, save_probes
 from draftlab.cost.profile import load_profile, save_profile
 from draftlab.errors import DraftlabError
+from draftlab.fsutil import refuse_overlap
 from draftlab.report.plan import render_engine_estimate, render_measurements, render_plan
 
 
@@ -60,6 +61,8 @@ def plan(
     json_out: JsonOption = False,
 ) -> None:
     """Predict tokens per second per speculation config, the break-even accept length and the best config."""
+    _refuse_outputs({"--save-costs": save_costs, "--save-probe": save_probe, "--plot": plot},
+                    {"--target": target, "--drafter": drafter, "--prompts": prompts, "--costs": costs, "--probe": probe})
     engine = {"baseline_tps": baseline_tps, "decode_ms": decode_ms, "spec_tps": spec_tps,
               "cycle_ms": cycle_ms, "accept_length": accept_length,
               "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
@@ -107,6 +110,15 @@ def plan(
         emit_json(est)
     else:
         render_engine_estimate(est, console)
+
+
+def _refuse_outputs(outputs: dict[str, Path | None], inputs: dict[str, Any]) -> None:
+    """Each output given may be no input and no output named before it."""
+    seen = dict(inputs)
+    for label, path in outputs.items():
+        if path is not None:
+            refuse_overlap(path, seen)
+            seen[label] = path
 
 
 def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, grid: str | None,

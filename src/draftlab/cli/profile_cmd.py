@@ -14,6 +14,7 @@ from draftlab.cli.common import (
 )
 from draftlab.cost.profile import ModelInfo, Profile, save_profile
 from draftlab.errors import DraftlabError
+from draftlab.fsutil import refuse_overlap
 from draftlab.report.profile import render_profile
 
 
@@ -42,6 +43,7 @@ def profile(
     json_out: JsonOption = False,
 ) -> None:
     """Time decode, verify, draft steps and draft-extend (and the TP all-reduce) on this machine."""
+    refuse_overlap(out, {"--target": target, "--drafter": drafter})
     batches = parse_ints("--batch-sizes", batch_sizes)
     tokens = parse_ints("--verify-tokens", verify_tokens)
     if target is None and tp < 2:

@@ -9,6 +9,7 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import JsonOption, console, emit_json
+from draftlab.fsutil import refuse_overlap
 
 
 @app.command("report")
@@ -22,6 +23,7 @@ def report(
     """One HTML page of draftlab results: findings as headings, figures, tables, and the command behind each."""
     from draftlab.report.html.report import make_report
 
+    refuse_overlap(out, {"a result file": results})
     result = make_report(results, out, title)
     if json_out:
         emit_json(result)

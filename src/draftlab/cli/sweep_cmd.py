@@ -17,6 +17,7 @@ from draftlab.cli.common import (
     console, emit_json, err_console, non_negative,
 )
 from draftlab.errors import DraftlabError
+from draftlab.fsutil import local_inputs, refuse_overlap
 from draftlab.report.sweep import render_sweep, render_sweep_plan
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ def sweep(
     """Bench every batch,steps,topk,draft-tokens entry on its own engine launch; extra engine args go after --."""
     from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep
 
+    if out is not None and not dry_run:
+        refuse_overlap(out, {**local_inputs(target=target, drafter=drafter), "--prompts": prompts}, folder=True)
     options = SweepOptions(
         engine=engine, target=target, drafter=drafter, grid=tuple(parse_grid(grid)), prompts=prompts,
         num_prompts=num_prompts, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,

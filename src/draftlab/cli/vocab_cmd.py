@@ -13,6 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from draftlab.cli.app import app
 from draftlab.cli.common import console, emit_json, err_console
 from draftlab.documents import to_jsonable
+from draftlab.fsutil import refuse_overlap
 from draftlab.report.vocab import (
     render_vocab_build, render_vocab_compare, render_vocab_count, render_vocab_coverage, render_vocab_remap,
 )
@@ -140,6 +141,7 @@ def remap_cmd(
     """Rewrite a drafter for a new draft vocabulary, keeping shared lm_head rows bit-exactly."""
     from draftlab.vocab import load_mapping, remap_drafter
 
+    refuse_overlap(output, {"DRAFTER": drafter, "--mapping": mapping, "--target": target}, folder=True)
     result = remap_drafter(drafter, load_mapping(mapping), output, init=init, target=target)
     if json_out:
         emit_json(result)

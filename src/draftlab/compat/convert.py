@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,10 @@ from draftlab.engines.releases import MLA_CLASS
 from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir, refuse_overlap
+from draftlab.readable import present
 
 LAYOUTS = ("specforge", "speculators")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 @dataclass
@@ -57,6 +60,7 @@ class ConvertResult:
     config_diff: str = ""
     engine: str = ""  # the engine the written layout is for: sglang (specforge), vllm (speculators)
     check: CheckResult | None = None  # ``check`` of the written folder against --target in that engine
+    hub_target: str | None = None  # --target given as a hub id: named as the verifier, the folder not checked
 
 
 def convert_drafter(drafter: str | Path, to: str, out: str | Path, *,
@@ -73,12 +77,16 @@ def convert_drafter(drafter: str | Path, to: str, out: str | Path, *,
         raise DraftlabError("is not an EAGLE-3 drafter (no Eagle3 architecture, speculators config or fc + "
                             "midlayer weights)", path=drafter)
     d = drafter_config(ckpt)
-    target_ckpt = open_checkpoint(target) if target is not None else None
+    hub_id = target is not None and is_hub_id(target)
+    if hub_id and to != "speculators":
+        raise DraftlabError(f"--target {target} is not a local folder; --to {to} reads --target only to check the "
+                            "written folder, so give the target's folder (or drop --target)")
+    target_ckpt = open_checkpoint(target) if target is not None and not hub_id else None
     if target_ckpt is not None and is_drafter(target_ckpt):
         raise DraftlabError("is an EAGLE-3 drafter; --target must be the target model", path=target)
     out = Path(out)
     refuse_overlap(out, {"the drafter's folder": ckpt.path,
-                         "the target's folder": target_ckpt.path if target_ckpt is not None else None})
+                         "the target's folder": target_ckpt.path if target_ckpt is not None else None}, folder=True)
     if out.exists():
         raise DraftlabError("already exists; choose a new output path", path=out)
 
@@ -86,16 +94,17 @@ def convert_drafter(drafter: str | Path, to: str, out: str | Path, *,
     if to == "specforge":
         config = _to_specforge(ckpt, d, changes)
     else:
-        config = _to_speculators(ckpt, d, _verifier(target, target_ckpt), changes)
+        config = _to_speculators(ckpt, d, _verifier(target, target_ckpt), changes, _verifier_why(hub_id))
     renames = layer_renames(ckpt.tensors, to)
     with atomic_dir(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         write_as_safetensors(ckpt, tmp, renames)
         copy_other_files(ckpt, tmp)
     engine = NATIVE_ENGINE[to]
-    check = check_pair(out, target, engine) if target is not None else None
+    check = check_pair(out, target, engine) if target_ckpt is not None else None
     return ConvertResult(out, d.layout, to, ckpt.format, len(ckpt.tensors), renames, changes,
-                         config_diff(ckpt.config, config, "config.json (converted)"), engine, check)
+                         config_diff(ckpt.config, config, "config.json (converted)"), engine, check,
+                         str(target) if hub_id else None)
 
 
 def _note(changes: list[ConfigChange], name: str, before: Any, after: Any, why: str) -> None:
@@ -160,18 +169,34 @@ def _to_specforge(ckpt: Checkpoint, d: DrafterConfig, changes: list[ConfigChange
     return written
 
 
+def is_hub_id(target: str | Path) -> bool:
+    """True for ``org/name`` (a Hugging Face hub id) that names nothing on this machine."""
+    text = str(target)
+    return not present(text) and _HUB_ID.fullmatch(text) is not None
+
+
 def _verifier(target: str | Path | None, target_ckpt: Checkpoint | None) -> dict[str, Any] | None:
-    """speculators' VerifierConfig fields for ``--target``: the path as given and its architectures."""
-    if target is None or target_ckpt is None:
+    """speculators' VerifierConfig fields for ``--target``: where ``from_pretrained`` finds it from any
+    directory (a local folder as an absolute path, a hub id as given) and its architectures."""
+    if target is None:
         return None
+    if target_ckpt is None:
+        return {"name_or_path": str(target), "architectures": []}
     architectures = target_ckpt.config.get("architectures")
     if not isinstance(architectures, list):
         architectures = []
-    return {"name_or_path": str(target), "architectures": architectures}
+    return {"name_or_path": str(Path(target).absolute()), "architectures": architectures}
+
+
+def _verifier_why(hub_id: bool) -> str:
+    """What the verifier's ``name_or_path`` is, for the printed list of config changes."""
+    if hub_id:
+        return "from --target, a hub id (not a local folder, so the written folder is not checked)"
+    return "from --target, as an absolute path (speculators resolves a relative one from where it runs)"
 
 
 def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any] | None,
-                    changes: list[ConfigChange]) -> dict[str, Any]:
+                    changes: list[ConfigChange], why: str) -> dict[str, Any]:
     """The speculators config vLLM and speculators read; a speculators config gets only its verifier set."""
     config = ckpt.config
     if d.variant.mla is not None:
@@ -182,7 +207,7 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
         out = copy.deepcopy(config)
         if verifier is not None:
             spec = out.setdefault("speculators_config", {})
-            _note(changes, "speculators_config.verifier", spec.get("verifier"), verifier, "from --target")
+            _note(changes, "speculators_config.verifier", spec.get("verifier"), verifier, why)
             spec["verifier"] = verifier
         return out
     if verifier is None:
@@ -190,7 +215,7 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
         _note(changes, "speculators_config.verifier", None, verifier,
               "a SpecForge config names no verifier; pass --target TARGET to name it (vllm serve DRAFTER loads it)")
     else:
-        _note(changes, "speculators_config.verifier", None, verifier, "from --target")
+        _note(changes, "speculators_config.verifier", None, verifier, why)
     aux = _aux(d)
     hidden = _fc_target_hidden(ckpt, d, len(aux) if aux else 3)
     top: dict[str, Any] = {

@@ -159,7 +159,8 @@ def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: s
         check_aux_layers(pair, aux_layers)
     before = run_rules(pair, Path(drafter), Path(target))
     out = Path(out)
-    refuse_overlap(out, {"the drafter's folder": pair.drafter_ckpt.path, "the target's folder": pair.target_ckpt.path})
+    refuse_overlap(out, {"the drafter's folder": pair.drafter_ckpt.path, "the target's folder": pair.target_ckpt.path},
+                   folder=True)
     fixed = before.fixable
     edit = _Edit(pair, copy.deepcopy(pair.drafter_ckpt.config), {}, aux_layers)
     for code, fixer in FIXERS.items():

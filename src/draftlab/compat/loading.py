@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from draftlab.checkpoint.reader import INDEX_NAMES
 from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair
 from draftlab.engines.loading import (
@@ -12,6 +13,7 @@ from draftlab.engines.loading import (
 )
 from draftlab.engines.releases import MLA_CLASS, first_mla_release
 from draftlab.engines.written_config import null_fields
+from draftlab.readable import present
 
 _SHOW = 4
 
@@ -158,6 +160,23 @@ def final_norm_skipped(pair: Pair) -> Iterator[Finding]:
                       "remove norm_output unless the drafter was trained in SpecForge with norm_output false")
 
 
+def stray_weights(pair: Pair) -> Iterator[Finding]:
+    """Without an index the engines load every ``*.safetensors`` of the folder, not only the checkpoint's file."""
+    ckpt = pair.drafter_ckpt
+    if any(present(ckpt.path / name) for name in INDEX_NAMES):
+        return  # the engines load what the index names
+    loaded = set(ckpt.weight_files)
+    stray = sorted(p.name for p in ckpt.path.glob("*.safetensors") if p not in loaded)
+    if not stray:
+        return
+    shown = ", ".join(stray[:_SHOW]) + (", ..." if len(stray) > _SHOW else "")
+    yield Finding("stray-weights", "error", stray[0],
+                  f"{len(stray)} other *.safetensors file(s) beside {ckpt.weight_files[0].name} ({shown}): "
+                  f"{engine_loading(pair.engine).name} loads every *.safetensors of a folder without an index, "
+                  "so their tensors would be loaded too (or instead of a .bin)",
+                  f"move {stray[0]} out of the drafter folder")
+
+
 RULES = (null_config_fields, final_norm_skipped, architecture, weight_names, embedding, num_layers, residual_order,
          target_supported, dtype,
-         special_tokens)
+         special_tokens, stray_weights)

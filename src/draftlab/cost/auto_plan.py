@@ -27,6 +27,7 @@ from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 from draftlab.models.pair import load_pair
 from draftlab.probe.probe import Clock, ProbeResult, probe_configs
 
@@ -88,8 +89,7 @@ def auto_plan(
     if overhead_ms < 0 or warmup < 0 or repeats < 1:
         raise DraftlabError(f"need overhead >= 0 ms, warmup >= 0 and repeats >= 1; got {overhead_ms}, {warmup} "
                             f"and {repeats}")
-    if not Path(prompts).is_file():
-        raise DraftlabError("prompts file not found", path=prompts)
+    regular_file(prompts, "prompts file not found")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
     clock = Clock()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from draftlab import jsonio
 from draftlab.cost.model import SpecConfig
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 from draftlab.fsutil import write_json_atomic
 
 if TYPE_CHECKING:
@@ -54,9 +55,7 @@ def load_probes(paths: list[str | Path]) -> list[AcceptLength]:
 
 def _load_one(path: Path) -> list[AcceptLength]:
     try:
-        doc = jsonio.loads(path.read_text())
-    except FileNotFoundError:
-        raise DraftlabError("no such file; write one with draftlab probe --json", path=path) from None
+        doc = jsonio.loads(regular_file(path, "no such file; write one with draftlab probe --json").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DraftlabError(f"not a readable JSON file ({exc})", path=path) from None
     items = doc if isinstance(doc, list) else [doc]

@@ -40,6 +40,7 @@ from draftlab.cost.model import CycleBreakdown, SpecConfig, cycle_breakdown
 from draftlab.cost.overhead import Overhead
 from draftlab.cost.measurement import Measurement
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 from draftlab.fsutil import write_json_atomic
 
 FORMAT = "draftlab-profile/1"
@@ -200,9 +201,7 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate PROFILE.json."""
     path = Path(path)
     try:
-        doc = jsonio.loads(path.read_text())
-    except FileNotFoundError:
-        raise DraftlabError("no such file; write one with draftlab profile", path=path) from None
+        doc = jsonio.loads(regular_file(path, "no such file; write one with draftlab profile").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DraftlabError(f"not a readable JSON file ({exc})", path=path) from None
     return profile_from_dict(doc, source=path)

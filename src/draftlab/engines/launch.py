@@ -391,11 +391,14 @@ def check_before_launch(request: LaunchRequest, engine_version: str | None = Non
     result = check_pair(request.drafter, request.target, convention, engine_version)
     errors = [f for f in result.findings if f.severity == "error" and f.code != CONTEXT_TOO_SHORT]
     if errors:
-        first = errors[0]
+        unfixable = [f for f in errors if not f.fixable]
+        first = (unfixable or errors)[0]
+        todo = (f"{first.fix} (draftlab check --fix cannot fix {first.code})" if unfixable
+                else "run draftlab check --fix OUT and launch OUT")
+        which = "first" if first is errors[0] else "among them"
         raise DraftlabError(
-            f"check found {len(errors)} error(s) for {request.engine} {result.engine_version}, first {first.code} "
-            f"({first.field}): "
-            f"{first.message}; run draftlab check --fix OUT and launch OUT, or pass --skip-check"
+            f"check found {len(errors)} error(s) for {request.engine} {result.engine_version}, {which} {first.code} "
+            f"({first.field}): {first.message}; {todo}, or pass --skip-check"
         )
     too_short = any(f.code == CONTEXT_TOO_SHORT for f in result.findings)
     return too_short, [f"check ({result.engine} {result.engine_version} rules): {len(result.findings)} finding(s), "
@@ -405,6 +408,8 @@ def check_before_launch(request: LaunchRequest, engine_version: str | None = Non
 def local_architecture(target: str) -> str | None:
     """The first ``architectures`` entry of a local target's config.json (None for hub ids)."""
     config = Path(target) / "config.json"
+    if not config.is_file():  # a hub id, or a FIFO that would block the read
+        return None
     try:
         archs = json.loads(config.read_text()).get("architectures")
     except (OSError, ValueError, AttributeError):

@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import load_file
 
 from draftlab.errors import DraftlabError
+from draftlab.readable import input_folder, regular_file
 
 PATTERNS = ("*.ckpt", "data_*.pt", "hs_*.safetensors")
 
@@ -43,8 +44,7 @@ class FeatureSample:
 def feature_files(folder: str | Path) -> list[Path]:
     """Every sample file under ``folder`` (one layout only), in numeric order."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise DraftlabError("features folder not found", path=folder)
+    input_folder(folder, "features folder not found")
     found = {pattern: sorted(folder.rglob(pattern), key=_order) for pattern in PATTERNS}
     layouts = [p for p, files in found.items() if files]
     if not layouts:
@@ -106,6 +106,7 @@ def response_spans(sample: FeatureSample) -> list[tuple[int, int]]:
 
 
 def _load(path: Path) -> dict:
+    regular_file(path)
     try:
         if path.suffix == ".safetensors":
             return load_file(str(path))

@@ -22,6 +22,10 @@ def render_convert(result: ConvertResult, console: Console) -> None:
     for change in result.config_changes:
         console.print(f"  [bold]{change.field}[/]: {json.dumps(change.before)} -> {json.dumps(change.after)}  "
                       f"[dim]{change.why}[/]")
+    if result.hub_target is not None:
+        console.print(f"[dim]not checked: --target {result.hub_target} is a hub id, not a local folder; "
+                      f"check it against the target's folder for {_ENGINE[result.to_layout]}[/]")
+        return
     if result.check is None:
         console.print(f"[dim]add --target TARGET to check it for {_ENGINE[result.to_layout]}[/]")
         return

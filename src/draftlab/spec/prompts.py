@@ -14,6 +14,7 @@ from typing import Any
 
 from draftlab import jsonio
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 
 KINDS = ("input_ids", "prompt", "messages")
 
@@ -28,9 +29,7 @@ def read_prompts(path: str | Path, *, tokenizer_dir: str | Path, vocab_size: int
     """Every prompt of ``path`` as token ids; the tokenizer is loaded only if a row needs it."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise DraftlabError("prompts file not found", path=path) from None
+        lines = regular_file(path, "prompts file not found").read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise DraftlabError(f"cannot read prompts file ({exc})", path=path) from None
     tokenizer = None

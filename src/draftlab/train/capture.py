@@ -53,7 +53,7 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
     from draftlab.models.target import TargetRunner
 
     out = Path(out)
-    refuse_overlap(out, {"--target": target, "--data": data, "--drafter": drafter})
+    refuse_overlap(out, {"--target": target, "--data": data, "--drafter": drafter}, folder=True)
     if out.exists() and not resume:
         raise DraftlabError("already exists; choose a new folder, or pass --resume to finish it", path=out)
     if drafter is not None and aux_layers is not None:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 from draftlab.probe.features import feature_files, read_sample
 from draftlab.vocab.assistant_spans import (
     assistant_char_spans,
@@ -57,8 +58,7 @@ def tokenized_rows(data: str | Path, tokenizer: Any | None, vocab_size: int, seq
     ``drop_last=False`` keeps each row's last position in the mask (captured features keep the data's mask).
     Without a ``tokenizer`` only ``input_ids`` rows are read; another row raises with ``no_tokenizer``."""
     path = Path(data)
-    if not path.is_file():
-        raise DraftlabError("data file not found", path=path)
+    regular_file(path, "data file not found")
     template = template_text(tokenizer) if tokenizer is not None else None
     generation = template is not None and has_generation_blocks(template)
     rows = []

@@ -22,6 +22,7 @@ from typing import Any
 
 from draftlab.distributed import World, barrier, close_world, init_world
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 from draftlab.fsutil import refuse_overlap, write_text_atomic
 from draftlab.vocab.rows import BadRow, parse_row
 
@@ -38,8 +39,7 @@ class RegenerateResult:
 def conversation_prompts(data: str | Path) -> list[list[dict[str, str]]]:
     """Each row's messages before its last assistant turn; every row must be a conversation."""
     path = Path(data)
-    if not path.is_file():
-        raise DraftlabError("data file not found", path=path)
+    regular_file(path, "data file not found")
     prompts = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():

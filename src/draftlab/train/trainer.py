@@ -155,7 +155,7 @@ class _Run:
         self.out = Path(opts.out)
         refuse_overlap(self.out, {"--target": opts.target, "--data": opts.data, "--init": opts.init,
                                   "--features": opts.features, "--remap": opts.remap,
-                                  "--eval-prompts": opts.eval_prompts})
+                                  "--eval-prompts": opts.eval_prompts}, folder=True)
         self.state = checkpoints.load_state(self.out) if opts.resume else None
         if not opts.resume and self.out.exists():
             raise DraftlabError("already exists; choose a new output folder, or pass --resume to continue it",

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 from draftlab.fsutil import refuse_overlap
 from draftlab.vocab.assistant_spans import (
     assistant_char_spans,
@@ -177,8 +178,7 @@ def count_tokens(data: list[str | Path], tokenizer_dir: str | Path | None = None
     if not files:
         raise DraftlabError("no data files given; pass --data FILE")
     for path in files:
-        if not path.is_file():
-            raise DraftlabError("no such data file", path=path)
+        regular_file(path, "no such data file")
     tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
     tok, no_tokenizer = _tokenizer(tokenizer_dir, vocab_size)
     vocab_size = _vocab_size(tokenizer_dir, tok, vocab_size, no_tokenizer)

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from draftlab.checkpoint import DrafterConfig, open_checkpoint
+from draftlab.checkpoint import DrafterConfig, is_drafter, open_checkpoint
 from draftlab.checkpoint.arrays import read_array, read_arrays, save_arrays, tensor_array
 from draftlab.checkpoint.d2t import validate_d2t
 from draftlab.checkpoint.safetensors_header import TORCH_NAMES, read_header
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 from draftlab.fsutil import atomic_path
 
 MAPPING_FORMATS = ("safetensors", "pt")
@@ -73,6 +74,11 @@ class VocabMapping:
     def from_drafter(cls, path: str | Path) -> VocabMapping:
         """The mapping stored in a drafter checkpoint, checked against its config and lm_head."""
         ckpt = open_checkpoint(path)
+        if not is_drafter(ckpt):
+            archs = ckpt.config.get("architectures")
+            what = f" ({archs[0]})" if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+            raise DraftlabError(f"is a model{what}, not an EAGLE-3 drafter: it holds no draft vocabulary mapping "
+                                "(d2t/t2d); give a drafter folder or a mapping file (.safetensors / .pt)", path=path)
         cfg = DrafterConfig.from_dict(ckpt.config)
         head = ckpt.tensors.get("lm_head.weight")
         draft_size = head.shape[0] if head is not None else cfg.draft_vocab_size
@@ -103,8 +109,7 @@ class VocabMapping:
         ``vocab_size`` defaults to the length of ``t2d``.
         """
         path = Path(path)
-        if not path.is_file():
-            raise DraftlabError("no such mapping file", path=path)
+        regular_file(path, "no such mapping file")
         arrays = _read_safetensors(path) if path.suffix == ".safetensors" else _read_pt(path)
         if "d2t" not in arrays:
             raise DraftlabError("has no 'd2t' tensor; a mapping file holds d2t (int64 offsets) and t2d (bool)",

@@ -62,11 +62,10 @@ def remap_drafter(drafter: str | Path, mapping: VocabMapping, output: str | Path
     if init != "target-lm-head" and target is not None:
         raise DraftlabError(f"--target is only read by --init target-lm-head, not --init {init}")
     output = Path(output)
+    ckpt = open_checkpoint(drafter)
+    refuse_overlap(output, {"the drafter's folder": ckpt.path, "--target": target}, folder=True)
     if output.exists():
         raise DraftlabError("already exists; choose a new output folder", path=output)
-
-    ckpt = open_checkpoint(drafter)
-    refuse_overlap(output, {"the drafter's folder": ckpt.path, "--target": target})
     if not is_drafter(ckpt):
         raise DraftlabError("is not an EAGLE-3 drafter (no drafter architecture or fc/midlayer tensors)",
                             path=ckpt.path)

@@ -7,13 +7,20 @@ from typing import Any
 
 from draftlab.checkpoint import read_json, text_config
 from draftlab.errors import DraftlabError
+from draftlab.readable import input_folder, present, regular_file
+
+# the files a tokenizer folder may hold, checked to be regular before transformers opens them
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json")
 
 
 def load_tokenizer(path: str | Path) -> Any:
     """A transformers fast tokenizer from a local folder (never the network)."""
     path = Path(path)
-    if not path.is_dir():
-        raise DraftlabError("no such tokenizer folder", path=path)
+    input_folder(path, "no such tokenizer folder")
+    for name in TOKENIZER_FILES:
+        if present(path / name):
+            regular_file(path / name)
     import transformers
     from transformers import AutoTokenizer
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from draftlab import __version__
 from draftlab.errors import DraftlabError
-from draftlab.fsutil import write_text_atomic
+from draftlab.fsutil import refuse_overlap, write_text_atomic
 from draftlab.report.html.markup import Section, esc
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -82,8 +82,7 @@ def render_page(sections: list[Section], title: str) -> str:
 
 def write_report(sections: list[Section], out: Path, title: str, inputs: list[Path]) -> Path:
     """Write the page to ``out`` atomically; never over one of its ``inputs``."""
-    if any(out.resolve() == p.resolve() for p in inputs):
-        raise DraftlabError("is one of the results to report on; write the page elsewhere (-o report.html)", path=out)
+    refuse_overlap(out, {"a result file": inputs})
     if out.is_dir():
         raise DraftlabError("is a folder; give a file name for the page (-o report.html)", path=out)
     write_text_atomic(out, render_page(sections, title))

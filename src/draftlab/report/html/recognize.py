@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 from draftlab.report.html import bench, compat, decode, drift, plan, train, vocab
 from draftlab.report.html.markup import Section
 
@@ -71,8 +72,7 @@ def load_sections(paths: list[Path]) -> list[Section]:
     """One section per result in ``paths``, in the order given."""
     sections: list[Section] = []
     for path in paths:
-        if not path.is_file():
-            raise DraftlabError("result file not found", path=path)
+        regular_file(path, "result file not found")
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as exc:
