@@ -60,3 +60,26 @@ def test_a_failed_write_names_what_failed_and_leaves_nothing(tmp_path, monkeypat
     with pytest.raises(DraftlabError, match=r"\(write somewhere you may write\)"):
         write_text_atomic(tmp_path / "f.json", "{}")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("error", [
+    "Error while serializing: I/O error: No space left on device (os error 28)",  # safetensors' SafetensorError
+    "[enforce fail at inline_container.cc:672] . unexpected pos 9951234816 vs 9951234716",  # torch.save
+])
+def test_a_library_write_that_fails_mid_file_is_one_line_and_leaves_nothing(tmp_path, error):
+    """safetensors and torch report a full disk as their own exception types (seen on the GPU machine's
+    full disk during train): the atomic writers answer in one line and remove their temp files."""
+    from draftlab.errors import DraftlabError
+    from draftlab.fsutil import atomic_dir, atomic_path
+
+    with pytest.raises(DraftlabError, match="cannot write: .*nothing was written"):
+        with atomic_path(tmp_path / "model.safetensors") as tmp:
+            tmp.write_bytes(b"partial")
+            raise RuntimeError(error)
+    with pytest.raises(DraftlabError, match="cannot write"):
+        with atomic_dir(tmp_path / "out"):
+            raise RuntimeError(error)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="something else"):  # other errors are not disguised
+        with atomic_path(tmp_path / "x"):
+            raise RuntimeError("something else")

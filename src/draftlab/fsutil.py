@@ -19,6 +19,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -59,6 +60,20 @@ def _write_failed(dest: Path, exc: OSError, tmp: Path | None) -> DraftlabError:
     return DraftlabError(f"cannot write: {why}{where}; nothing was written", path=dest)
 
 
+def _inner_os_error(exc: Exception) -> OSError | None:
+    """The OSError inside a library's own write error, None when it is something else: safetensors
+    says "I/O error: ... (os error N)", torch's zip writer "unexpected pos" or "failed writing file"
+    when the disk fills mid-write."""
+    text = str(exc)
+    found = re.search(r"\(os error (\d+)\)", text)
+    if found:
+        code = int(found.group(1))
+        return OSError(code, os.strerror(code))
+    if "unexpected pos" in text or "failed writing file" in text:
+        return OSError(errno.EIO, "the write stopped short (is the disk full?)")
+    return None
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; on success rename it onto ``dest``."""
@@ -76,6 +91,11 @@ def atomic_path(dest: str | Path) -> Iterator[Path]:
         os.replace(tmp_path, dest)
     except OSError as exc:
         raise _write_failed(dest, exc, tmp_path) from None
+    except Exception as exc:
+        inner = _inner_os_error(exc)
+        if inner is None:
+            raise
+        raise _write_failed(dest, inner, tmp_path) from None
     finally:
         if tmp_path is not None:
             tmp_path.unlink(missing_ok=True)
@@ -111,6 +131,11 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
         os.replace(tmp, dest)
     except OSError as exc:
         raise _write_failed(dest, exc, tmp) from None
+    except Exception as exc:
+        inner = _inner_os_error(exc)
+        if inner is None:
+            raise
+        raise _write_failed(dest, inner, tmp) from None
     finally:
         if tmp is not None and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
