@@ -267,7 +267,8 @@ def _unknown_keys(config: Mapping[str, Any], layer: Mapping[str, Any], speculato
 
 
 def unknown_keys(config: Mapping[str, Any]) -> list[str]:
-    """Config keys outside :data:`UNDERSTOOD_KEYS` that look inert (shown by ``inspect``, not refused)."""
+    """Config keys outside :data:`UNDERSTOOD_KEYS` (``inspect`` lists them; :func:`unsupported` refuses those
+    that may change the function)."""
     speculators = "speculators_config" in config or "speculators_model_type" in config
     layer = config.get("transformer_layer_config") if speculators else None
     out = [k for k in config if k not in UNDERSTOOD_KEYS]
