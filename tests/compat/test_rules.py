@@ -10,7 +10,7 @@ from builders import DROP, SEEN_AUX, TINY_TARGETS, make_pair
 
 from draftlab.checkpoint.synth import drafter_specs, write_safetensors
 from draftlab.checkpoint.configs import DrafterConfig
-from draftlab.compat import check_pair
+from draftlab.compat import check_pair, fix_pair
 
 
 def codes(drafter: Path, target: Path, engine: str = "sglang", version: str | None = None) -> set[str]:
@@ -122,8 +122,11 @@ def test_a_stray_safetensors_beside_a_single_file_checkpoint_is_an_error(tmp_pat
     for engine in ("sglang", "vllm"):
         result = check_pair(drafter, target, engine)
         found = [f for f in result.findings if f.code == "stray-weights"]
-        assert not result.ok and len(found) == 1 and found[0].severity == "error" and not found[0].fixable
+        assert not result.ok and len(found) == 1 and found[0].severity == "error" and found[0].fixable
         assert found[0].field == "old-epoch.safetensors" and "move old-epoch.safetensors" in found[0].fix
+    fixed = fix_pair(drafter, target, tmp_path / "fixed", "sglang")  # the stray file stays behind
+    assert not (tmp_path / "fixed" / "old-epoch.safetensors").exists() and fixed.after.ok
+    assert (drafter / "old-epoch.safetensors").exists()
     from draftlab.checkpoint import open_checkpoint
 
     names = list(open_checkpoint(drafter / "model.safetensors").tensors)

@@ -98,8 +98,11 @@ def safetensors_name(file: Path) -> str:
 
 def copy_other_files(ckpt: Checkpoint, out: Path) -> None:
     """Tokenizer files, generation config, README...: every file beside config and weights, each
-    checked to stay inside the checkpoint folder (a symlink out of it is refused)."""
+    checked to stay inside the checkpoint folder (a symlink out of it is refused). Other ``*.safetensors``
+    files are left behind: the engines would load them as weights (``check``'s stray-weights)."""
     skip = {"config.json", *INDEX_NAMES, *(f.name for f in ckpt.weight_files)}
     for item in ckpt.path.iterdir():
+        if item.suffix == ".safetensors":
+            continue
         if item.is_file() and item.name not in skip and not (out / item.name).exists():
             link_or_copy(inside_checkpoint(ckpt.path, item), out / item.name)

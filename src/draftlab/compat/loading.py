@@ -174,7 +174,7 @@ def stray_weights(pair: Pair) -> Iterator[Finding]:
                   f"{len(stray)} other *.safetensors file(s) beside {ckpt.weight_files[0].name} ({shown}): "
                   f"{engine_loading(pair.engine).name} loads every *.safetensors of a folder without an index, "
                   "so their tensors would be loaded too (or instead of a .bin)",
-                  f"move {stray[0]} out of the drafter folder")
+                  f"move {stray[0]} out of the drafter folder (check --fix leaves it out of OUT)", fixable=True)
 
 
 RULES = (null_config_fields, final_norm_skipped, architecture, weight_names, embedding, num_layers, residual_order,
