@@ -242,3 +242,18 @@ def test_the_verifier_is_named_so_speculators_finds_it_from_any_directory(tmp_pa
     assert "a hub id" in out and f"not checked: --target {hub} is a hub id" in out
     assert main(["convert", str(drafter), "--to", "specforge", "-o", str(tmp_path / "sf"), "-t", hub]) == 2
     assert f"--target {hub} is not a local folder" in capsys.readouterr().err and not (tmp_path / "sf").exists()
+
+
+def test_a_deepseek_targets_aux_ids_are_written_by_sglangs_deepseek_rule(tmp_path, target_configs):
+    """A speculators drafter for a DeepSeek/Kimi target naming the outputs of layers 2, 3, 4 (vLLM ids 3, 4, 5):
+    SGLang 0.5.13+ takes a DeepSeek list that does not open with 1 verbatim as inputs of layers, so the flat
+    copy must name 3, 4, 5 there, not the Llama convention's 2, 3, 4 (which would capture layers 1, 2, 3)."""
+    from builders import as_speculators
+
+    drafter, target = make_pair(tmp_path, target_configs["deepseek_v3"])
+    as_speculators(drafter, eagle_aux_hidden_state_layer_ids=[3, 4, 5])
+    result = convert_drafter(drafter, "specforge", tmp_path / "flat", target=target)
+    config = json.loads((tmp_path / "flat" / "config.json").read_text())
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [3, 4, 5]
+    assert config["eagle_aux_hidden_state_layer_ids"] == [3, 4, 5]
+    assert result.check.aux_layers == [2, 3, 4] and result.check.ok

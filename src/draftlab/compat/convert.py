@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftlab.checkpoint import Checkpoint, DrafterConfig, drafter_config, is_drafter, open_checkpoint
+from draftlab.checkpoint import (
+    Checkpoint, DrafterConfig, TargetConfig, drafter_config, is_drafter, open_checkpoint, target_config,
+)
 from draftlab.checkpoint.layouts import flatten_speculators, layer_renames, nest_speculators
 from draftlab.checkpoint.write import copy_other_files, write_as_safetensors
 from draftlab.compat.check import check_pair
@@ -91,10 +93,11 @@ def convert_drafter(drafter: str | Path, to: str, out: str | Path, *,
         raise DraftlabError("already exists; choose a new output path", path=out)
 
     changes: list[ConfigChange] = []
+    family = target_config(target_ckpt) if target_ckpt is not None else None  # whose aux-id rules apply
     if to == "specforge":
-        config = _to_specforge(ckpt, d, changes)
+        config = _to_specforge(ckpt, d, changes, family)
     else:
-        config = _to_speculators(ckpt, d, _verifier(target, target_ckpt), changes, _verifier_why(hub_id))
+        config = _to_speculators(ckpt, d, _verifier(target, target_ckpt), changes, _verifier_why(hub_id), family)
     renames = layer_renames(ckpt.tensors, to)
     with atomic_dir(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -120,12 +123,14 @@ def _fc_target_hidden(ckpt: Checkpoint, d: DrafterConfig, num_aux: int) -> int:
     return d.target_hidden_size
 
 
-def _aux(d: DrafterConfig) -> list[int] | None:
-    found = configured_aux_layers(d)
+def _aux(d: DrafterConfig, family: TargetConfig | None) -> list[int] | None:
+    """The canonical layers the drafter names, read by the rules of ``family``'s target (None: Llama's)."""
+    found = configured_aux_layers(d, target=family)
     return found.layers if found is not None else None
 
 
-def _to_specforge(ckpt: Checkpoint, d: DrafterConfig, changes: list[ConfigChange]) -> dict[str, Any]:
+def _to_specforge(ckpt: Checkpoint, d: DrafterConfig, changes: list[ConfigChange],
+                  family: TargetConfig | None) -> dict[str, Any]:
     """The flat config SGLang and SpecForge read, with both engines' aux fields written."""
     config = ckpt.config
     architecture = MLA_CLASS if d.variant.mla is not None else engine_loading("sglang").architecture
@@ -143,15 +148,16 @@ def _to_specforge(ckpt: Checkpoint, d: DrafterConfig, changes: list[ConfigChange
         flat = copy.deepcopy(config)
     _note(changes, "architectures", config.get("architectures"), [architecture], "the class SGLang loads")
     flat["architectures"] = [architecture]
-    aux = _aux(d)
+    aux = _aux(d, family)
     if aux is not None:
+        sglang = written_aux_ids("sglang", aux, target=family)
         eagle = flat.get("eagle_config") if isinstance(flat.get("eagle_config"), dict) else {}
-        flat["eagle_config"] = {**eagle, "eagle_aux_hidden_state_layer_ids": written_aux_ids("sglang", aux)}
+        flat["eagle_config"] = {**eagle, "eagle_aux_hidden_state_layer_ids": sglang}
         flat["eagle_aux_hidden_state_layer_ids"] = written_aux_ids("vllm", aux)
         before = ((config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
                   if isinstance(config.get("eagle_config"), dict) else None)
-        _note(changes, "eagle_config.eagle_aux_hidden_state_layer_ids", before, written_aux_ids("sglang", aux),
-              f"SGLang reads these as outputs of layers {aux} (canonical ids)")
+        _note(changes, "eagle_config.eagle_aux_hidden_state_layer_ids", before, sglang,
+              f"SGLang captures the outputs of layers {aux} from these")
         _note(changes, "eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"),
               written_aux_ids("vllm", aux), f"vLLM reads these as inputs of layers {written_aux_ids('vllm', aux)} "
               f"(canonical + 1): the outputs of layers {aux}")
@@ -196,7 +202,7 @@ def _verifier_why(hub_id: bool) -> str:
 
 
 def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any] | None,
-                    changes: list[ConfigChange], why: str) -> dict[str, Any]:
+                    changes: list[ConfigChange], why: str, family: TargetConfig | None) -> dict[str, Any]:
     """The speculators config vLLM and speculators read; a speculators config gets only its verifier set."""
     config = ckpt.config
     if d.variant.mla is not None:
@@ -216,7 +222,7 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
               "a SpecForge config names no verifier; pass --target TARGET to name it (vllm serve DRAFTER loads it)")
     else:
         _note(changes, "speculators_config.verifier", None, verifier, why)
-    aux = _aux(d)
+    aux = _aux(d, family)
     hidden = _fc_target_hidden(ckpt, d, len(aux) if aux else 3)
     top: dict[str, Any] = {
         "draft_vocab_size": d.draft_vocab_size,
