@@ -77,7 +77,7 @@ class DrafterSummary(Summary):
     qk_rope_head_dim: int | None
     v_head_dim: int | None
     unsupported: list[dict[str, str]]  # {field, message, kind}: what draftlab (and the engines) would compute wrong
-    unknown_keys: list[str]  # config keys draftlab does not know that look inert
+    unknown_keys: list[str]  # config keys draftlab does not know (the ones that may matter are in unsupported)
 
 
 InspectResult = TargetSummary | DrafterSummary

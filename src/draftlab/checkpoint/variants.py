@@ -111,10 +111,6 @@ class Variant:
     mla: MlaDims | None
 
     @property
-    def attention(self) -> str:
-        return "MLA" if self.mla is not None else "GQA"
-
-    @property
     def name(self) -> str:
         """"eagle3", "eagle3.1" (any of the 3.1 norms), with "-mla" for an MLA drafter."""
         base = "eagle3.1" if self.norm_before_fc or self.fc_norm or self.norm_output else "eagle3"
