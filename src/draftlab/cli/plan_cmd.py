@@ -25,7 +25,9 @@ from draftlab.cost.probes import load_probes, save_probes
 from draftlab.cost.profile import load_profile, save_profile
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
+from draftlab.cli.schedule_opts import ScheduleRequest, schedule_json
 from draftlab.report.plan import render_engine_estimate, render_measurements, render_plan
+from draftlab.report.schedule import render_schedule
 
 
 @app.command()
@@ -57,12 +59,18 @@ def plan(
     allreduce_share: Annotated[Optional[float], typer.Option(callback=share, help="Engine: all-reduce share of a cycle, 0..1.")] = None,
     batch_size: Annotated[int, typer.Option(callback=at_least_one, help="Engine: batch size the throughputs were measured at.")] = 1,
     what_if: Annotated[Optional[list[str]], typer.Option(help="Engine: a scenario, e.g. accept_length=3.2 or allreduce_scale=0.5; repeatable.")] = None,
+    schedule: Annotated[Optional[str], typer.Option(help="Also write the best chain length per batch-size range in this engine's format: sglang, vllm or trtllm (JSON key schedule).")] = None,
+    engine_version: Annotated[Optional[str], typer.Option(help="With --schedule: the engine release to write for (default: the newest draftlab knows).")] = None,
+    schedule_out: Annotated[Optional[Path], typer.Option(help="With --schedule: write the schedule to this file (what the engine or draftlab launch --schedule reads).")] = None,
+    schedule_max_batch: Annotated[Optional[int], typer.Option(callback=at_least_one, help="With --schedule: the largest batch size the schedule covers (default: the largest planned).")] = None,
     threads: ThreadsOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Predict tokens per second per speculation config, the break-even accept length and the best config."""
-    _refuse_outputs({"--save-costs": save_costs, "--save-probe": save_probe, "--plot": plot},
+    _refuse_outputs({"--save-costs": save_costs, "--save-probe": save_probe, "--plot": plot,
+                     "--schedule-out": schedule_out},
                     {"--target": target, "--drafter": drafter, "--prompts": prompts, "--costs": costs, "--probe": probe})
+    wanted = ScheduleRequest.of(schedule, engine_version, schedule_out, schedule_max_batch)
     engine = {"baseline_tps": baseline_tps, "decode_ms": decode_ms, "spec_tps": spec_tps,
               "cycle_ms": cycle_ms, "accept_length": accept_length,
               "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
@@ -79,7 +87,7 @@ def plan(
                                 "(engine numbers are a separate mode)")
         batches = [1] if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes)
         _plan_pair(target, drafter, prompts, grid, batches, plot, json_out,
-                   {k: v for k, v in pair_options.items() if v is not None})
+                   {k: v for k, v in pair_options.items() if v is not None}, wanted)
         return
     given_pair = [k for k, v in pair_options.items() if v is not None]
     if given_pair:
@@ -94,7 +102,7 @@ def plan(
             load_profile(costs), load_probes(list(probe or [])), grid=parse_grid(grid) if grid else None,
             batch_sizes=None if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes),
         )
-        _emit_plan(result, plot, json_out)
+        _emit_plan(result, plot, json_out, schedule=wanted)
         return
     if probe or grid or batch_sizes or plot:
         raise DraftlabError("--probe, --grid, --batch-sizes and --plot need --costs PROFILE.json")
@@ -103,6 +111,9 @@ def plan(
             "give --costs PROFILE.json --probe PROBE.json, or numbers read off an engine "
             "(--baseline-tps 82 --spec-tps 52 --accept-length 1.5)"
         )
+    if wanted is not None:
+        raise DraftlabError("--schedule needs predictions per chain length and batch size (--costs with --probe, or "
+                            "--target); engine numbers describe one config at one batch size")
     est = estimate_from_engine(
         batch_size=batch_size, **engine, what_ifs=[parse_what_if(w) for w in what_if or []]
     )
@@ -122,7 +133,8 @@ def _refuse_outputs(outputs: dict[str, Path | None], inputs: dict[str, Any]) -> 
 
 
 def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, grid: str | None,
-               batch_sizes: list[int], plot: Path | None, json_out: bool, options: dict[str, Any]) -> None:
+               batch_sizes: list[int], plot: Path | None, json_out: bool, options: dict[str, Any],
+               wanted: ScheduleRequest | None = None) -> None:
     """``--target --drafter --prompts``: probe every grid config, profile the pair, plan. ``options``
     holds the pair-mode options given (the others keep auto_plan's defaults)."""
     from draftlab.cost.auto_plan import auto_plan
@@ -147,16 +159,21 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
         save_probes(result.probes, save_probe)
     if not json_out:
         render_measurements(result, console)
-    _emit_plan(result.plan, plot, json_out, timings=result.timings)
+    _emit_plan(result.plan, plot, json_out, timings=result.timings, schedule=wanted)
 
 
-def _emit_plan(result: Plan, plot: Path | None, json_out: bool, timings: dict[str, float] | None = None) -> None:
+def _emit_plan(result: Plan, plot: Path | None, json_out: bool, timings: dict[str, float] | None = None,
+               schedule: ScheduleRequest | None = None) -> None:
+    written = None if schedule is None else schedule.write(result)
     plot_path = None
     if plot is not None:
         from draftlab.cost.plot import plot_plan
 
         plot_path = plot_plan(result, plot)
     if json_out:
-        emit_json({**to_jsonable(result), "plot": plot_path, **({"timings": timings} if timings else {})})
+        extra = {} if written is None else {"schedule": written.value, "schedule_plan": schedule_json(written)}
+        emit_json({**to_jsonable(result), "plot": plot_path, **({"timings": timings} if timings else {}), **extra})
     else:
         render_plan(result, console, plot_path)
+        if written is not None:
+            render_schedule(written, console, schedule.out)

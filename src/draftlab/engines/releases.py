@@ -25,6 +25,14 @@ SGLANG_VERSIONS = ("0.5.10", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.
 VLLM_VERSIONS = ("0.17.1", "0.18.0", "0.19.0", "0.21.0", "0.22.0", "0.23.0", "0.24.0", "0.25.0", "0.26.0", "0.27.0",
                  "0.29.0", "0.31.0", "0.33.0", "0.34.0")
 VERSIONS = {"sglang": SGLANG_VERSIONS, "vllm": VLLM_VERSIONS}
+# TensorRT-LLM: only what a per-batch-size schedule needs (engine-interop.md section 4). These are the
+# releases whose API reference documents ``draft_len_schedule`` with inclusive upper-bound keys
+# (PR #10860); no wheel could be diffed, so older releases are not known at all.
+TRTLLM_VERSIONS = ("1.3.0rc27", "1.3.0rc29", "1.4.0rc1", "1.4.0rc4")
+# Per-batch-size draft length (engine-interop.md sections 1, 3b): the first release that takes a
+# schedule, and the first whose schedule may switch speculation off (K = 0) for a batch-size range.
+SCHEDULE_FIRST = {"vllm": "0.24.0", "sglang": "0.5.13"}  # vLLM PR #32374; SGLang PR #24055 (per-BS slots)
+SCHEDULE_ZERO_FIRST = {"vllm": "0.24.0", "sglang": "0.5.14"}  # SGLang: candidate_steps 0 ("nospec")
 
 LLAMA_CLASS = "LlamaForCausalLMEagle3"
 MLA_CLASS = "Eagle3DeepseekV2ForCausalLM"
@@ -69,6 +77,9 @@ class Release:
     runners: tuple[str, ...] = ()
     final_boundary_families: tuple[str, ...] = ()
     fc_from_num_aux: bool = False  # llama_eagle3 sizes fc from num_aux_hidden_states / nested ids / 3
+    # per-batch-size draft length (SCHEDULE_FIRST) and whether a range may say K = 0 (SCHEDULE_ZERO_FIRST)
+    batch_schedule: bool = False
+    schedule_zero: bool = False
 
     @property
     def name(self) -> str:
@@ -113,6 +124,7 @@ def _sglang(version: str) -> Release:
         engine="sglang", version=version, architectures=frozenset({LLAMA_CLASS}) | mla_classes,
         mla_architectures=mla_classes, reads=reads, mla_fc_norm_applied=True, mla_needs_q_lora_rank=True,
         target_model_types=None, deepseek_first_id_rule=at("0.5.13"), gpt_oss_boundary_rule=at("0.5.17"),
+        batch_schedule=at(SCHEDULE_FIRST["sglang"]), schedule_zero=at(SCHEDULE_ZERO_FIRST["sglang"]),
     )
 
 
@@ -148,6 +160,7 @@ def _vllm(version: str) -> Release:
         # the allow-list predates the releases that serve DeepSeek/Kimi MLA drafters (0.18.0)
         target_model_types=None if at("0.18.0") else ("llama", "qwen", "minicpm", "gpt_oss"),
         runners=runners, final_boundary_families=boundary, fc_from_num_aux=at("0.22.0"),
+        batch_schedule=at(SCHEDULE_FIRST["vllm"]), schedule_zero=at(SCHEDULE_ZERO_FIRST["vllm"]),
     )
 
 

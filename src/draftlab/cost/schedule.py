@@ -1,0 +1,103 @@
+"""From a plan to a speculation schedule: the draft length per batch-size range that maximises
+predicted throughput, 0 where plain decoding is predicted faster.
+
+Engines switch the draft length by batch size (vLLM's ``num_speculative_tokens_per_batch_size``,
+SGLang's adaptive-steps slots, TensorRT-LLM's ``draft_len_schedule``); all three take a *chain*
+length, so only the plan's chain configs (topk 1, ``num_draft_tokens = steps + 1``) are candidates.
+:mod:`draftlab.engines.schedule` writes the result in each engine's format.
+
+Between planned batch sizes (:data:`RULE`): the plan is made at discrete batch sizes (say 1, 8, 32);
+each planned size starts a range that runs up to the next planned size minus one, and the first range
+starts at 1. So the K chosen at batch 8 serves batches 8-31: a batch size is served by the largest
+planned size at or below it. That is SGLang's own reading of its slot keys (lower bounds), so its file
+states the plan exactly, and vLLM's and TensorRT-LLM's ranges are the same ones. The last range ends
+at ``max_batch_size`` (default: the largest planned size); above it vLLM and SGLang keep the last K,
+TensorRT-LLM switches speculation off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from draftlab.cost.plan import ConfigPlan, Plan
+from draftlab.errors import DraftlabError
+
+RULE = ("each planned batch size starts a range that runs to the next planned size - 1 (the first from 1, "
+        "the last to the largest batch the schedule covers)")
+
+
+@dataclass(frozen=True)
+class ScheduleRange:
+    """Batches ``lo``..``hi`` (inclusive) draft ``draft_length`` tokens; the prediction it was chosen by."""
+
+    lo: int
+    hi: int
+    draft_length: int  # 0: no speculation
+    planned_batch: int  # the planned batch size the choice was made at
+    tokens_per_second: float  # predicted at planned_batch with draft_length
+    baseline_tokens_per_second: float  # predicted at planned_batch without speculation
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_second / self.baseline_tokens_per_second
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """Contiguous ranges from batch 1 to ``max_batch_size``, one per planned batch size."""
+
+    ranges: list[ScheduleRange]
+    max_batch_size: int
+    rule: str = RULE
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def max_draft_length(self) -> int:
+        return max(r.draft_length for r in self.ranges)
+
+    def draft_length(self, batch_size: int) -> int:
+        """The K of the range holding ``batch_size`` (above the last: the last K)."""
+        for r in self.ranges:
+            if r.lo <= batch_size <= r.hi:
+                return r.draft_length
+        return self.ranges[-1].draft_length
+
+
+def chain_length(row: ConfigPlan) -> int | None:
+    """The chain length of a plan row (its steps), None for a tree config."""
+    return row.steps if row.topk == 1 and row.num_draft_tokens == row.steps + 1 else None
+
+
+def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
+                       max_draft_length: int | None = None) -> BatchSchedule:
+    """The best chain length per planned batch size (0 where none beats plain decoding), as ranges.
+
+    ``max_draft_length`` caps the choice (the best K at or below it), for engines that bound every
+    range by the first one's K.
+    """
+    batches = sorted(plan.baseline_tokens_per_second)
+    chains = [r for r in plan.configs if chain_length(r) is not None]
+    if not chains:
+        raise DraftlabError("the plan has no chain configs (topk 1, num_draft_tokens = steps + 1), the only shape an "
+                            "engine's batch-size schedule takes; plan a grid like 1/1/2,2/1/3,3/1/4,4/1/5")
+    top = max_batch_size if max_batch_size is not None else batches[-1]
+    if top < batches[-1]:
+        raise DraftlabError(f"the schedule's largest batch size {top} is below the largest planned one "
+                            f"({batches[-1]}); raise it or plan fewer batch sizes")
+    notes = []
+    trees = sorted({r.label for r in plan.configs if chain_length(r) is None})
+    if trees:
+        notes.append(f"tree configs left out (engines schedule chain lengths only): {', '.join(trees)}")
+    ranges = []
+    for i, b in enumerate(batches):
+        lo = 1 if i == 0 else b
+        hi = batches[i + 1] - 1 if i + 1 < len(batches) else top
+        base = plan.baseline_tokens_per_second[b]
+        options = [r for r in chains if r.batch_size == b
+                   and (max_draft_length is None or r.steps <= max_draft_length)]
+        best = max(options, key=lambda r: r.tokens_per_second, default=None)
+        if best is None or best.tokens_per_second <= base:
+            ranges.append(ScheduleRange(lo, hi, 0, b, base, base))
+        else:
+            ranges.append(ScheduleRange(lo, hi, best.steps, b, best.tokens_per_second, base))
+    return BatchSchedule(ranges, top, notes=notes)

@@ -1,0 +1,261 @@
+"""A per-batch-size speculation schedule in each engine's own format, and read back the engine's way.
+
+Formats (engine-interop.md sections 1, 3b, 4; the rules below were read in the engines' code):
+
+- vLLM 0.24+ (PR #32374; ``vllm/v1/spec_decode/dynamic/utils.py``,
+  ``validate_and_normalize_dynamic_sd_schedule`` and ``build_dynamic_sd_schedule_lookup``, identical
+  0.24.0-0.34.0): keys inside ``--speculative-config``, ``num_speculative_tokens`` (the start-up
+  maximum) and ``num_speculative_tokens_per_batch_size``, a list of inclusive ``[lo, hi, K]``; the
+  first range starts at 1, ranges do not overlap, K >= 0; the runtime K is min(num_speculative_tokens,
+  K); gaps and batches above the last range keep the previous K, so a 0 must be written out.
+- SGLang 0.5.13+ (PR #24055; ``srt/speculative/adaptive_spec_params.py::_load_adaptive_config``,
+  ``adaptive_step_router.py::AdaptiveStepRouter``): a JSON file for ``--speculative-adaptive-config``
+  (with ``--speculative-adaptive``), ``{"<lower bound>": {"candidate_steps": [K]}}``; a batch goes to
+  the largest key at or below it (after padding to a CUDA-graph batch size), below the smallest key to
+  the smallest. One candidate per slot pins its steps (the EMA has nothing to choose); steps 0 switch
+  speculation off from 0.5.14. ``--speculative-num-steps`` must be one of the candidates, topk 1.
+- TensorRT-LLM (``tensorrt_llm/llmapi/llm_args.py``, ``DecodingBaseConfig.draft_len_schedule`` and
+  ``validate_draft_len_schedule_and_sort``; ``_torch/speculative/utils.py::get_draft_len_for_batch_size``,
+  upper-bound reading since PR #10860, 1.3.0rc27+ docs): ``{"max_draft_len": K1, "draft_len_schedule":
+  {"<inclusive upper bound>": K}}`` in ``speculative_config``; the smallest key's K must equal
+  ``max_draft_len`` and none may exceed it; above the largest key speculation is off.
+
+The plan's ranges (:mod:`draftlab.cost.schedule`) are written with equal neighbours merged.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draftlab import jsonio
+from draftlab.cost.plan import Plan
+from draftlab.cost.schedule import BatchSchedule, schedule_from_plan
+from draftlab.engines.releases import SCHEDULE_FIRST, SCHEDULE_ZERO_FIRST, TRTLLM_VERSIONS, release
+from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
+
+SCHEDULE_ENGINES = ("sglang", "vllm", "trtllm")
+NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+VLLM_KEY = "num_speculative_tokens_per_batch_size"
+TRTLLM_KEY = "draft_len_schedule"
+
+Ranges = list[tuple[int, int, int]]  # inclusive (lo, hi, K)
+
+
+@dataclass(frozen=True)
+class EngineSchedule:
+    """A schedule written for one engine release: ``value`` is exactly what that engine reads."""
+
+    engine: str
+    version: str
+    value: dict[str, Any]
+    ranges: Ranges  # as written (equal neighbours merged)
+    plan: BatchSchedule | None = None  # the per-planned-batch choice it came from
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def max_draft_length(self) -> int:
+        return max(k for _, _, k in self.ranges)
+
+    def draft_length(self, batch_size: int) -> int:
+        """The K this engine runs at ``batch_size`` under its own reading of ``value``."""
+        return draft_length_for(self.engine, self.value, batch_size)
+
+
+def engine_schedule(plan: Plan, engine: str, version: str | None = None, *,
+                    max_batch_size: int | None = None) -> EngineSchedule:
+    """The plan's best chain length per batch-size range, in ``engine``'s format for ``version``
+    (default: the newest release draftlab knows); DraftlabError for a release without the feature."""
+    version = check_release(engine, version)
+    schedule = schedule_from_plan(plan, max_batch_size=max_batch_size)
+    notes = list(schedule.notes)
+    first = schedule.ranges[0].draft_length
+    if engine == "trtllm" and first and schedule.max_draft_length > first:
+        schedule = schedule_from_plan(plan, max_batch_size=max_batch_size, max_draft_length=first)
+        notes.append(f"TensorRT-LLM: every range's K is capped at batch 1's ({first}), which must equal "
+                     "max_draft_len; the capped ranges take the best K up to it")
+    return write_schedule(schedule, engine, version, notes=notes)
+
+
+def write_schedule(schedule: BatchSchedule, engine: str, version: str | None = None, *,
+                   notes: list[str] | None = None) -> EngineSchedule:
+    """``schedule`` in ``engine``'s format; refused where that release (or engine) cannot say it."""
+    version = check_release(engine, version)
+    ranges = merged([(r.lo, r.hi, r.draft_length) for r in schedule.ranges])
+    notes = list(schedule.notes if notes is None else notes)
+    top = max(k for _, _, k in ranges)
+    if top == 0:
+        best = max(schedule.ranges, key=lambda r: r.speedup)
+        raise DraftlabError(f"speculation loses at every planned batch size (plain decoding is predicted faster "
+                            f"even at batch {best.planned_batch}); there is no schedule to write: serve without "
+                            "a drafter")
+    name = f"{NAMES[engine]} {version}"
+    if any(k == 0 for _, _, k in ranges) and engine != "trtllm" and not release(engine, version).schedule_zero:
+        raise DraftlabError(f"{name} cannot switch speculation off for a batch-size range (steps 0 needs "
+                            f"{NAMES[engine]} {SCHEDULE_ZERO_FIRST[engine]}+); use a newer --engine-version")
+    if engine == "vllm":
+        value: dict[str, Any] = {"num_speculative_tokens": top, VLLM_KEY: [[lo, hi, k] for lo, hi, k in ranges]}
+        notes.append(f"above batch {ranges[-1][1]} vLLM keeps K={ranges[-1][2]}")
+    elif engine == "sglang":
+        value = {str(lo): {"candidate_steps": [k]} for lo, _, k in ranges}
+        notes.append("SGLang routes a batch after padding it to a CUDA-graph batch size: a range that starts "
+                     "between two graph sizes takes effect from the graph size below it")
+    else:
+        if ranges[0][2] == 0:
+            raise DraftlabError(f"{name}: speculation loses at batch 1, but TensorRT-LLM's smallest schedule key "
+                                "must equal max_draft_len (> 0 for EAGLE-3); serve without a drafter")
+        value = {"max_draft_len": ranges[0][2], TRTLLM_KEY: {str(hi): k for _, hi, k in ranges}}
+        notes.append(f"above batch {ranges[-1][1]} TensorRT-LLM switches speculation off")
+    return EngineSchedule(engine, version, value, ranges, schedule, notes)
+
+
+def check_release(engine: str, version: str | None) -> str:
+    """The release to write for (default: newest known); refuses one without a batch-size schedule."""
+    if engine not in SCHEDULE_ENGINES:
+        raise DraftlabError(f"--schedule {engine!r}: choose one of {', '.join(SCHEDULE_ENGINES)}")
+    if engine == "trtllm":
+        version = version or TRTLLM_VERSIONS[-1]
+        if version not in TRTLLM_VERSIONS:
+            raise DraftlabError(f"--engine-version {version!r} is not a TensorRT-LLM release draftlab knows a "
+                                f"draft_len_schedule for; choose one of {', '.join(TRTLLM_VERSIONS)}")
+        return version
+    rel = release(engine, version)
+    if not rel.batch_schedule:
+        raise DraftlabError(f"{rel.name} takes no per-batch-size draft length (it arrived in {NAMES[engine]} "
+                            f"{SCHEDULE_FIRST[engine]}); use --engine-version {SCHEDULE_FIRST[engine]} or newer")
+    return rel.version
+
+
+def merged(ranges: Ranges) -> Ranges:
+    """Neighbouring ranges with the same K as one."""
+    out: Ranges = []
+    for lo, hi, k in ranges:
+        if out and out[-1][2] == k and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], hi, k)
+        else:
+            out.append((lo, hi, k))
+    return out
+
+
+# --- reading a schedule back ----------------------------------------------------------------------
+
+
+def detect_engine(value: object) -> str:
+    """Which engine's format ``value`` is in; DraftlabError when none."""
+    if isinstance(value, dict):
+        if VLLM_KEY in value:
+            return "vllm"
+        if TRTLLM_KEY in value:
+            return "trtllm"
+        if value and all(isinstance(k, str) and k.isdigit() for k in value):
+            return "sglang"
+    raise DraftlabError(f"not a schedule: expected vLLM's {{{VLLM_KEY!r}: ...}}, SGLang's adaptive config "
+                        f"{{\"1\": {{\"candidate_steps\": [K]}}, ...}} or TensorRT-LLM's {{{TRTLLM_KEY!r}: ...}}; "
+                        "write one with draftlab plan --schedule ENGINE --schedule-out FILE")
+
+
+def schedule_ranges(engine: str, value: dict[str, Any]) -> Ranges:
+    """The (lo, hi, K) ranges ``value`` states (the last hi: its largest batch), checked by the engine's rules."""
+    try:
+        if engine == "vllm":
+            ranges = sorted((int(lo), int(hi), int(k)) for lo, hi, k in value[VLLM_KEY])
+            cap = int(value.get("num_speculative_tokens", max(k for *_, k in ranges)))
+            bad = (not ranges or ranges[0][0] != 1 or any(lo > hi or k < 0 for lo, hi, k in ranges)
+                   or any(b[0] <= a[1] for a, b in zip(ranges, ranges[1:])) or cap < 1)
+            return [] if bad else [(lo, hi, min(k, cap)) for lo, hi, k in ranges]
+        if engine == "sglang":
+            slots = sorted((int(key), entry["candidate_steps"]) for key, entry in value.items())
+            if any(len(c) != 1 or not isinstance(c[0], int) or c[0] < 0 for _, c in slots):
+                raise DraftlabError("an SGLang slot with several candidate_steps adapts at run time (EMA); draftlab "
+                                    "runs fixed schedules only: give each slot one candidate")
+            los = [1] + [key for key, _ in slots[1:]]
+            his = [key - 1 for key, _ in slots[1:]] + [max(slots[-1][0], 1)]
+            return [(lo, hi, c[0]) for lo, hi, (_, c) in zip(los, his, slots)]
+        table = sorted((int(key), int(k)) for key, k in value[TRTLLM_KEY].items())
+        top = int(value.get("max_draft_len", table[0][1] if table else 0))
+        if not table or table[0][0] < 1 or table[0][1] != top or any(k < 0 or k > top for _, k in table):
+            return []
+        return [(1 if i == 0 else table[i - 1][0] + 1, key, k) for i, (key, k) in enumerate(table)]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return []
+
+
+def draft_length_for(engine: str, value: dict[str, Any], batch_size: int) -> int:
+    """The K ``engine`` runs at ``batch_size`` (vLLM: the last range's K above it; SGLang: the slot of
+    the largest key at or below it, no CUDA-graph padding; TensorRT-LLM: the first key at or above it,
+    0 above the largest)."""
+    ranges = schedule_ranges(engine, value)
+    if engine == "trtllm":
+        keys = [hi for _, hi, _ in ranges]
+        i = bisect.bisect_left(keys, batch_size)
+        return ranges[i][2] if i < len(ranges) else 0
+    k = ranges[0][2]
+    for lo, _, kk in ranges:
+        if lo <= batch_size:
+            k = kk
+    return k
+
+
+@dataclass(frozen=True)
+class LoadedSchedule:
+    """A schedule file, its engine format and what it asks of the server."""
+
+    path: str
+    engine: str
+    value: dict[str, Any]
+    ranges: Ranges
+
+    @property
+    def max_draft_length(self) -> int:
+        return max(k for _, _, k in self.ranges)
+
+    @property
+    def steps(self) -> list[int]:
+        """Every K it uses, ascending (SGLang's candidate union)."""
+        return sorted({k for _, _, k in self.ranges})
+
+    def draft_length(self, batch_size: int) -> int:
+        return draft_length_for(self.engine, self.value, batch_size)
+
+
+def load_schedule(path: str | Path, *, option: str = "--schedule") -> LoadedSchedule:
+    """Read a schedule file written by ``plan --schedule-out`` (or by hand); DraftlabError if it is not one."""
+    try:
+        text = regular_file(path, "no such file; write one with draftlab plan --schedule ENGINE --schedule-out FILE"
+                            ).read_text()
+        value = jsonio.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DraftlabError(f"{option}: not a readable JSON file ({exc})", path=path) from None
+    try:
+        engine = detect_engine(value)
+    except DraftlabError as exc:
+        raise DraftlabError(f"{option}: {exc}", path=path) from None
+    ranges = schedule_ranges(engine, value)
+    if not ranges:
+        raise DraftlabError(f"{option} {path}: not a valid {NAMES[engine]} schedule (ranges from batch 1, in order, "
+                            "K >= 0 and within the maximum); write one with draftlab plan --schedule")
+    loaded = LoadedSchedule(str(Path(path).resolve()), engine, value, ranges)
+    if loaded.max_draft_length == 0:
+        raise DraftlabError(f"{option} {path}: the schedule switches speculation off at every batch size; "
+                            "launch without --drafter instead")
+    return loaded
+
+
+def check_for_engine(schedule: LoadedSchedule, engine: str, version: str | None) -> None:
+    """Refuse a schedule that ``engine`` at ``version`` would not read as written."""
+    if schedule.engine != engine:
+        raise DraftlabError(f"--schedule {schedule.path} is a {NAMES[schedule.engine]} schedule; write one for "
+                            f"{NAMES[engine]} with draftlab plan --schedule {engine} --schedule-out FILE")
+    version = check_release(engine, version)
+    if 0 in schedule.steps and engine != "trtllm" and not release(engine, version).schedule_zero:
+        raise DraftlabError(f"{NAMES[engine]} {version} cannot switch speculation off for a batch-size range "
+                            f"(steps 0 needs {SCHEDULE_ZERO_FIRST[engine]}+); use a newer --engine-version")
+
+
+def dumps(value: dict[str, Any]) -> str:
+    """The schedule as the file ``--schedule-out`` writes."""
+    return json.dumps(value, indent=2) + "\n"
