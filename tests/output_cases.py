@@ -23,7 +23,7 @@ OUTPUTS = {
     "profile --out", "plan --save-costs", "plan --save-probe", "plan --plot", "bench --output",
     "bench compare --plot", "report --output", "vocab count --output", "vocab build --output",
     "vocab remap --output", "check --fix", "convert --out", "train --out", "capture --out", "regenerate --out",
-    "launch --log-file", "sweep --out",
+    "launch --log-file", "sweep --out", "plan --schedule-out",
 }
 INPUTS = {
     "inspect path", "check drafter", "check --target", "convert drafter", "convert --target",
@@ -36,7 +36,7 @@ INPUTS = {
     "probe --features", "drift --target-a", "drift --target-b", "drift --prompts", "drift --drafter",
     "train --target", "train --data", "train --init", "train --features", "train --remap", "train --eval-prompts",
     "capture --target", "capture --data", "capture --drafter", "regenerate --data", "regenerate --target",
-    "report results",
+    "report results", "launch --schedule", "serve --schedule",
 }
 
 # what a refusal by the output rule says, after "OUT: "
@@ -108,6 +108,8 @@ CASES = [
          note="pair mode"),
     Case("plan --plot", lambda w, o: ["plan", "--costs", w.profile, "--probe", w.probe, "--plot", o],
          ("profile", "probe"), note="--costs mode"),
+    Case("plan --schedule-out", lambda w, o: ["plan", "--costs", w.profile, "--probe", w.probe, "--schedule", "vllm",
+                                              "--schedule-out", o], ("profile", "probe")),
     Case("bench --output", lambda w, o: ["bench", "--base-url", "http://127.0.0.1:9", "--prompts", w.prompts,
                                          "-o", o], ("prompts",)),
     Case("bench compare --plot", lambda w, o: ["bench", "compare", w.bench_a, w.bench_b, "--plot", o],

@@ -81,3 +81,43 @@ def test_engine_bad_input_exit_2(capsys):
     assert main(["plan", "--baseline-tps", "82", "--spec-tps", "52", "--json"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and "--accept-length" in out.err
+
+
+def test_schedule_json_and_file(capsys, tmp_path, profile_file, probe_file):
+    """3/1/4 wins at batch 1, 1/1/2 at batch 8 (see test_plan's hand computation): vLLM's ranges say so,
+    and the file holds exactly the JSON key ``schedule``."""
+    out = tmp_path / "sched" / "vllm.json"
+    doc = run_json(capsys, ["plan", "--costs", str(profile_file), "--probe", str(probe_file), "--grid",
+                            "3/1/4,1/1/2:1.8,2/4/6:2.2", "--schedule", "vllm", "--engine-version", "0.24.0",
+                            "--schedule-out", str(out), "--schedule-max-batch", "32", "--json"])
+    assert doc["schedule"] == {"num_speculative_tokens": 3,
+                               "num_speculative_tokens_per_batch_size": [[1, 7, 3], [8, 32, 1]]}
+    assert json.loads(out.read_text()) == doc["schedule"]
+    assert doc["schedule_plan"]["version"] == "0.24.0"
+    assert [r["planned_batch"] for r in doc["schedule_plan"]["planned"]["ranges"]] == [1, 8]
+    assert doc["best"]["8"]["steps"] == 1
+
+
+def test_schedule_table(capsys, profile_file, probe_file):
+    assert main(["plan", "--costs", str(profile_file), "--probe", str(probe_file), "--schedule", "sglang"]) == 0
+    out = capsys.readouterr().out
+    assert "Draft length per batch size for SGLang" in out
+    assert 'sglang: {"1": {"candidate_steps": [3]}, "8": {"candidate_steps": [0]}}' in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--schedule", "vllm", "--engine-version", "0.23.0"], "vLLM 0.23.0 takes no per-batch-size draft length"),
+    (["--schedule", "sglang", "--engine-version", "0.5.13"], "steps 0 needs SGLang 0.5.14+"),
+    (["--engine-version", "0.24.0"], "--engine-version goes with --schedule"),
+    (["--schedule-out", "x.json"], "--schedule-out goes with --schedule"),
+])
+def test_schedule_bad_input_exit_2(capsys, profile_file, probe_file, argv, words):
+    assert main(["plan", "--costs", str(profile_file), "--probe", str(probe_file), *argv]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and words in out.err and out.err.count("\n") == 1
+
+
+def test_schedule_refused_with_engine_numbers(capsys):
+    assert main(["plan", "--baseline-tps", "82", "--spec-tps", "52", "--accept-length", "1.5",
+                 "--schedule", "vllm"]) == 2
+    assert "engine numbers describe one config at one batch size" in capsys.readouterr().err

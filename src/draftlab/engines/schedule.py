@@ -102,8 +102,8 @@ def write_schedule(schedule: BatchSchedule, engine: str, version: str | None = N
         notes.append(f"above batch {ranges[-1][1]} vLLM keeps K={ranges[-1][2]}")
     elif engine == "sglang":
         value = {str(lo): {"candidate_steps": [k]} for lo, _, k in ranges}
-        notes.append("SGLang routes a batch after padding it to a CUDA-graph batch size: a range that starts "
-                     "between two graph sizes takes effect from the graph size below it")
+        notes.append("SGLang pads a batch up to its next CUDA-graph batch size before picking the slot, so a "
+                     "batch takes the draft length of its padded size (batch 3 with graphs 2 and 4: batch 4's)")
     else:
         if ranges[0][2] == 0:
             raise DraftlabError(f"{name}: speculation loses at batch 1, but TensorRT-LLM's smallest schedule key "
