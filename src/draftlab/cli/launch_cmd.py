@@ -39,6 +39,9 @@ def launch(
     engine_version: Annotated[Optional[str], typer.Option(
         "--engine-version", help="The installed engine's release: its rules check the pair (default: the newest "
         "draftlab knows).")] = None,
+    schedule: Annotated[Optional[Path], typer.Option(
+        "--schedule", help="Draft length per batch size: a file written by draftlab plan --schedule ENGINE "
+        "--schedule-out FILE, passed the way that release reads it.")] = None,
     dry_run: DryRunOption = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
@@ -47,11 +50,18 @@ def launch(
         EngineProcess, LaunchRequest, check_before_launch, engine_command, local_architecture,
     )
 
+    loaded = None
+    if schedule is not None:
+        from draftlab.engines.schedule import check_for_engine, load_schedule
+
+        loaded = load_schedule(schedule)
+        if engine in ("sglang", "vllm"):
+            check_for_engine(loaded, engine, engine_version)
     request = LaunchRequest(
         engine=engine, target=target, drafter=drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
         tp=tp, host=host, port=port, max_running_requests=max_running_requests,
         chunked_prefill_size=chunked_prefill_size, extra_args=tuple(ctx.args),
-        target_architecture=local_architecture(target),
+        target_architecture=local_architecture(target), schedule=loaded,
     )
     if engine_version is not None:
         from draftlab.engines.releases import release
@@ -72,7 +82,7 @@ def launch(
     if json_out:
         raise DraftlabError("--json only goes with --dry-run (a running server prints its log, not JSON)")
     log = log_file or Path(f"draftlab-{command.engine}-{command.port}.log")
-    refuse_overlap(log, local_inputs(target=target, drafter=drafter))
+    refuse_overlap(log, {**local_inputs(target=target, drafter=drafter), "--schedule": schedule})
     render_launch(command, console, err_console)
     with EngineProcess(command, log) as proc:
         proc.start()

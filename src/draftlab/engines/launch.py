@@ -30,6 +30,7 @@ a log file; stopping it signals exactly that group (SIGTERM, then SIGKILL), neve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -41,11 +42,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 import draftlab
 from draftlab.engines import ENGINES
+from draftlab.engines.schedule import LoadedSchedule, launch_args, schedule_steps
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags, resolve_spec_flags
 from draftlab.errors import DraftlabError
 
@@ -78,6 +81,8 @@ class LaunchRequest:
     chunked_prefill_size: int | None = None
     extra_args: tuple[str, ...] = ()
     target_architecture: str | None = None  # for SGLang's automatic flags when none are given
+    schedule: LoadedSchedule | None = None  # draft length per batch size (engines.schedule.load_schedule)
+    extra_config: dict[str, Any] = field(default_factory=dict)  # more keys for vLLM's --speculative-config
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,23 @@ def engine_command(request: LaunchRequest, *, context_too_short: bool = False) -
     if request.drafter is None and any(v is not None for v in (request.steps, request.topk, request.num_draft_tokens)):
         raise DraftlabError("--steps/--topk/--num-draft-tokens need --drafter; leave them out for the baseline")
     port = request.port or DEFAULT_PORTS[request.engine]
+    schedule_note = None
+    if request.schedule is not None:
+        if request.drafter is None:
+            raise DraftlabError("--schedule sets the draft length per batch size; it needs --drafter")
+        config_keys, schedule_argv, schedule_note = launch_args(request.schedule, request.engine)
+        steps = schedule_steps(request.schedule, request.engine, request.steps, request.topk, request.num_draft_tokens)
+        request = dataclasses.replace(request, steps=steps, topk=1, num_draft_tokens=steps + 1, schedule=None,
+                                      extra_args=(*schedule_argv, *request.extra_args))
+        if config_keys:
+            request = dataclasses.replace(request, extra_config=config_keys)
+    command = _engine_command(request, port, context_too_short)
+    if schedule_note is not None:
+        command.notes.append(schedule_note)
+    return command
+
+
+def _engine_command(request: LaunchRequest, port: int, context_too_short: bool) -> EngineCommand:
     if request.engine == "sglang":
         return _sglang(request, port, context_too_short)
     if request.engine == REFERENCE:
@@ -164,7 +186,8 @@ def _vllm(request: LaunchRequest, port: int, context_too_short: bool) -> EngineC
     spec = None
     if request.drafter is not None:
         spec = _vllm_spec(request)
-        config = {"method": "eagle3", "model": request.drafter, "num_speculative_tokens": spec.steps}
+        config = {"method": "eagle3", "model": request.drafter, "num_speculative_tokens": spec.steps,
+                  **request.extra_config}
         argv += ["--speculative-config", json.dumps(config)]
         if context_too_short:
             notes.append("the drafter's context is shorter than the target's and vLLM has no override: "

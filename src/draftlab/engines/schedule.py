@@ -248,14 +248,55 @@ def load_schedule(path: str | Path, *, option: str = "--schedule") -> LoadedSche
 def check_for_engine(schedule: LoadedSchedule, engine: str, version: str | None) -> None:
     """Refuse a schedule that ``engine`` at ``version`` would not read as written."""
     if schedule.engine != engine:
-        raise DraftlabError(f"--schedule {schedule.path} is a {NAMES[schedule.engine]} schedule; write one for "
-                            f"{NAMES[engine]} with draftlab plan --schedule {engine} --schedule-out FILE")
+        raise _other_engine(schedule, engine)
     version = check_release(engine, version)
     if 0 in schedule.steps and engine != "trtllm" and not release(engine, version).schedule_zero:
         raise DraftlabError(f"{NAMES[engine]} {version} cannot switch speculation off for a batch-size range "
                             f"(steps 0 needs {SCHEDULE_ZERO_FIRST[engine]}+); use a newer --engine-version")
 
 
+def _other_engine(schedule: LoadedSchedule, engine: str) -> DraftlabError:
+    return DraftlabError(f"--schedule {schedule.path} is a {NAMES[schedule.engine]} schedule; write one for "
+                         f"{NAMES[engine]} with draftlab plan --schedule {engine} --schedule-out FILE")
+
+
 def dumps(value: dict[str, Any]) -> str:
     """The schedule as the file ``--schedule-out`` writes."""
     return json.dumps(value, indent=2) + "\n"
+
+
+# --- launching with a schedule ----------------------------------------------------------------------
+
+
+def schedule_steps(schedule: LoadedSchedule, engine: str, steps: int | None, topk: int | None,
+                   num_draft_tokens: int | None) -> int:
+    """The start-up chain length an engine needs to run ``schedule`` (vLLM's num_speculative_tokens,
+    SGLang's --speculative-num-steps): the largest K unless given; refuses flags the schedule contradicts."""
+    top = schedule.max_draft_length
+    if topk not in (None, 1):
+        raise DraftlabError(f"--topk {topk}: a batch-size schedule drafts chains; use --topk 1 or leave it out")
+    steps = top if steps is None else steps
+    if steps < top:
+        raise DraftlabError(f"--steps {steps} is below the schedule's largest draft length {top} (the engine would "
+                            f"clamp it); use --steps {top} or leave it out")
+    if engine == "sglang" and steps not in schedule.steps:
+        raise DraftlabError(f"--steps {steps}: SGLang needs --speculative-num-steps to be one of the schedule's "
+                            f"candidate steps ({', '.join(map(str, schedule.steps))}); leave --steps out")
+    if num_draft_tokens is not None and num_draft_tokens != steps + 1:
+        raise DraftlabError(f"--num-draft-tokens {num_draft_tokens}: a chain of {steps} verifies {steps + 1} tokens; "
+                            f"use {steps + 1} or leave it out")
+    return steps
+
+
+def launch_args(schedule: LoadedSchedule, engine: str) -> tuple[dict[str, Any], list[str], str]:
+    """What carries ``schedule`` to the server: keys to add to vLLM's --speculative-config, extra argv
+    (SGLang's --speculative-adaptive flags, draftlab serve's --schedule), and a note."""
+    if engine in ("vllm", "sglang") and schedule.engine != engine:
+        raise _other_engine(schedule, engine)
+    if engine == "vllm":
+        return ({VLLM_KEY: schedule.value[VLLM_KEY]}, [],
+                f"draft length per batch size from {schedule.path}, inside --speculative-config")
+    if engine == "sglang":
+        return ({}, ["--speculative-adaptive", "--speculative-adaptive-config", schedule.path],
+                f"draft length per batch size from {schedule.path} (one candidate per slot: SGLang's EMA cannot move it)")
+    return {}, ["--schedule", schedule.path], f"draft length per batch size from {schedule.path} ({NAMES[schedule.engine]} format)"
