@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -28,6 +29,12 @@ def serve(
     dtype: DtypeOption = None,
     device: Annotated[str, typer.Option("--device", callback=check_device, help="cpu, cuda or cuda:N.")] = "cpu",
     engine: EngineOption = "sglang",
+    schedule: Annotated[Optional[Path], typer.Option(
+        "--schedule", help="Batch requests and draft per batch size as this schedule says (a file written by "
+        "draftlab plan --schedule ENGINE --schedule-out FILE, read the way that engine reads it).")] = None,
+    max_batch: Annotated[Optional[int], typer.Option(
+        "--max-batch", min=1, help="Requests decoded together (default: 48 with --schedule, else 1: one at a "
+        "time).")] = None,
     threads: ThreadsOption = None,
 ) -> int:
     """Serve /v1/completions, /v1/chat/completions, /generate, /get_server_info, /metrics, /health."""
@@ -35,13 +42,20 @@ def serve(
     from draftlab.serve.http import make_server
     from draftlab.serve.load import load_context
 
+    loaded = None
+    if schedule is not None:
+        from draftlab.engines.schedule import load_schedule
+
+        loaded = load_schedule(schedule)
     with err_console.status("loading models"):
         ctx = load_context(target, drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                           dtype=dtype, device=device, engine=engine)
+                           dtype=dtype, device=device, engine=engine, schedule=loaded, max_batch=max_batch)
     server = make_server(ctx, host, port)
     bound_host, bound_port = server.server_address[:2]
     shape = (f"EAGLE3 steps {ctx.spec['num_steps']} topk {ctx.spec['eagle_topk']} "
              f"draft tokens {ctx.spec['num_draft_tokens']}") if ctx.spec else "no drafter"
+    if loaded is not None:
+        shape += f", draft length per batch size from {loaded.path}"
     console.print(f"serving {ctx.model_name} ({shape}) at http://{bound_host}:{bound_port}; Ctrl-C stops it",
                   markup=False)
     try:

@@ -20,6 +20,7 @@ fits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -54,6 +55,9 @@ def batch_cache_slots(width: int, max_new_tokens: int, flags: SpecFlags | None) 
     return max_cache_len(width, 1 + (max_new_tokens - 1) * (depth + 1), flags)
 
 
+OnCommit = Callable[[int, list[int], "int | None"], None]  # (row, tokens added, accept length)
+
+
 @dataclass
 class RowResult:
     output_ids: list[int] = field(default_factory=list)
@@ -85,8 +89,11 @@ class BatchSpeculativeDecoder:
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-                 ignore_eos: bool = False, seed: int | None = None) -> list[RowResult]:
-        """Decode every prompt; one result per prompt, in order."""
+                 ignore_eos: bool = False, seed: int | None = None,
+                 on_commit: OnCommit | None = None) -> list[RowResult]:
+        """Decode every prompt; one result per prompt, in order. ``on_commit(row, tokens, accept_length)``
+        hears each commit of a live row as it is made (accept_length None for the prefill's token)."""
+        report = on_commit or (lambda *_: None)
         if not prompts or any(not p for p in prompts):
             raise DraftlabError("every prompt needs at least one token")
         if max_new_tokens < 1:
@@ -105,8 +112,8 @@ class BatchSpeculativeDecoder:
         ids, positions, valid = left_pad(prompts, device)
         prefill = target.forward(ids, positions, new_valid=valid, last_only=True)
         roots = [pick_token(prefill.logits[i, -1], temperature, gen) for i in range(b)]
-        for row, root in zip(rows, roots):
-            self._commit(row, [root], None, max_new_tokens, eos)
+        for i, (row, root) in enumerate(zip(rows, roots)):
+            report(i, self._commit(row, [root], None, max_new_tokens, eos), None)
         state = None
         if drafter is not None:
             tokens = torch.cat([ids[:, 1:], torch.tensor(roots, device=device)[:, None]], dim=1)
@@ -128,9 +135,10 @@ class BatchSpeculativeDecoder:
             verify = target.forward(tokens, verify_positions, tree_mask=torch.stack([t.mask for t in trees]))
             walks = [walk_tree(t, verify.logits[i], temperature, gen) for i, t in enumerate(trees)]
             target.keep([w.nodes for w in walks])
-            for row, walk in zip(rows, walks):
+            for i, (row, walk) in enumerate(zip(rows, walks)):
                 if not row.done:
-                    self._commit(row, walk.tokens, walk.accept_length, max_new_tokens, eos)
+                    report(i, self._commit(row, walk.tokens, walk.accept_length, max_new_tokens, eos),
+                           walk.accept_length)
             roots = [w.tokens[-1] for w in walks]
             if drafter is not None and not all(r.done for r in rows):
                 state = self._extend(drafter, walks, verify.aux, counts)
@@ -140,12 +148,14 @@ class BatchSpeculativeDecoder:
 
     @staticmethod
     def _commit(row: RowResult, tokens: list[int], accept_length: int | None, max_new_tokens: int,
-                eos: set[int]) -> None:
+                eos: set[int]) -> list[int]:
+        """Add a commit's tokens (trimmed at max_new_tokens / EOS) to ``row``; returns those added."""
         tokens, stopped = trim_commit(tokens, max_new_tokens - len(row.output_ids), eos)
         row.output_ids += tokens
         if accept_length is not None:
             row.accept_lengths.append(accept_length)
         row.done = stopped or len(row.output_ids) >= max_new_tokens
+        return tokens
 
     def _extend(self, drafter: BatchDrafter, walks: list[Walk], aux: torch.Tensor,
                 counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
