@@ -36,7 +36,8 @@ INPUTS = {
     "probe --features", "drift --target-a", "drift --target-b", "drift --prompts", "drift --drafter",
     "train --target", "train --data", "train --init", "train --features", "train --remap", "train --eval-prompts",
     "capture --target", "capture --data", "capture --drafter", "regenerate --data", "regenerate --target",
-    "report results", "launch --schedule", "serve --schedule",
+    "report results", "launch --schedule", "serve --schedule", "sweep --schedule",
+    "sweep --predicted",
 }
 
 # what a refusal by the output rule says, after "OUT: "

@@ -23,6 +23,7 @@ class SweepEntry:
     steps: int
     topk: int
     num_draft_tokens: int
+    schedule: bool = False  # drafts per batch size as the sweep's --schedule says (steps: its largest K)
 
     @property
     def is_baseline(self) -> bool:
@@ -30,7 +31,9 @@ class SweepEntry:
 
     @property
     def label(self) -> str:
-        """The configuration without the batch: ``baseline`` or ``3/1/4`` (steps/topk/draft tokens)."""
+        """The configuration without the batch: ``baseline``, ``schedule`` or ``3/1/4`` (steps/topk/draft tokens)."""
+        if self.schedule:
+            return "schedule"
         return "baseline" if self.is_baseline else f"{self.steps}/{self.topk}/{self.num_draft_tokens}"
 
     @property
@@ -41,7 +44,8 @@ class SweepEntry:
     @property
     def slug(self) -> str:
         """A file-name-safe name, unique within a grid: ``b1-baseline``, ``b4-s3-k1-n4``."""
-        shape = "baseline" if self.is_baseline else f"s{self.steps}-k{self.topk}-n{self.num_draft_tokens}"
+        shape = ("schedule" if self.schedule else "baseline" if self.is_baseline
+                 else f"s{self.steps}-k{self.topk}-n{self.num_draft_tokens}")
         return f"b{self.batch}-{shape}"
 
 

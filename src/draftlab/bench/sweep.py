@@ -20,11 +20,13 @@ from pathlib import Path
 
 from draftlab.bench.client import BenchConfig, RequestRecord
 from draftlab.bench.grid import SweepEntry
+from draftlab.bench.predicted import Predictions
 from draftlab.bench.result import BenchResult
 from draftlab.bench.run import check_bench_config, run_bench
 from draftlab.bench.workload import Prompt, load_prompts
 from draftlab.engines.launch import (
     BENCH_API,
+    REFERENCE,
     SPEC_MAX_RUNNING_REQUESTS,
     EngineCommand,
     EngineProcess,
@@ -36,6 +38,7 @@ from draftlab.engines.launch import (
     local_architecture,
 )
 from draftlab.documents import document
+from draftlab.engines.schedule import LoadedSchedule, check_for_engine
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
 
@@ -67,6 +70,8 @@ class SweepOptions:
     request_timeout_s: float = 600.0
     extra_args: tuple[str, ...] = ()
     skip_check: bool = False
+    schedule: LoadedSchedule | None = None  # adds a "schedule" entry at every batch of the grid
+    predicted: Predictions | None = None  # a plan's tok/s, shown beside each entry's measurement
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ class SweepRow:
     ttft_p50_ms: float | None = None
     tpot_p50_ms: float | None = None
     speedup: float | None = None  # over the baseline at the same batch; None without one
+    predicted_throughput: float | None = None  # the plan's tok/s for this entry (--predicted)
+    prediction_error: float | None = None  # measured / predicted - 1
     completed: int = 0
     failed: int = 0
     result_file: str | None = None
@@ -131,11 +138,14 @@ def plan_sweep(options: SweepOptions) -> SweepPlan:
     grid = options.grid
     if not grid:
         raise DraftlabError("the sweep grid is empty; give at least one batch,steps,topk,num_draft_tokens entry")
+    notes: list[str] = []
+    if options.schedule is not None:
+        grid, schedule_notes = _with_schedule(options)
+        notes += schedule_notes
     specs = [e for e in grid if not e.is_baseline]
     if specs and options.drafter is None:
         raise DraftlabError(f"--grid has speculative entries ({specs[0].label}) but no --drafter; give --drafter "
                             "or keep only baseline entries (B,0,0,0)")
-    notes: list[str] = []
     largest = max(e.batch for e in grid)
     cap = options.max_running_requests or max(SPEC_MAX_RUNNING_REQUESTS, largest)
     if cap < largest:
@@ -146,7 +156,8 @@ def plan_sweep(options: SweepOptions) -> SweepPlan:
         if options.skip_check:
             notes.append("check skipped (--skip-check)")
         else:
-            context_too_short, check_notes = check_before_launch(_request(options, specs[0], cap, architecture))
+            first = next(e for e in specs if not e.schedule) if any(not e.schedule for e in specs) else specs[0]
+            context_too_short, check_notes = check_before_launch(_request(options, first, cap, architecture))
             notes += check_notes
     entries = []
     for position, entry in enumerate(grid, start=1):
@@ -163,13 +174,34 @@ def plan_sweep(options: SweepOptions) -> SweepPlan:
 
 def _request(options: SweepOptions, entry: SweepEntry, cap: int, architecture: str | None) -> LaunchRequest:
     spec = not entry.is_baseline
+    fixed = spec and not entry.schedule
+    extra = options.extra_args
+    if options.schedule is not None and options.engine == REFERENCE and "--max-batch" not in extra:
+        extra = ("--max-batch", str(cap), *extra)  # every arm batches like the schedule's
     return LaunchRequest(
         engine=options.engine, target=options.target, drafter=options.drafter if spec else None,
-        steps=entry.steps if spec else None, topk=entry.topk if spec else None,
-        num_draft_tokens=entry.num_draft_tokens if spec else None, tp=options.tp, host=options.host,
-        port=options.port, max_running_requests=cap, extra_args=options.extra_args,
-        target_architecture=architecture,
+        steps=entry.steps if fixed else None, topk=entry.topk if fixed else None,
+        num_draft_tokens=entry.num_draft_tokens if fixed else None, tp=options.tp, host=options.host,
+        port=options.port, max_running_requests=cap, extra_args=extra,
+        target_architecture=architecture, schedule=options.schedule if entry.schedule else None,
     )
+
+
+def _with_schedule(options: SweepOptions) -> tuple[tuple[SweepEntry, ...], list[str]]:
+    """The grid plus a schedule entry at each of its batches; refuses a schedule the engine cannot read."""
+    schedule = options.schedule
+    assert schedule is not None
+    if options.engine in ("sglang", "vllm"):
+        check_for_engine(schedule, options.engine, None)
+    top = schedule.max_draft_length
+    batches = dict.fromkeys(e.batch for e in options.grid)
+    added = tuple(SweepEntry(b, top, 1, top + 1, schedule=True) for b in batches)
+    notes = [f"schedule entries at batch {', '.join(map(str, batches))}: draft length per batch size from "
+             f"{schedule.path}"]
+    if options.engine == REFERENCE:
+        notes.append("draftlab serve batches requests on every entry (--max-batch): fixed K, baseline and "
+                     "schedule alike")
+    return options.grid + added, notes
 
 
 def bench_config(plan: SweepPlan, planned: PlannedEntry) -> BenchConfig:
@@ -208,6 +240,7 @@ def run_sweep(
     try:
         for index, (planned, config) in enumerate(zip(plan.entries, configs), start=1):
             row = _run_entry(index, planned, config, prompts, out, o.health_timeout_s, notify, on_request)
+            _predict(row, planned.entry, o)
             result.rows.append(row)
             _write_summary(result, out, plot=False)
             if row.error == INTERRUPTED:
@@ -261,6 +294,18 @@ def _fill(row: SweepRow, bench: BenchResult, log: Path) -> None:
     elif bench.completed == 0:
         example = bench.errors[0]["example"] if bench.errors else "no request completed"
         row.error = f"no request completed: {example} (engine log: {log})"
+
+
+def _predict(row: SweepRow, entry: SweepEntry, options: SweepOptions) -> None:
+    """The plan's tok/s for this entry (its schedule's K at this batch for a schedule entry), and the error."""
+    if options.predicted is None:
+        return
+    if entry.schedule and options.schedule is not None:
+        row.predicted_throughput = options.predicted.chain(entry.batch, options.schedule.draft_length(entry.batch))
+    else:
+        row.predicted_throughput = options.predicted.at(entry.batch, entry.steps, entry.topk, entry.num_draft_tokens)
+    if row.predicted_throughput and row.output_throughput is not None and row.error is None:
+        row.prediction_error = row.output_throughput / row.predicted_throughput - 1
 
 
 def with_speedups(rows: list[SweepRow]) -> None:

@@ -53,6 +53,11 @@ def sweep(
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="New folder for results (default: sweep-ENGINE-DATE-TIME).")] = None,
     skip_check: SkipCheckOption = False,
+    schedule: Annotated[Optional[Path], typer.Option(
+        "--schedule", help="Also bench this schedule (plan --schedule-out) at every batch of the grid; on draftlab "
+        "serve every entry then batches requests.")] = None,
+    predicted: Annotated[Optional[Path], typer.Option(
+        "--predicted", help="A plan (draftlab plan ... --json > FILE): its tok/s beside each measurement.")] = None,
     dry_run: DryRunOption = False,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the summary (or, with --dry-run, the commands) as JSON.")] = False,
@@ -61,12 +66,23 @@ def sweep(
     from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep
 
     if out is not None and not dry_run:
-        refuse_overlap(out, {**local_inputs(target=target, drafter=drafter), "--prompts": prompts}, folder=True)
+        refuse_overlap(out, {**local_inputs(target=target, drafter=drafter), "--prompts": prompts,
+                             "--schedule": schedule, "--predicted": predicted}, folder=True)
+    loaded = predictions = None
+    if schedule is not None:
+        from draftlab.engines.schedule import load_schedule
+
+        loaded = load_schedule(schedule)
+    if predicted is not None:
+        from draftlab.bench.predicted import load_predictions
+
+        predictions = load_predictions(predicted)
     options = SweepOptions(
         engine=engine, target=target, drafter=drafter, grid=tuple(parse_grid(grid)), prompts=prompts,
         num_prompts=num_prompts, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,
         warmup=warmup, api=api, tp=tp, host=host, port=port, max_running_requests=max_running_requests,
         health_timeout_s=health_timeout, request_timeout_s=timeout, extra_args=tuple(ctx.args), skip_check=skip_check,
+        schedule=loaded, predicted=predictions,
     )
     plan = plan_sweep(options)
     if dry_run:

@@ -33,11 +33,16 @@ def render_sweep(result: SweepResult, console: Console) -> None:
     from draftlab.bench.sweep import SUMMARY_NAME
 
     table = Table(title=f"{result.engine} sweep, bench --api {result.api}", show_edge=False)
-    for col in ("config", "batch", "accept len", "tok/s", "speedup", "TTFT p50 ms", "TPOT p50 ms", "ok/failed"):
+    predicted = any(r.predicted_throughput is not None for r in result.rows)
+    columns = ["config", "batch", "accept len", "tok/s", *(["predicted", "error"] if predicted else []), "speedup",
+               "TTFT p50 ms", "TPOT p50 ms", "ok/failed"]
+    for col in columns:
         table.add_column(col, justify="left" if col == "config" else "right")
     for r in result.rows:
+        vs = [fmt(r.predicted_throughput), "-" if r.prediction_error is None else f"{r.prediction_error:+.1%}"]
         table.add_row(r.config, str(r.batch), fmt(r.accept_length, ".3f"), fmt(r.output_throughput),
-                      "-" if r.speedup is None else f"{r.speedup:.2f}x", fmt(r.ttft_p50_ms), fmt(r.tpot_p50_ms, ".2f"),
+                      *(vs if predicted else []), "-" if r.speedup is None else f"{r.speedup:.2f}x",
+                      fmt(r.ttft_p50_ms), fmt(r.tpot_p50_ms, ".2f"),
                       "[red]failed[/red]" if r.error else f"{r.completed}/{r.failed}")
     console.print(table)
     for r in result.rows:

@@ -79,7 +79,7 @@ def _batched_context(target: str | Path, drafter: str | Path | None, steps: int 
         if flags.topk != 1:
             raise DraftlabError(f"--topk {flags.topk}: the batching server drafts chains; use --topk 1 (or "
                                 "--max-batch 1 for trees)")
-        top = flags.steps
+        top, draft_length = flags.steps, None
     dtype = dtype or default_dtype(device)
     if drafter is None:
         runner, draft_model = TargetRunner.load(target, dtype=dtype, device=device), None
