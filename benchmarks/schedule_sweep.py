@@ -1,6 +1,6 @@
 """Is the plan's per-batch-size schedule at least as fast as the best fixed draft length, under load?
 
-CPU run (the toy pair; about 10 minutes on 2 busy cores):
+CPU run (the toy pair; about 20 minutes on 2 busy cores):
     PYTHONPATH=src python benchmarks/schedule_sweep.py --out /tmp/schedule-sweep --max-concurrency 8
 
 1. ``draftlab plan --target --drafter --prompts --batch-sizes 1..N --grid 1/1/2,2/1/3,3/1/4,4/1/5 --schedule vllm
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -50,7 +51,10 @@ def main() -> None:
     ap.add_argument("--max-concurrency", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompt-bytes", type=int, default=32)
+    ap.add_argument("--threads", default="1", help="DRAFTLAB_THREADS for plan and every server (1: no OpenMP "
+                    "spinning on a shared machine)")
     args = ap.parse_args()
+    os.environ["DRAFTLAB_THREADS"] = args.threads
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=False)
     pair = cached_toy_pair()

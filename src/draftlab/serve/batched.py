@@ -7,8 +7,9 @@ lockstep, with :class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` (st
 batch runs until its last row is done; requests that arrive meanwhile wait for the next batch).
 The batch's size picks the draft length K through ``draft_length`` (a schedule's engine reading,
 :meth:`draftlab.engines.schedule.LoadedSchedule.draft_length`, or a constant): a chain of K drafts,
-or plain decoding for K = 0. That is the batch the planner predicts (the profile's batched passes),
-so a sweep over concurrencies measures the plan's own claim.
+or plain decoding for K = 0. That is the batch the planner predicts (the profile's batched passes;
+a batch of one runs the batch-1 :class:`~draftlab.spec.decoder.SpeculativeDecoder`, as the planner
+profiles batch 1), so a sweep over concurrencies measures the plan's own claim.
 
 Counting: a K = 0 step is a cycle that commits one token (it drafts nothing), so per-request and
 server accept lengths stay tokens per decoder step; ``drafted_per_cycle`` (SGLang's proposed-draft
@@ -27,7 +28,7 @@ from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.serve.engine import _END, JobStream, ServeEngine, SpecCounters
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
-from draftlab.spec.decoder import Commit
+from draftlab.spec.decoder import Commit, SpeculativeDecoder
 
 DEFAULT_GATHER_S = 0.02
 
@@ -48,6 +49,7 @@ class BatchServeEngine(ServeEngine):
         self.counters = SpecCounters(accepted_per_pos=[0] * max_draft_length)
         self.batch_sizes: dict[int, int] = {}  # batch size -> batches run (what the schedule was asked)
         self._decoders: dict[int, BatchSpeculativeDecoder] = {}
+        self._single: dict[int, SpeculativeDecoder] = {}
         self.lock = threading.Lock()
         self._jobs: queue.Queue[JobStream | None] = queue.Queue()
         self._waiting: list[JobStream] = []
@@ -60,6 +62,13 @@ class BatchServeEngine(ServeEngine):
             flags = SpecFlags(k, 1, k + 1, "schedule") if k else None
             self._decoders[k] = BatchSpeculativeDecoder(self.target, self.drafter if k else None, flags)
         return self._decoders[k]
+
+    def single(self, k: int) -> SpeculativeDecoder:
+        """The batch-1 decoder for chains of ``k``: a batch of one runs the path the plan profiles at batch 1."""
+        if k not in self._single:
+            flags = SpecFlags(k, 1, k + 1, "schedule") if k else None
+            self._single[k] = SpeculativeDecoder(self.target, self.drafter if k else None, flags)
+        return self._single[k]
 
     def _run(self) -> None:
         closing = False
@@ -123,9 +132,19 @@ class BatchServeEngine(ServeEngine):
         with self.lock:
             self.batch_sizes[len(batch)] = self.batch_sizes.get(len(batch), 0) + 1
         try:
-            self.decoder(k).generate([j.input_ids for j in jobs], max_new_tokens=max(j.max_new_tokens for j in jobs),
-                                     temperature=jobs[0].temperature, ignore_eos=jobs[0].ignore_eos,
-                                     seed=jobs[0].seed, on_commit=on_commit)
+            if len(jobs) == 1:
+                job = jobs[0]
+                for commit in self.single(k).stream(job.input_ids, max_new_tokens=job.max_new_tokens,
+                                                    temperature=job.temperature, ignore_eos=job.ignore_eos,
+                                                    seed=job.seed):
+                    on_commit(0, commit.tokens, commit.accept_length)
+                    if done[0]:
+                        break
+            else:
+                self.decoder(k).generate([j.input_ids for j in jobs],
+                                         max_new_tokens=max(j.max_new_tokens for j in jobs),
+                                         temperature=jobs[0].temperature, ignore_eos=jobs[0].ignore_eos,
+                                         seed=jobs[0].seed, on_commit=on_commit)
         except DraftlabError as exc:
             failure: BaseException = exc
         except Exception as exc:  # a decoder bug must not kill the server; the clients get a 500
