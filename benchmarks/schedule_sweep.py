@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--max-concurrency", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompt-bytes", type=int, default=32)
+    ap.add_argument("--requests-per-stream", type=int, default=3, help="measured requests per entry: this x c")
+    ap.add_argument("--repeats", type=int, default=10, help="plan's timed calls per pass")
     ap.add_argument("--threads", default="1", help="DRAFTLAB_THREADS for plan and every server (1: no OpenMP "
                     "spinning on a shared machine)")
     args = ap.parse_args()
@@ -60,21 +62,21 @@ def main() -> None:
     pair = cached_toy_pair()
     py = [sys.executable, "-m", "draftlab"]
     prompt_file = out / "prompts.jsonl"
-    prompts(prompt_file, 3 * args.max_concurrency, args.prompt_bytes)
+    prompts(prompt_file, args.requests_per_stream * args.max_concurrency, args.prompt_bytes)
     batches = ",".join(str(c) for c in range(1, args.max_concurrency + 1))
     grid = ",".join(f"{k}/1/{k + 1}" for k in CHAINS)
     plan_json, schedule = out / "plan.json", out / "schedule.json"
     run([*py, "plan", "--target", str(pair.target_dir), "--drafter", str(pair.drafter_dir), "--prompts",
          str(prompt_file), "--device", "cpu", "--batch-sizes", batches, "--grid", grid, "--max-new-tokens",
-         str(args.new_tokens), "--context", str(args.prompt_bytes + args.new_tokens // 2), "--schedule", "vllm",
-         "--schedule-out", str(schedule), "--json"], stdout=plan_json)
+         str(args.new_tokens), "--context", str(args.prompt_bytes + args.new_tokens // 2), "--repeats", str(args.repeats),
+         "--schedule", "vllm", "--schedule-out", str(schedule), "--json"], stdout=plan_json)
     rows = []
     for c in range(1, args.max_concurrency + 1):
         entries = " ".join([f"{c},0,0,0", *(f"{c},{k},1,{k + 1}" for k in CHAINS)])
         summary = out / f"sweep-c{c}"
         run([*py, "sweep", "--engine", "draftlab", "--target", str(pair.target_dir), "--drafter",
              str(pair.drafter_dir), "--prompts", str(prompt_file), "--grid", entries, "--schedule", str(schedule),
-             "--predicted", str(plan_json), "--num-prompts", str(3 * c), "--warmup", str(c), "--max-tokens",
+             "--predicted", str(plan_json), "--num-prompts", str(args.requests_per_stream * c), "--warmup", str(c), "--max-tokens",
              str(args.new_tokens), "--ignore-eos", "--health-timeout", "300", "--out", str(summary), "--json"],
             stdout=out / f"sweep-c{c}.json")
         rows += json.loads((summary / "sweep.json").read_text())["rows"]
