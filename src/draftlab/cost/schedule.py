@@ -55,13 +55,6 @@ class BatchSchedule:
     def max_draft_length(self) -> int:
         return max(r.draft_length for r in self.ranges)
 
-    def draft_length(self, batch_size: int) -> int:
-        """The K of the range holding ``batch_size`` (above the last: the last K)."""
-        for r in self.ranges:
-            if r.lo <= batch_size <= r.hi:
-                return r.draft_length
-        return self.ranges[-1].draft_length
-
 
 def chain_length(row: ConfigPlan) -> int | None:
     """The chain length of a plan row (its steps), None for a tree config."""
