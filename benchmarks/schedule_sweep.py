@@ -1,7 +1,11 @@
 """Is the plan's per-batch-size schedule at least as fast as the best fixed draft length, under load?
 
-CPU run (the toy pair; about 20 minutes on 2 busy cores):
-    PYTHONPATH=src python benchmarks/schedule_sweep.py --out /tmp/schedule-sweep --max-concurrency 8
+CPU run (the toy pair; about 15 minutes on 2 busy cores):
+    PYTHONPATH=src python benchmarks/schedule_sweep.py --out /tmp/schedule-sweep --max-concurrency 8 \
+        --new-tokens 128 --requests-per-stream 8 --repeats 30
+GPU run (any pair; plan and every server on the device):
+    PYTHONPATH=src python benchmarks/schedule_sweep.py --out /tmp/schedule-sweep --device cuda \
+        [--target T --drafter D --dtype bfloat16]
 
 1. ``draftlab plan --target --drafter --prompts --batch-sizes 1..N --grid 1/1/2,2/1/3,3/1/4,4/1/5 --schedule vllm
    --schedule-out schedule.json --json``: probe each chain, profile the batched passes at every batch
@@ -38,10 +42,12 @@ def run(argv: list[str], stdout: Path | None = None) -> None:
         subprocess.run(argv, check=True, stdout=out if stdout else None)
 
 
-def prompts(path: Path, n: int, length: int) -> None:
-    """``n`` held-out stdlib snippets of ``length`` bytes as token-id prompts (the toy vocabulary is bytes)."""
+def prompts(path: Path, n: int, length: int, *, ids: bool) -> None:
+    """``n`` held-out stdlib snippets of ``length`` bytes: token ids (``ids``: the toy vocabulary is bytes),
+    else text for the target's tokenizer."""
     text = stdlib_text("heldout", n * length * 4)
-    rows = [{"input_ids": list(text[i * length * 3:i * length * 3 + length])} for i in range(n)]
+    pieces = [text[i * length * 3:i * length * 3 + length] for i in range(n)]
+    rows = [{"input_ids": list(p)} if ids else {"prompt": p.decode(errors="ignore")} for p in pieces]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -53,31 +59,39 @@ def main() -> None:
     ap.add_argument("--prompt-bytes", type=int, default=32)
     ap.add_argument("--requests-per-stream", type=int, default=3, help="measured requests per entry: this x c")
     ap.add_argument("--repeats", type=int, default=10, help="plan's timed calls per pass")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--target", type=Path, default=None, help="default: the toy pair")
+    ap.add_argument("--drafter", type=Path, default=None)
     ap.add_argument("--threads", default="1", help="DRAFTLAB_THREADS for plan and every server (1: no OpenMP "
                     "spinning on a shared machine)")
     args = ap.parse_args()
     os.environ["DRAFTLAB_THREADS"] = args.threads
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=False)
-    pair = cached_toy_pair()
+    toy = cached_toy_pair() if args.target is None else None
+    target = str(args.target or toy.target_dir)
+    drafter = str(args.drafter or toy.drafter_dir)
+    on_device = ["--device", args.device, *(["--dtype", args.dtype] if args.dtype else [])]
     py = [sys.executable, "-m", "draftlab"]
     prompt_file = out / "prompts.jsonl"
-    prompts(prompt_file, args.requests_per_stream * args.max_concurrency, args.prompt_bytes)
+    prompts(prompt_file, args.requests_per_stream * args.max_concurrency, args.prompt_bytes, ids=toy is not None)
     batches = ",".join(str(c) for c in range(1, args.max_concurrency + 1))
     grid = ",".join(f"{k}/1/{k + 1}" for k in CHAINS)
     plan_json, schedule = out / "plan.json", out / "schedule.json"
-    run([*py, "plan", "--target", str(pair.target_dir), "--drafter", str(pair.drafter_dir), "--prompts",
-         str(prompt_file), "--device", "cpu", "--batch-sizes", batches, "--grid", grid, "--max-new-tokens",
+    run([*py, "plan", "--target", target, "--drafter", drafter, "--prompts", str(prompt_file), *on_device,
+         "--batch-sizes", batches, "--grid", grid, "--max-new-tokens",
          str(args.new_tokens), "--context", str(args.prompt_bytes + args.new_tokens // 2), "--repeats", str(args.repeats),
          "--schedule", "vllm", "--schedule-out", str(schedule), "--json"], stdout=plan_json)
     rows = []
     for c in range(1, args.max_concurrency + 1):
         entries = " ".join([f"{c},0,0,0", *(f"{c},{k},1,{k + 1}" for k in CHAINS)])
         summary = out / f"sweep-c{c}"
-        run([*py, "sweep", "--engine", "draftlab", "--target", str(pair.target_dir), "--drafter",
-             str(pair.drafter_dir), "--prompts", str(prompt_file), "--grid", entries, "--schedule", str(schedule),
+        run([*py, "sweep", "--engine", "draftlab", "--target", target, "--drafter", drafter, "--prompts",
+             str(prompt_file), "--grid", entries, "--schedule", str(schedule),
              "--predicted", str(plan_json), "--num-prompts", str(args.requests_per_stream * c), "--warmup", str(c), "--max-tokens",
-             str(args.new_tokens), "--ignore-eos", "--health-timeout", "300", "--out", str(summary), "--json"],
+             str(args.new_tokens), "--ignore-eos", "--health-timeout", "300", "--out", str(summary), "--json",
+             "--", *on_device],
             stdout=out / f"sweep-c{c}.json")
         rows += json.loads((summary / "sweep.json").read_text())["rows"]
     table = render(rows, json.loads(schedule.read_text()), args.max_concurrency)
