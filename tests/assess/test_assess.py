@@ -183,3 +183,38 @@ def test_an_existing_out_folder_is_refused(inputs, tmp_path):
                         str(i["prompts"]), "--out", str(tmp_path / "o")])
     assert code == 2 and "already exists" in err
     assert (tmp_path / "o" / "mine.txt").read_text() == "keep"
+
+
+def test_engine_numbers_that_no_accept_length_could_beat_are_system_bound(inputs):
+    """The seed story: 82 tok/s plain, a cycle bound by all-reduce; even OLD's accept length loses."""
+    i = inputs
+    code, doc, err = run(["assess", "--drafter", str(i["drafter"]), "--target", str(i["v2"]), "--old-target",
+                          str(i["v1"]), "--prompts", str(i["prompts"]), "--grid", "3/1/4", "--max-new-tokens", "20",
+                          "--baseline-tps", "82", "--spec-tps", "20", "--accept-length", "1.5",
+                          "--allreduce-share", "0.6", "--out", str(i["tmp"] / "engine-bound"), "--json"])
+    assert code == 0, err
+    v = doc["verdict"]
+    assert v["kind"] == "system-bound"
+    bound = next(r for r in v["reasons"] if r["rule"] == "system-bound")["figures"]
+    assert bound["accept_length"] == doc["old_probes"][0]["mean_accept_length"]
+    assert bound["break_even_accept_length"] == pytest.approx((1.5 * 1000 / 20) / (1000 / 82))
+    assert bound["allreduce_share"] == 0.6 and doc["plan"] is None and doc["engine_estimate"]["cycle_ms"] == 75.0
+
+
+def test_engine_numbers_with_room_leave_the_drift_to_fix(inputs):
+    i = inputs
+    code, doc, err = run(["assess", "--drafter", str(i["drafter"]), "--target", str(i["v2"]), "--old-target",
+                          str(i["v1"]), "--prompts", str(i["prompts"]), "--grid", "6/1/7", "--max-new-tokens", "20",
+                          "--baseline-tps", "82", "--spec-tps", "52", "--accept-length", "1.5",
+                          "--out", str(i["tmp"] / "engine-drift"), "--json"])
+    assert code == 0, err
+    assert doc["verdict"]["kind"] == "fine-tune"
+    assert doc["old_probes"][0]["mean_accept_length"] > doc["engine_estimate"]["break_even_accept_length"]
+
+
+def test_engine_numbers_need_the_one_config_they_measured(inputs, tmp_path):
+    i = inputs
+    code, _, err = run(["assess", "--drafter", str(i["drafter"]), "--target", str(i["v2"]), "--prompts",
+                        str(i["prompts"]), "--baseline-tps", "82", "--spec-tps", "52", "--accept-length", "1.5",
+                        "--out", str(tmp_path / "o")])
+    assert code == 2 and "exactly that config" in err and not (tmp_path / "o").exists()

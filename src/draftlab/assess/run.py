@@ -30,6 +30,7 @@ from draftlab.compat import check_pair, fix_pair
 from draftlab.compat.findings import CheckResult
 from draftlab.compat.fix import FixResult
 from draftlab.cost.auto_plan import default_grid, probe_accept_length, profile_sizes
+from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine
 from draftlab.cost.model import SpecConfig
 from draftlab.cost.plan import GridEntry, ModelFreeEntry, Plan, make_plan
 from draftlab.cost.probes import AcceptLength
@@ -84,6 +85,7 @@ class AssessResult:
     profile: Profile | None = None
     plan: Plan | None = None
     old_plan: Plan | None = None
+    engine_estimate: EngineEstimate | None = None  # with engine numbers, in place of profile and plan
     slices: dict[str, dict[str, dict[str, Slice]]] = field(default_factory=dict)  # method/config -> kind -> name
     files: dict[str, str] = field(default_factory=dict)  # what DIR holds, by sub-result
     timings: dict[str, float] = field(default_factory=dict)
@@ -94,15 +96,25 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
            grid: Sequence[SpecConfig] | None = None, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
            costs: str | Path | None = None, max_new_tokens: int = 128, context_tokens: int = 256,
            ngram: modelfree.Ngram = DEFAULT_NGRAM, suffix: modelfree.Suffix | None = None,
-           model_free: Sequence[str] = MODEL_FREE,
+           model_free: Sequence[str] = MODEL_FREE, engine_numbers: dict[str, float] | None = None,
+           engine_batch_size: int = 1,
            dtype: str | None = None, device: str | None = None, repeats: int = 10,
            progress: bool = True) -> AssessResult:
     """Run phase 0 and decide; DIR ``out`` (new) receives every result, atomically. ``model_free``
-    names the baselines to simulate (a subset of :data:`MODEL_FREE`: what the engine offers)."""
+    names the baselines to simulate (a subset of :data:`MODEL_FREE`: what the engine offers).
+    ``engine_numbers`` (``plan``'s engine inputs: baseline_tps or decode_ms, spec_tps with
+    accept_length or cycle_ms, allreduce_ms or allreduce_share), measured at ``engine_batch_size``
+    with the one config of ``grid``, replace the profile and the plan."""
     unknown = sorted(set(model_free) - set(MODEL_FREE))
     if unknown:
         raise DraftlabError(f"--model-free: unknown method {unknown[0]!r}; choose from {', '.join(MODEL_FREE)}")
     configs = list(dict.fromkeys(grid if grid is not None else default_grid()))
+    engine_estimate = None
+    if engine_numbers:
+        if costs is not None or len(configs) != 1:
+            raise DraftlabError("engine numbers describe one served config: give --grid with exactly that config "
+                                "(e.g. --grid 3/1/4) and no --costs")
+        engine_estimate = estimate_from_engine(batch_size=engine_batch_size, **engine_numbers)
     suffix = suffix or modelfree.Suffix()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
@@ -170,6 +182,20 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
         free_entries = [ModelFreeEntry(m.method, m.options["num_speculative_tokens"], m.mean_accept_length,
                                        m.mean_drafted, f"assess {m.method}")
                         for m in result.model_free if m.num_cycles]
+        if engine_estimate is not None:
+            result.engine_estimate = engine_estimate
+            result.timings = clock.timings()
+            result.slices = _slices(configs, result.probes, result.old_probes, free_cycles, decoded, categories)
+            result.verdict = decide(Evidence(
+                fixed=_codes(fixed), unfixable=[], coverage=result.coverage.coverage,
+                drift=result.drift.layers if result.drift else None,
+                next_token_agreement=result.drift.next_token_agreement if result.drift else None,
+                fixed_dir=str(out / "fixed"), engine=engine_estimate, engine_config=configs[0].label,
+                accept_length=result.probes[0].mean_accept_length,
+                accept_length_old=result.old_probes[0].mean_accept_length if result.old_probes else None))
+            counts.save(tmp / "vocab-counts.json")
+            _write(result, tmp, out, decoded=decoded, categories=categories)
+            return result
         result.profile = given_costs or _profile(pair, configs, free_entries, batch_sizes, context_tokens, repeats,
                                                  target, run_on)
         accept = [probe_accept_length(c, r, prompts) for c, r in zip(configs, result.probes)]
@@ -315,6 +341,8 @@ def _write(result: AssessResult, tmp: Path, out: Path, *, decoded: Decoded | Non
         parts["profile.json"] = result.profile
     if result.plan is not None:
         parts["plan.json"] = result.plan
+    if result.engine_estimate is not None:
+        parts["plan.json"] = result.engine_estimate
     result.files = {name: str(out / name) for name in ["assess.json", "report.html", *parts]}
     if decoded is not None:
         result.files["continuations.jsonl"] = str(out / "continuations.jsonl")

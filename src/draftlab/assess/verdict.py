@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from draftlab.cost.engine_numbers import EngineEstimate
 from draftlab.cost.plan import ConfigPlan, Plan
 from draftlab.probe.drift_metrics import LayerDrift
 
@@ -64,6 +65,10 @@ class Evidence:
     drift: list[LayerDrift] | None = None  # at the drafter's aux layers
     next_token_agreement: float | None = None
     fixed_dir: str | None = None
+    engine: EngineEstimate | None = None  # numbers read off a serving engine, instead of a plan
+    engine_config: str | None = None  # the config the engine ran (the one probed)
+    accept_length: float | None = None  # the drafter's probe on that config, here and on OLD
+    accept_length_old: float | None = None
 
 
 def decide(e: Evidence) -> Verdict:
@@ -72,10 +77,12 @@ def decide(e: Evidence) -> Verdict:
     if e.fixed:
         reasons.append(Reason("config", f"check --fix fixed {', '.join(e.fixed)}; everything after ran on the fixed "
                                         f"copy {e.fixed_dir}", {"fixed": e.fixed, "fixed_dir": e.fixed_dir}))
-    if e.unfixable or e.plan is None:
+    if e.unfixable or (e.plan is None and e.engine is None):
         reasons.append(Reason("fix-config", "the drafter cannot run with this target until these are fixed by hand: "
                               + "; ".join(e.unfixable), {"errors": e.unfixable}))
         return Verdict("fix-config", "Fix the drafter's config first", reasons)
+    if e.engine is not None:
+        return _decide_from_engine(e, reasons)
 
     drafter_now = _best(e.plan, drafter=True)
     ceiling = _best(e.old_plan, drafter=True) if e.old_plan is not None else drafter_now
@@ -113,7 +120,7 @@ def decide(e: Evidence) -> Verdict:
                               f"it wins at {len(wins)} of the {len(pays)} batch sizes where speculation pays", figures))
 
     if fell and ceiling_pays:
-        return _refit(e, ref, al_new, al_old, reasons)
+        return _refit(e, al_new, al_old, reasons)
     if _accepts(ceiling) and not ceiling_pays:
         r = ceiling[min(ceiling)]
         verify = (r.verify_ms + r.allreduce_ms) / r.cycle_ms
@@ -144,7 +151,50 @@ def decide(e: Evidence) -> Verdict:
                    + (f", off at batch {_join(off)}" if off else ""), reasons, _schedule(drafter_now))
 
 
-def _refit(e: Evidence, ref: ConfigPlan, al_new: float, al_old: float | None, reasons: list[Reason]) -> Verdict:
+def _decide_from_engine(e: Evidence, reasons: list[Reason]) -> Verdict:
+    """The same rules on an engine's measured cycle: one config, its break-even against the probe's
+    accept lengths (model-free methods cannot be costed from these numbers and are only reported)."""
+    est, label = e.engine, e.engine_config
+    assert est is not None and e.accept_length is not None
+    al_new, al_old, be = e.accept_length, e.accept_length_old, est.break_even_accept_length
+    share = est.allreduce_share
+    reasons.append(Reason(
+        "engine", f"the engine's numbers: decode step {est.decode_ms:.2f} ms, {label} cycle {est.cycle_ms:.2f} ms"
+        + (f" ({share:.0%} all-reduce)" if share is not None else "") + f": break-even accept length {be:.2f}"
+        + (f"; it measured {est.accept_length:.2f}, the probe gives {al_new:.2f}" if est.accept_length else ""),
+        {"decode_ms": est.decode_ms, "cycle_ms": est.cycle_ms, "break_even_accept_length": be,
+         "allreduce_share": share, "accept_length_engine": est.accept_length, "accept_length": al_new}))
+    loss = (al_old - al_new) / (al_old - 1) if al_old is not None and al_old > 1 else 0.0
+    ceiling = al_old if al_old is not None else al_new
+    if al_old is not None:
+        reasons.append(Reason("drift", f"{label} accepts {al_new:.2f} tokens per cycle on the new target and "
+                              f"{al_old:.2f} on OLD: {loss:.0%} of its gain over plain decoding lost (refit from "
+                              f"{REFIT_LOSS:.0%})", {"config": label, "accept_length": al_new,
+                                                      "accept_length_old": al_old, "gain_lost": loss,
+                                                      "threshold": REFIT_LOSS}))
+    if ceiling > NEVER_ACCEPTS and ceiling <= be:
+        reasons.append(Reason(
+            "system-bound", f"even at {'its accept length on OLD' if al_old is not None else 'its accept length'}, "
+            f"{ceiling:.2f}, {label} stays under the break-even {be:.2f}: the cycle costs "
+            f"{est.cycle_ms / est.decode_ms:.1f} decode steps" + (f", {share:.0%} of it all-reduce" if share else ""),
+            {"accept_length": ceiling, "break_even_accept_length": be, "allreduce_share": share,
+             "cycle_ms": est.cycle_ms, "decode_ms": est.decode_ms}))
+        return Verdict("system-bound", "System-bound: the verify step costs more than a better drafter could win back",
+                       reasons)
+    if al_old is not None and loss >= REFIT_LOSS:
+        return _refit(e, al_new, al_old, reasons)
+    if al_new > be:
+        reasons.append(Reason("serve", f"{label} accepts {al_new:.2f} against a break-even of {be:.2f}: predicted "
+                              f"{al_new / be:.2f}x plain decoding at batch {est.batch_size}",
+                              {"accept_length": al_new, "break_even_accept_length": be}))
+        return Verdict("serve", f"Serve as is: {label} at batch {est.batch_size}", reasons,
+                       {str(est.batch_size): label})
+    reasons.append(Reason("speculation-off", f"{label} accepts {al_new:.2f}, under the break-even {be:.2f}",
+                          {"accept_length": al_new, "break_even_accept_length": be}))
+    return Verdict("speculation-off", "Turn speculation off: this drafter does not pay off here", reasons)
+
+
+def _refit(e: Evidence, al_new: float, al_old: float, reasons: list[Reason]) -> Verdict:
     moved = min(e.drift or [], key=lambda d: d.cosine, default=None)
     if moved is not None:
         reasons.append(Reason("drift", f"the hidden states moved most at aux layer {moved.layer}: cosine "

@@ -9,7 +9,8 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, JsonOption, ThreadsOption, at_least_one, check_device, console, emit_json, parse_ints, use_threads,
+    DtypeOption, JsonOption, ThreadsOption, at_least_one, check_device, checked, console, emit_json, non_negative,
+    parse_ints, positive, share, use_threads,
 )
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
@@ -35,6 +36,15 @@ def assess_command(
         help="vLLM ngram baseline: prompt_lookup_min,prompt_lookup_max,num_speculative_tokens.")] = "5,5,4",
     model_free: Annotated[str, typer.Option(
         "--model-free", help="Model-free baselines to simulate: ngram, suffix, both, or none.")] = "ngram,suffix",
+    baseline_tps: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: tokens/s without speculation.")] = None,
+    decode_ms: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: decode step in ms.")] = None,
+    spec_tps: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: tokens/s with speculation.")] = None,
+    cycle_ms: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: speculative cycle in ms.")] = None,
+    accept_length: Annotated[Optional[float], typer.Option(
+        callback=checked(minimum=1), help="Engine: mean accept length it measured (bonus included).")] = None,
+    allreduce_ms: Annotated[Optional[float], typer.Option(callback=non_negative, help="Engine: all-reduce ms per cycle.")] = None,
+    allreduce_share: Annotated[Optional[float], typer.Option(callback=share, help="Engine: all-reduce share of a cycle.")] = None,
+    batch_size: Annotated[int, typer.Option(callback=at_least_one, help="Engine: the batch size of its numbers.")] = 1,
     max_new_tokens: Annotated[int, typer.Option(callback=at_least_one, help="Continuation tokens per prompt.")] = 128,
     out: Annotated[Path, typer.Option("--out", help="New folder for assess.json, report.html and every "
                                                     "sub-result.")] = Path("draftlab-assess"),
@@ -69,10 +79,13 @@ def assess_command(
     entries = parse_grid(grid) if grid else None
     if entries and any(e.accept_length is not None for e in entries):
         raise DraftlabError("--grid: assess measures every accept length; drop the ':AL' parts")
+    numbers = {"baseline_tps": baseline_tps, "decode_ms": decode_ms, "spec_tps": spec_tps, "cycle_ms": cycle_ms,
+               "accept_length": accept_length, "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
     result = assess(drafter, target, prompts, out, old_target=old_target, engine=engine,
                     engine_version=engine_version, grid=None if entries is None else [e.config for e in entries],
                     batch_sizes=parse_ints("--batch-sizes", batch_sizes), costs=costs, max_new_tokens=max_new_tokens,
                     ngram=ngram_options, model_free=[m.strip() for m in model_free.split(",") if m.strip() not in ("", "none")],
+                    engine_numbers={k: v for k, v in numbers.items() if v is not None}, engine_batch_size=batch_size,
                     dtype=dtype, device=device, progress=not json_out)
     if json_out:
         from draftlab.assess.run import assess_document
