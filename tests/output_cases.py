@@ -23,7 +23,7 @@ OUTPUTS = {
     "profile --out", "plan --save-costs", "plan --save-probe", "plan --plot", "bench --output",
     "bench compare --plot", "report --output", "vocab count --output", "vocab build --output",
     "vocab remap --output", "check --fix", "convert --out", "train --out", "capture --out", "regenerate --out",
-    "launch --log-file", "sweep --out",
+    "launch --log-file", "sweep --out", "assess --out",
 }
 INPUTS = {
     "inspect path", "check drafter", "check --target", "convert drafter", "convert --target",
@@ -36,7 +36,8 @@ INPUTS = {
     "probe --features", "drift --target-a", "drift --target-b", "drift --prompts", "drift --drafter",
     "train --target", "train --data", "train --init", "train --features", "train --remap", "train --eval-prompts",
     "capture --target", "capture --data", "capture --drafter", "regenerate --data", "regenerate --target",
-    "report results",
+    "report results", "assess --drafter", "assess --target", "assess --prompts", "assess --old-target",
+    "assess --costs",
 }
 
 # what a refusal by the output rule says, after "OUT: "
@@ -135,6 +136,9 @@ CASES = [
          ("data", "target")),
     Case("launch --log-file", lambda w, o: ["launch", "sglang", "--target", w.target, "--drafter", w.drafter,
                                             "--skip-check", "--log-file", o], ("target", "drafter")),
+    Case("assess --out", lambda w, o: ["assess", "--drafter", w.drafter, "--target", w.target, "--prompts", w.prompts,
+                                       "--costs", w.profile, "--out", o], ("drafter", "target", "prompts", "profile"),
+         folder=True),
     Case("sweep --out", lambda w, o: ["sweep", "--engine", "draftlab", "--target", w.target, "--drafter", w.drafter,
                                       "--grid", "1,3,1,4", "--prompts", w.prompts, "--out", o],
          ("target", "drafter", "prompts"), folder=True),

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from costs import toy_profile
 from safetensors.torch import load_file, save_file
 
-from costs import toy_profile
 from draftlab.cli import main
 
 TEXTS = [("def __init__(self, name", "code"), ("import os\nimport sys\n\n", "imports"),
@@ -218,3 +218,15 @@ def test_engine_numbers_need_the_one_config_they_measured(inputs, tmp_path):
                         str(i["prompts"]), "--baseline-tps", "82", "--spec-tps", "52", "--accept-length", "1.5",
                         "--out", str(tmp_path / "o")])
     assert code == 2 and "exactly that config" in err and not (tmp_path / "o").exists()
+
+
+def test_an_old_target_of_another_architecture_is_refused_before_anything_loads(inputs, tmp_path):
+    from draftlab.checkpoint.synth import write_target
+    from draftlab.demo import target_v2_config
+
+    i = inputs
+    other = write_target(tmp_path / "other", target_v2_config())
+    code, _, err = run(["assess", "--drafter", str(i["drafter"]), "--target", str(i["v2"]), "--old-target",
+                        str(other), "--prompts", str(i["prompts"]), "--out", str(tmp_path / "o")])
+    assert code == 2 and "--old-target is the drafter's training target" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()

@@ -10,8 +10,9 @@ from pathlib import Path
 from chromium import load
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "assess"))
-from costs import toy_profile  # noqa: E402
-from draftlab.cli import main  # noqa: E402
+from costs import toy_profile
+
+from draftlab.cli import main
 
 
 def test_the_verdict_is_the_first_heading_and_the_page_stays_offline(toy_pair, tmp_path):

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draftlab.assess.slices import Cycles, Slice, slices
 from draftlab.assess.verdict import Evidence, Verdict, decide
+from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.checkpoint.summary import InspectResult, inspect_checkpoint
 from draftlab.compat import check_pair, fix_pair
 from draftlab.compat.findings import CheckResult
@@ -34,7 +35,8 @@ from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine
 from draftlab.cost.model import SpecConfig
 from draftlab.cost.plan import GridEntry, ModelFreeEntry, Plan, make_plan
 from draftlab.cost.probes import AcceptLength
-from draftlab.cost.profile import FORMAT as PROFILE_FORMAT, Profile, load_profile
+from draftlab.cost.profile import FORMAT as PROFILE_FORMAT
+from draftlab.cost.profile import Profile, load_profile
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.documents import document, to_jsonable
@@ -44,7 +46,13 @@ from draftlab.fsutil import atomic_dir
 from draftlab.models.pair import LoadedPair, load_pair
 from draftlab.probe import modelfree
 from draftlab.probe.drift import DriftResult, compare_targets, drift_sequences
-from draftlab.probe.probe import Clock, Decoded, ProbeResult, decode_continuations, probe_configs
+from draftlab.probe.probe import (
+    Clock,
+    Decoded,
+    ProbeResult,
+    decode_continuations,
+    probe_configs,
+)
 from draftlab.spec.prompts import read_prompts
 from draftlab.vocab.counts import TokenCounts
 from draftlab.vocab.coverage import CoverageResult, coverage
@@ -120,6 +128,8 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
     dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
     out = Path(out)
     given_costs = load_profile(costs) if costs is not None else None  # bad input fails before any work
+    if old_target is not None:
+        _same_architecture(old_target, target)
     clock = Clock()
     with atomic_dir(out) as tmp, _steps(progress) as step:
         step("inspect and check")
@@ -168,57 +178,49 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
         if old_target is not None:
             step("drift and the probe on OLD")
             old_pair = load_pair(old_target, run_on, engine=engine, dtype=dtype, device=device)
-            old_cfg = old_pair.target.config
-            if old_pair.aux_layers != pair.aux_layers or old_cfg.hidden_size != pair.target.config.hidden_size:
-                raise DraftlabError(f"{old_target}: not the same architecture as {target} (the drafter reads layers "
-                                    f"{old_pair.aux_layers} there, {pair.aux_layers} here); --old-target is the "
-                                    "drafter's training target, an earlier version of --target", path=old_target)
             result.drift = _drift(old_pair, pair, old_target, target, prompts, engine, dtype, device)
             result.old_probes = probe_configs(old_pair, old_target, prompts, flags, max_new_tokens=max_new_tokens)
             del old_pair
             clock.lap("old_s")
 
-        step("profiling and planning")
-        free_entries = [ModelFreeEntry(m.method, m.options["num_speculative_tokens"], m.mean_accept_length,
-                                       m.mean_drafted, f"assess {m.method}")
-                        for m in result.model_free if m.num_cycles]
         if engine_estimate is not None:
             result.engine_estimate = engine_estimate
-            result.timings = clock.timings()
-            result.slices = _slices(configs, result.probes, result.old_probes, free_cycles, decoded, categories)
-            result.verdict = decide(Evidence(
-                fixed=_codes(fixed), unfixable=[], coverage=result.coverage.coverage,
-                drift=result.drift.layers if result.drift else None,
-                next_token_agreement=result.drift.next_token_agreement if result.drift else None,
-                fixed_dir=str(out / "fixed"), engine=engine_estimate, engine_config=configs[0].label,
-                accept_length=result.probes[0].mean_accept_length,
-                accept_length_old=result.old_probes[0].mean_accept_length if result.old_probes else None))
-            counts.save(tmp / "vocab-counts.json")
-            _write(result, tmp, out, decoded=decoded, categories=categories)
-            return result
-        result.profile = given_costs or _profile(pair, configs, free_entries, batch_sizes, context_tokens, repeats,
-                                                 target, run_on)
-        accept = [probe_accept_length(c, r, prompts) for c, r in zip(configs, result.probes)]
-        entries = [GridEntry(c) for c in configs]
-        result.plan = make_plan(result.profile, accept, grid=entries, batch_sizes=list(batch_sizes),
-                                model_free=[m for m in free_entries if _in_range(result.profile, m, batch_sizes)])
-        if result.old_probes is not None:
-            old_accept = [AcceptLength(c, r.mean_accept_length, source=f"probe {c.label} on OLD")
-                          for c, r in zip(configs, result.old_probes)]
-            result.old_plan = make_plan(result.profile, old_accept, grid=entries, batch_sizes=list(batch_sizes))
+        else:
+            step("profiling and planning")
+            _plan(result, configs, batch_sizes, given_costs, pair, context_tokens, repeats, target, run_on, prompts)
         clock.lap("plan_s")
 
         result.slices = _slices(configs, result.probes, result.old_probes, free_cycles, decoded, categories)
+        served = engine_estimate is not None
         result.verdict = decide(Evidence(
             fixed=_codes(fixed), unfixable=[], plan=result.plan, old_plan=result.old_plan,
-            coverage=result.coverage.coverage if result.coverage else None,
-            drift=result.drift.layers if result.drift else None,
+            coverage=result.coverage.coverage, drift=result.drift.layers if result.drift else None,
             next_token_agreement=result.drift.next_token_agreement if result.drift else None,
-            fixed_dir=str(out / "fixed")))
+            fixed_dir=str(out / "fixed"), engine=engine_estimate, engine_config=configs[0].label if served else None,
+            accept_length=result.probes[0].mean_accept_length if served else None,
+            accept_length_old=result.old_probes[0].mean_accept_length if served and result.old_probes else None))
         result.timings = clock.timings()
         counts.save(tmp / "vocab-counts.json")
         _write(result, tmp, out, decoded=decoded, categories=categories)
     return result
+
+
+def _plan(result: AssessResult, configs: list[SpecConfig], batch_sizes: Sequence[int], given: Profile | None,
+          pair: LoadedPair, context_tokens: int, repeats: int, target: str | Path, drafter: Path,
+          prompts: str | Path) -> None:
+    """The profile (measured here unless given), the plan with the model-free candidates, and the plan at
+    the accept lengths on OLD (the same costs: OLD is the same architecture)."""
+    free = [ModelFreeEntry(m.method, m.options["num_speculative_tokens"], m.mean_accept_length, m.mean_drafted,
+                           f"assess {m.method}") for m in result.model_free if m.num_cycles]
+    result.profile = given or _profile(pair, configs, free, batch_sizes, context_tokens, repeats, target, drafter)
+    accept = [probe_accept_length(c, r, prompts) for c, r in zip(configs, result.probes or [])]
+    entries = [GridEntry(c) for c in configs]
+    result.plan = make_plan(result.profile, accept, grid=entries, batch_sizes=list(batch_sizes),
+                            model_free=[m for m in free if _in_range(result.profile, m, batch_sizes)])
+    if result.old_probes is not None:
+        old = [AcceptLength(c, r.mean_accept_length, source=f"probe {c.label} on OLD")
+               for c, r in zip(configs, result.old_probes)]
+        result.old_plan = make_plan(result.profile, old, grid=entries, batch_sizes=list(batch_sizes))
 
 
 def _steps(progress: bool) -> Any:
@@ -233,6 +235,16 @@ def _steps(progress: bool) -> Any:
             yield lambda name: bar.update(task, description=name)
 
     return display()
+
+
+def _same_architecture(old: str | Path, new: str | Path) -> None:
+    """OLD must be an earlier version of NEW: drift and the shared costs compare like with like."""
+    a, b = (TargetConfig.from_dict(open_checkpoint(p).config) for p in (old, new))
+    for name in ("architecture", "hidden_size", "num_layers", "vocab_size"):
+        if getattr(a, name) != getattr(b, name):
+            raise DraftlabError(f"its {name} is {getattr(a, name)!r} but --target's is {getattr(b, name)!r}; "
+                                "--old-target is the drafter's training target, an earlier version of --target",
+                                path=old)
 
 
 def _codes(fixed: FixResult | None) -> list[str]:
