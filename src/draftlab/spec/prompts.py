@@ -2,7 +2,9 @@
 
 Each row is an object with exactly one of ``input_ids`` (a list of token ids: no tokenizer needed),
 ``prompt`` (text, tokenized with the target's tokenizer) or ``messages`` (a chat, rendered with the
-target tokenizer's chat template and a generation prompt). Blank lines are skipped.
+target tokenizer's chat template and a generation prompt). Blank lines are skipped. A row may also
+carry a ``category`` (a non-empty string, e.g. a SPEED-Bench category): :func:`read_categories`
+reads them for per-category figures (``probe --profile-out``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,24 @@ def read_prompts(path: str | Path, *, tokenizer_dir: str | Path, vocab_size: int
     if not prompts:
         raise DraftlabError("the prompts file has no prompts; write one JSON object a line", path=path)
     return prompts
+
+
+def read_categories(path: str | Path) -> list[str | None]:
+    """Each prompt's ``category`` (None where a row has none), in the order :func:`read_prompts` returns them."""
+    path = Path(path)
+    try:
+        lines = regular_file(path, "prompts file not found").read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DraftlabError(f"cannot read prompts file ({exc})", path=path) from None
+    out: list[str | None] = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        category = _parse_row(text, f"{path}:{number}").get("category")
+        if category is not None and (not isinstance(category, str) or not category.strip()):
+            raise DraftlabError(f"{path}:{number}: category must be a non-empty string, got {category!r}")
+        out.append(category)
+    return out
 
 
 def _parse_row(text: str, where: str) -> dict[str, Any]:
