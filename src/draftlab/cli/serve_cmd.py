@@ -10,7 +10,8 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, ThreadsOption, TopkOption,
+    DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, SyntheticAcceptanceOption,
+    ThreadsOption, TopkOption,
     check_device, console, err_console, use_threads,
 )
 
@@ -28,9 +29,7 @@ def serve(
     dtype: DtypeOption = None,
     device: Annotated[str, typer.Option("--device", callback=check_device, help="cpu, cuda or cuda:N.")] = "cpu",
     engine: EngineOption = "sglang",
-    synthetic_acceptance: Annotated[Optional[str], typer.Option(
-        "--synthetic-acceptance", help="Force acceptance instead of verifying: a profile file (probe --profile-out; "
-                                       "per-position rates) or a mean accept length (bonus included).")] = None,
+    synthetic_acceptance: SyntheticAcceptanceOption = None,
     synthetic_seed: Annotated[int, typer.Option(
         "--synthetic-seed", help="Seed of the synthetic acceptance draws.")] = 0,
     threads: ThreadsOption = None,
