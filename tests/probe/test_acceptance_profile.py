@@ -54,6 +54,7 @@ def test_derivation_matches_modelopts_example(tmp_path):
     ({"marginal_accept_rates": [0.6, 0.3]}, "has 2 entries but num_speculative_tokens is 3"),
     ({"marginal_accept_rates": [1.2, 0.3, 0.0]}, "not a finite probability"),
     ({"conditional_accept_rates": [0.6, float("nan"), 0.0]}, "not a finite probability"),
+    ({"marginal_accept_rates": [None, 0.3, 0.0]}, "holds None, not a finite probability"),
     ({"mean_accept_length": 5.0}, "between 1 and K + 1"),
     ({"measured": False}, "measured is false"),
     ({"schema_version": "2.0"}, "schema_version '2.0'"),

@@ -212,9 +212,9 @@ def check_profile(profile: AcceptanceProfile, where: str) -> None:
         values = getattr(profile, name)
         if len(values) != k:
             raise DraftlabError(f"{where}: {name} has {len(values)} entries but num_speculative_tokens is {k}")
-        bad = next((v for v in values if not _number(v) or not math.isfinite(v) or not 0 <= v <= 1), None)
-        if bad is not None:
-            raise DraftlabError(f"{where}: {name} holds {bad!r}, not a finite probability in [0, 1]")
+        bad = [v for v in values if not _number(v) or not math.isfinite(v) or not 0 <= v <= 1]
+        if bad:
+            raise DraftlabError(f"{where}: {name} holds {bad[0]!r}, not a finite probability in [0, 1]")
     mean = profile.mean_accept_length
     if not _number(mean) or not math.isfinite(mean) or not 1 <= mean <= k + 1:
         raise DraftlabError(f"{where}: mean_accept_length {mean!r} is not a number between 1 and K + 1 = {k + 1}")
@@ -279,6 +279,8 @@ def read_profile(path: str | Path) -> AcceptanceProfile:
         raise DraftlabError(f"{where}: not a speculation profile ({exc})") from None
     if not isinstance(profile.conditional_accept_rates, list):
         raise DraftlabError(f"{where}: conditional_accept_rates must be a list")
+    if not isinstance(profile.accept_length_by_k, dict):
+        raise DraftlabError(f"{where}: accept_length_by_k must be an object of K -> mean accept length")
     check_profile(profile, where)
     return profile
 
