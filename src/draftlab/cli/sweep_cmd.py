@@ -116,7 +116,9 @@ def _run(plan: SweepPlan, folder: Path, *, quiet: bool) -> SweepResult:
 
 def _show_plan(plan: SweepPlan, json_out: bool) -> None:
     if json_out:
+        synthetic = plan.options.synthetic
         emit_json({"api": plan.api, "max_running_requests": plan.max_running_requests, "notes": plan.notes,
+                   "synthetic_acceptance": None if synthetic is None else synthetic.record(),
                    "entries": [{**_entry_json(p.entry), "argv": p.command.argv, "env": p.command.env,
                                 "shell": p.command.shell, "base_url": p.command.base_url} for p in plan.entries]})
         return
