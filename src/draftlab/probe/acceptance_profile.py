@@ -303,12 +303,14 @@ def accept_length_for(profile: AcceptanceProfile, steps: int, topk: int, num_dra
 
     - The probed config itself: ``mean_accept_length``, exactly the probe's figure.
     - A chain whose K has a measured ``accept_length_by_k`` entry: that entry.
-    - A chain of k drafts, k <= K, from a chain profile: ``1 + sum(marginal[:k])``. Per cycle this is
-      exact under greedy verification: the drafter proposes token j from the root and the drafts
-      before it only, never knowing how many will follow, so a k-chain's drafts are the first k of the
-      K-chain's at the same root, and a chain accepts a prefix, so the k-chain accepts min(a, k)
-      where the K-chain accepts a, whose mean is 1 + sum_{i<k} P(a > i). Over a whole decode it is an
-      approximation only in which roots are visited (each cycle's length moves the next root).
+    - A chain of k drafts, k <= K, from a chain profile: ``1 + sum(marginal[:k])``, an estimate. Per
+      cycle root it is exact under greedy verification: the drafter proposes token j from the root and
+      the drafts before it only, never knowing how many will follow, so a k-chain's drafts are the
+      first k of the K-chain's at the same root, and a chain accepts a prefix, so the k-chain accepts
+      min(a, k) where the K-chain accepts a, whose mean is 1 + sum_{i<k} P(a > i). But a decode visits
+      different roots for different k (each cycle's length moves the next root): the K-chain's roots
+      follow its rejections, harder places than the k-chain's, so the estimate runs low (6-13% for
+      k = 1..5 from 6/1/7 on the toy pair; benchmarks/profile_chains.py, benchmarks/RESULTS.md).
     - Anything else (more drafts than measured, a tree, a chain from a tree's profile) cannot be
       derived: DraftlabError, naming the config to probe.
     """
@@ -329,4 +331,4 @@ def accept_length_for(profile: AcceptanceProfile, steps: int, topk: int, num_dra
     if steps > profile.num_speculative_tokens:
         raise DraftlabError(f"the profile measured {profile.num_speculative_tokens} draft positions; {label} needs "
                             f"{steps}; probe {label} (or a longer chain)")
-    return 1.0 + sum(profile.marginal_accept_rates[:steps]), f"1 + first {steps} marginals"
+    return 1.0 + sum(profile.marginal_accept_rates[:steps]), f"1 + first {steps} marginals, an estimate"
