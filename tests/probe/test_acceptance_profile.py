@@ -175,3 +175,32 @@ def test_profile_round_trips_through_plan_with_the_probes_predictions(probed, tm
     assert main(["plan", "--costs", str(costs), "--profile", str(folder / "speculation_profile.json"),
                  "--grid", "4/1/5"]) == 2
     assert "needs 4; probe 4/1/5" in capsys.readouterr().err
+
+
+def _result(histogram, *, topk=1, estimate=False, per_prompt=((2, 3), (1,))):
+    from draftlab.probe.probe import ProbePromptResult, ProbeResult
+
+    steps = len(histogram) - 2
+    mean = sum(i * n for i, n in enumerate(histogram)) / (sum(histogram) or 1)
+    results = [ProbePromptResult(i, [] if estimate else list(a), 0 if estimate else len(a), 8, 0.0,
+                                 mean if estimate else None) for i, a in enumerate(per_prompt)]
+    return ProbeResult(config={"steps": steps, "topk": topk, "num_draft_tokens": 8 if topk > 1 else steps + 1,
+                               "temperature": 0.5 if estimate else 0.0},
+                       mean_accept_length=mean, acceptance_by_step=[], accept_length_histogram=list(histogram),
+                       per_position_accept_length=mean, vocab_bound=1.0, target_disagreement=None, skipped_prompts=0,
+                       results=results, estimate=estimate)
+
+
+def test_a_trees_profile_is_measured_per_k_and_an_estimates_keeps_its_shares():
+    from draftlab.probe.acceptance_profile import profile_from_probe
+
+    tree = profile_from_probe(_result([0, 1, 1, 1], topk=4), categories=["a", "b"])
+    assert tree.accept_length_model == "measured_per_k" and tree.accept_length_by_k == {} and not tree.is_chain
+    assert tree.marginal_accept_rates == [round(2 / 3, 6), round(1 / 3, 6)]
+    assert tree.per_category["a"]["mean_accept_length"] == 2.5 and tree.per_category["b"]["num_cycles"] == 1
+    shares = profile_from_probe(_result([0.0, 0.25, 0.5, 0.25], estimate=True), categories=["a", None])
+    assert shares.acceptance_length_histogram == {"1": 0.25, "2": 0.5, "3": 0.25}
+    assert shares.marginal_accept_rates == [0.75, 0.25] and shares.measurement_conditions["estimate"] is True
+    assert list(shares.per_category) == ["a"] and shares.per_category["a"]["mean_accept_length"] == 2.0
+    with pytest.raises(DraftlabError, match="measured no verify cycle"):
+        profile_from_probe(_result([0, 0, 0, 0], per_prompt=()))

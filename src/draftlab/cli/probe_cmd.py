@@ -12,7 +12,7 @@ from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption,
     SamplingSeedOption, StepsOption, TargetOption, ThreadsOption, TopkOption, at_least_one, console, emit_json,
-    lower_on_oom, main_process, non_negative, use_threads,
+    err_console, lower_on_oom, main_process, non_negative, use_threads,
 )
 
 
@@ -82,6 +82,8 @@ def probe_command(
         from draftlab.probe.acceptance_profile import profile_from_probe, write_profile
 
         write_profile(profile_from_probe(result, prompts=prompts, categories=categories), profile_out)
+        if not json_out:
+            err_console.print(f"acceptance profile written to {profile_out}", markup=False)
     if json_out:
         emit_json(result)
     else:
