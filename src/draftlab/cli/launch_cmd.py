@@ -75,7 +75,8 @@ def launch(
     if json_out:
         raise DraftlabError("--json only goes with --dry-run (a running server prints its log, not JSON)")
     log = log_file or Path(f"draftlab-{command.engine}-{command.port}.log")
-    refuse_overlap(log, local_inputs(target=target, drafter=drafter, synthetic_acceptance=synthetic and synthetic.profile))
+    profile = synthetic.profile if synthetic is not None else None
+    refuse_overlap(log, local_inputs(target=target, drafter=drafter, synthetic_acceptance=profile))
     render_launch(command, console, err_console)
     with EngineProcess(command, log) as proc:
         proc.start()

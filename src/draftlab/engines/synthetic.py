@@ -81,8 +81,8 @@ def synthetic_settings(engine: str, synthetic: SyntheticAcceptance, *, steps: in
 def _vllm(synthetic: SyntheticAcceptance, steps: int, topk: int, version: str) -> SyntheticSettings:
     release(engine="vllm", version=version)
     if version_key(version) < version_key(VLLM_FIRST):
-        raise DraftlabError(f"{OPTION}: vLLM {version} has no synthetic_acceptance_rates or synthetic_acceptance_length "
-                            f"(first in {VLLM_FIRST}, PR #40662; 0.19.0's scalar synthetic_acceptance_rate is not "
+        raise DraftlabError(f"{OPTION}: vLLM {version} has no synthetic_acceptance_rates or "
+                            f"synthetic_acceptance_length (first in {VLLM_FIRST}, PR #40662; 0.19.0's scalar synthetic_acceptance_rate is not "
                             f"translated); use --engine-version {VLLM_FIRST} or later")
     _chain(topk, "vLLM drafts a chain of num_speculative_tokens")
     al = synthetic.accept_length_for(steps)
@@ -159,7 +159,8 @@ def with_synthetic(command: EngineCommand, synthetic: SyntheticAcceptance | None
     if synthetic is None:
         return command
     if command.spec is None:
-        raise DraftlabError(f"{OPTION} forces the acceptance of drafts; it needs --drafter (the baseline drafts nothing)")
+        raise DraftlabError(f"{OPTION} forces the acceptance of drafts; it needs --drafter "
+                            "(the baseline drafts nothing)")
     settings = synthetic_settings(command.engine, synthetic, steps=command.spec.steps, topk=command.spec.topk,
                                   version=version)
     argv = list(command.argv)

@@ -318,7 +318,8 @@ def accept_length_for(profile: AcceptanceProfile, steps: int, topk: int, num_dra
     if own is not None and (own["steps"], own["topk"], own["num_draft_tokens"]) == (steps, topk, num_draft_tokens):
         return profile.mean_accept_length, "measured"
     label = f"{steps}/{topk}/{num_draft_tokens}"
-    measured = f"{own['steps']}/{own['topk']}/{own['num_draft_tokens']}" if own else f"K = {profile.num_speculative_tokens}"
+    k = profile.num_speculative_tokens
+    measured = f"{own['steps']}/{own['topk']}/{own['num_draft_tokens']}" if own else f"K = {k}"
     if topk != 1 or num_draft_tokens != steps + 1:
         raise DraftlabError(f"the profile ({measured}) cannot give the tree {label} an accept length: a tree's depends "
                             f"on its whole shape; probe {label}, or assume one in --grid as {label}:AL")

@@ -65,9 +65,10 @@ class SyntheticAcceptance:
     def record(self, steps: int | None = None) -> dict[str, Any]:
         """What a result records about the run: that it was synthetic, what was asked, and (with ``steps``)
         the accept length and marginals that run was forced to."""
+        marginals = None if self.marginals is None else list(self.marginals)
         out: dict[str, Any] = {"synthetic": True, "requested": self.source, "profile": self.profile,
                                "requested_accept_length": self.accept_length,
-                               "requested_marginal_accept_rates": None if self.marginals is None else list(self.marginals)}
+                               "requested_marginal_accept_rates": marginals}
         if steps is not None:
             out.update(steps=steps, accept_length=self.accept_length_for(steps),
                        marginal_accept_rates=self.marginals_for(steps))
