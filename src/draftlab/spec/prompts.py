@@ -25,6 +25,7 @@ KINDS = ("input_ids", "prompt", "messages")
 class Prompt:
     line: int  # 1-based line in the file
     input_ids: list[int]
+    category: str | None = None  # the row's optional "category" (code, chat, agent ...), for per-slice figures
 
 
 def read_prompts(path: str | Path, *, tokenizer_dir: str | Path, vocab_size: int) -> list[Prompt]:
@@ -54,7 +55,10 @@ def read_prompts(path: str | Path, *, tokenizer_dir: str | Path, vocab_size: int
         bad = next((i for i in ids if not 0 <= i < vocab_size), None)
         if bad is not None:
             raise DraftlabError(f"{where}: token id {bad} is outside the target's vocabulary (0..{vocab_size - 1})")
-        prompts.append(Prompt(number, ids))
+        category = row.get("category")
+        if category is not None and not isinstance(category, str):
+            raise DraftlabError(f"{where}: category must be a string, e.g. \"code\"")
+        prompts.append(Prompt(number, ids, category))
     if not prompts:
         raise DraftlabError("the prompts file has no prompts; write one JSON object a line", path=path)
     return prompts
