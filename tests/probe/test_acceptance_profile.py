@@ -203,3 +203,15 @@ def test_a_trees_profile_is_measured_per_k_and_an_estimates_keeps_its_shares():
     assert list(shares.per_category) == ["a"] and shares.per_category["a"]["mean_accept_length"] == 2.0
     with pytest.raises(DraftlabError, match="measured no verify cycle"):
         profile_from_probe(_result([0, 0, 0, 0], per_prompt=()))
+
+
+def test_categories_are_read_without_a_tokenizer_in_read_prompts_order(tmp_path):
+    from draftlab.spec.prompts import read_categories, read_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"input_ids": [1], "category": "code"}\n\n{"input_ids": [2]}\n{"input_ids": [3], "category": "c"}\n')
+    assert read_categories(path) == [r.category for r in read_prompts(path, tokenizer_dir=tmp_path, vocab_size=8)]
+    assert read_categories(path) == ["code", None, "c"]
+    path.write_text('{"prompt": "needs a tokenizer", "category": 3}\n')
+    with pytest.raises(DraftlabError, match="p.jsonl:1: category must be a string"):
+        read_categories(path)

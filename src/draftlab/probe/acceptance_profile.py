@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,10 +122,12 @@ def validation(marginal: Sequence[float], mean: float) -> dict[str, Any]:
 
 
 def profile_from_probe(result: ProbeResult, *, prompts: str | Path | None = None,
-                       categories: Sequence[str | None] | None = None) -> AcceptanceProfile:
+                       categories: Sequence[str | None] | Mapping[int, str | None] | None = None
+                       ) -> AcceptanceProfile:
     """The acceptance profile of one probe result (its histogram, per-prompt accept lengths and config).
 
-    ``categories[i]`` is prompt i's ``category`` (file order, as ``prompt_index``); prompts without
+    ``categories[i]`` is prompt i's ``category`` (file order, as ``prompt_index``: a list, or a mapping
+    as ``{i: row.category for i, row in enumerate(read_prompts(...))}``); prompts without
     one are left out of ``per_category``, which is null when no prompt has one. At temperature > 0 the
     histogram holds the probe's expected shares (``measurement_conditions.estimate`` is true) and
     the per-category figures are the per-request expected accept lengths only.
@@ -163,13 +165,14 @@ def _per_request_mean(results: Sequence[Any]) -> float | None:
     return sum(means) / len(means) if means else None
 
 
-def _per_category(result: ProbeResult, steps: int,
-                  categories: Sequence[str | None] | None) -> dict[str, dict[str, Any]] | None:
+def _per_category(result: ProbeResult, steps: int, categories: Sequence[str | None] | Mapping[int, str | None] | None
+                  ) -> dict[str, dict[str, Any]] | None:
     if not categories:
         return None
+    of = categories if isinstance(categories, Mapping) else dict(enumerate(categories))
     groups: dict[str, list[Any]] = {}
     for r in result.results:
-        name = categories[r.prompt_index] if r.prompt_index < len(categories) else None
+        name = of.get(r.prompt_index)
         if name is not None:
             groups.setdefault(name, []).append(r)
     out: dict[str, dict[str, Any]] = {}

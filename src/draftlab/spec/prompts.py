@@ -3,8 +3,8 @@
 Each row is an object with exactly one of ``input_ids`` (a list of token ids: no tokenizer needed),
 ``prompt`` (text, tokenized with the target's tokenizer) or ``messages`` (a chat, rendered with the
 target tokenizer's chat template and a generation prompt). Blank lines are skipped. A row may also
-carry a ``category`` (a non-empty string, e.g. a SPEED-Bench category): :func:`read_categories`
-reads them for per-category figures (``probe --profile-out``).
+carry a ``category`` (a string, e.g. a SPEED-Bench category); :func:`read_categories` reads only those,
+without a tokenizer (``probe --profile-out``'s per-category figures).
 """
 
 from __future__ import annotations
@@ -55,10 +55,7 @@ def read_prompts(path: str | Path, *, tokenizer_dir: str | Path, vocab_size: int
         bad = next((i for i in ids if not 0 <= i < vocab_size), None)
         if bad is not None:
             raise DraftlabError(f"{where}: token id {bad} is outside the target's vocabulary (0..{vocab_size - 1})")
-        category = row.get("category")
-        if category is not None and not isinstance(category, str):
-            raise DraftlabError(f"{where}: category must be a string, e.g. \"code\"")
-        prompts.append(Prompt(number, ids, category))
+        prompts.append(Prompt(number, ids, _category(row, where)))
     if not prompts:
         raise DraftlabError("the prompts file has no prompts; write one JSON object a line", path=path)
     return prompts
@@ -75,11 +72,16 @@ def read_categories(path: str | Path) -> list[str | None]:
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
-        category = _parse_row(text, f"{path}:{number}").get("category")
-        if category is not None and (not isinstance(category, str) or not category.strip()):
-            raise DraftlabError(f"{path}:{number}: category must be a non-empty string, got {category!r}")
-        out.append(category)
+        where = f"{path}:{number}"
+        out.append(_category(_parse_row(text, where), where))
     return out
+
+
+def _category(row: dict[str, Any], where: str) -> str | None:
+    category = row.get("category")
+    if category is not None and not isinstance(category, str):
+        raise DraftlabError(f"{where}: category must be a string, e.g. \"code\"")
+    return category
 
 
 def _parse_row(text: str, where: str) -> dict[str, Any]:
