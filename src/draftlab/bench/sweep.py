@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from draftlab.bench.client import BenchConfig, RequestRecord
 from draftlab.bench.grid import SweepEntry
@@ -38,6 +39,7 @@ from draftlab.engines.launch import (
 from draftlab.documents import document
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
+from draftlab.spec.synthetic import SyntheticAcceptance
 
 SUMMARY_NAME = "sweep.json"
 PLOT_NAME = "sweep.png"
@@ -67,6 +69,7 @@ class SweepOptions:
     request_timeout_s: float = 600.0
     extra_args: tuple[str, ...] = ()
     skip_check: bool = False
+    synthetic: SyntheticAcceptance | None = None  # every speculative entry forced to this acceptance
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class SweepRow:
     result_file: str | None = None
     log_file: str | None = None
     error: str | None = None
+    synthetic_accept_length: float | None = None  # the accept length the entry was forced to (synthetic runs)
 
 
 @dataclass
@@ -120,6 +124,7 @@ class SweepResult:
     complete: bool = False  # every entry was attempted
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    synthetic_acceptance: dict[str, Any] | None = None  # what was requested, when the run was synthetic
 
     @property
     def all_failed(self) -> bool:
@@ -168,7 +173,7 @@ def _request(options: SweepOptions, entry: SweepEntry, cap: int, architecture: s
         steps=entry.steps if spec else None, topk=entry.topk if spec else None,
         num_draft_tokens=entry.num_draft_tokens if spec else None, tp=options.tp, host=options.host,
         port=options.port, max_running_requests=cap, extra_args=options.extra_args,
-        target_architecture=architecture,
+        target_architecture=architecture, synthetic=options.synthetic if spec else None,
     )
 
 
@@ -179,7 +184,15 @@ def bench_config(plan: SweepPlan, planned: PlannedEntry) -> BenchConfig:
         base_url=planned.command.base_url, api=plan.api, num_prompts=o.num_prompts, concurrency=planned.entry.batch,
         max_tokens=o.max_tokens, ignore_eos=o.ignore_eos, temperature=o.temperature, warmup=o.warmup,
         timeout_s=o.request_timeout_s, label=planned.entry.label,
+        synthetic_acceptance=_synthetic_record(o, planned.entry),
     )
+
+
+def _synthetic_record(options: SweepOptions, entry: SweepEntry) -> dict[str, Any] | None:
+    """What an entry's bench result records about its forced acceptance (None: a real or a baseline run)."""
+    if options.synthetic is None or entry.is_baseline:
+        return None
+    return options.synthetic.record(entry.steps)
 
 
 # (entry index, entry, phase: "launch" | "bench" | "done" | "failed")
@@ -203,11 +216,14 @@ def run_sweep(
     out = _new_folder(Path(out_dir))
     o = plan.options
     result = SweepResult(o.engine, o.target, o.drafter, plan.api, plan.max_running_requests, str(out.resolve()),
-                         [], notes=list(plan.notes))
+                         [], notes=list(plan.notes),
+                         synthetic_acceptance=None if o.synthetic is None else o.synthetic.record())
     notify = on_event or (lambda *_: None)
     try:
         for index, (planned, config) in enumerate(zip(plan.entries, configs), start=1):
             row = _run_entry(index, planned, config, prompts, out, o.health_timeout_s, notify, on_request)
+            if config.synthetic_acceptance is not None:
+                row.synthetic_accept_length = config.synthetic_acceptance["accept_length"]
             result.rows.append(row)
             _write_summary(result, out, plot=False)
             if row.error == INTERRUPTED:

@@ -11,7 +11,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, NumDraftTokensOption, PortOption, SkipCheckOption,
-    StepsOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
+    StepsOption, SyntheticAcceptanceOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
 )
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import local_inputs, refuse_overlap
@@ -39,6 +39,7 @@ def launch(
     engine_version: Annotated[Optional[str], typer.Option(
         "--engine-version", help="The installed engine's release: its rules check the pair (default: the newest "
         "draftlab knows).")] = None,
+    synthetic_acceptance: SyntheticAcceptanceOption = None,
     dry_run: DryRunOption = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
@@ -46,12 +47,14 @@ def launch(
     from draftlab.engines.launch import (
         EngineProcess, LaunchRequest, check_before_launch, engine_command, local_architecture,
     )
+    from draftlab.spec.synthetic import parse_synthetic
 
+    synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     request = LaunchRequest(
         engine=engine, target=target, drafter=drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
         tp=tp, host=host, port=port, max_running_requests=max_running_requests,
         chunked_prefill_size=chunked_prefill_size, extra_args=tuple(ctx.args),
-        target_architecture=local_architecture(target),
+        target_architecture=local_architecture(target), synthetic=synthetic, engine_version=engine_version,
     )
     if engine_version is not None:
         from draftlab.engines.releases import release
@@ -72,7 +75,8 @@ def launch(
     if json_out:
         raise DraftlabError("--json only goes with --dry-run (a running server prints its log, not JSON)")
     log = log_file or Path(f"draftlab-{command.engine}-{command.port}.log")
-    refuse_overlap(log, local_inputs(target=target, drafter=drafter))
+    profile = synthetic.profile if synthetic is not None else None
+    refuse_overlap(log, local_inputs(target=target, drafter=drafter, synthetic_acceptance=profile))
     render_launch(command, console, err_console)
     with EngineProcess(command, log) as proc:
         proc.start()

@@ -47,7 +47,9 @@ import httpx
 import draftlab
 from draftlab.engines import ENGINES
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags, resolve_spec_flags
+from draftlab.engines.synthetic import with_synthetic
 from draftlab.errors import DraftlabError
+from draftlab.spec.synthetic import SyntheticAcceptance
 
 SGLANG_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 REFERENCE = "draftlab"  # the reference server, a launch target next to the real engines
@@ -78,6 +80,8 @@ class LaunchRequest:
     chunked_prefill_size: int | None = None
     extra_args: tuple[str, ...] = ()
     target_architecture: str | None = None  # for SGLang's automatic flags when none are given
+    synthetic: SyntheticAcceptance | None = None  # force this acceptance (engines.synthetic)
+    engine_version: str | None = None  # the release whose synthetic-acceptance settings apply (None: newest)
 
 
 @dataclass(frozen=True)
@@ -117,10 +121,12 @@ def engine_command(request: LaunchRequest, *, context_too_short: bool = False) -
         raise DraftlabError("--steps/--topk/--num-draft-tokens need --drafter; leave them out for the baseline")
     port = request.port or DEFAULT_PORTS[request.engine]
     if request.engine == "sglang":
-        return _sglang(request, port, context_too_short)
-    if request.engine == REFERENCE:
-        return _reference(request, port)
-    return _vllm(request, port, context_too_short)
+        command = _sglang(request, port, context_too_short)
+    elif request.engine == REFERENCE:
+        command = _reference(request, port)
+    else:
+        command = _vllm(request, port, context_too_short)
+    return with_synthetic(command, request.synthetic, request.engine_version)
 
 
 def _sglang(request: LaunchRequest, port: int, context_too_short: bool) -> EngineCommand:
