@@ -230,3 +230,17 @@ def test_an_old_target_of_another_architecture_is_refused_before_anything_loads(
                         str(other), "--prompts", str(i["prompts"]), "--out", str(tmp_path / "o")])
     assert code == 2 and "--old-target is the drafter's training target" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_served_configs_acceptance_profile_round_trips_through_plan(drifted, inputs):
+    out = Path(drifted["files"]["assess.json"]).parent
+    profile = json.loads((out / "speculation_profile.json").read_text())
+    steps = profile["num_speculative_tokens"]
+    probe = next(p for p in drifted["probes"] if p["config"]["steps"] == steps and p["config"]["topk"] == 1)
+    assert profile["mean_accept_length"] == probe["mean_accept_length"]
+    _, planned, err = run(["plan", "--costs", str(inputs["costs"]), "--profile", str(out / "speculation_profile.json"),
+                           "--batch-sizes", "1,8", "--json"])
+    assert planned is not None, err
+    mine = {r["batch_size"]: r["tokens_per_second"] for r in drifted["plan"]["configs"]
+            if r["method"] == "eagle3" and r["steps"] == steps and r["topk"] == 1}
+    assert {r["batch_size"]: r["tokens_per_second"] for r in planned["configs"]} == mine

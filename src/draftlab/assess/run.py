@@ -45,6 +45,7 @@ from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
 from draftlab.models.pair import LoadedPair, load_pair
 from draftlab.probe import modelfree
+from draftlab.probe.acceptance_profile import profile_from_probe, write_profile
 from draftlab.probe.drift import DriftResult, compare_targets, drift_sequences
 from draftlab.probe.probe import (
     Clock,
@@ -201,8 +202,24 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
             accept_length_old=result.old_probes[0].mean_accept_length if served and result.old_probes else None))
         result.timings = clock.timings()
         counts.save(tmp / "vocab-counts.json")
+        served_probe = _served_probe(result)
+        write_profile(profile_from_probe(served_probe, prompts=prompts, categories=categories),
+                      tmp / "speculation_profile.json")
         _write(result, tmp, out, decoded=decoded, categories=categories)
     return result
+
+
+def _served_probe(result: AssessResult) -> ProbeResult:
+    """The probe of the config that would serve: the engine's, else the drafter's best at the smallest batch
+    size (its acceptance profile is what ``plan --profile`` and ``--synthetic-acceptance`` read)."""
+    probes = result.probes or []
+    if result.plan is None:
+        return probes[0]
+    smallest = min(result.plan.best)
+    best = max((r for r in result.plan.configs if r.method == "eagle3" and r.batch_size == smallest),
+               key=lambda r: r.tokens_per_second)
+    return next(p for p in probes if (p.config["steps"], p.config["topk"], p.config["num_draft_tokens"])
+                == (best.steps, best.topk, best.num_draft_tokens))
 
 
 def _plan(result: AssessResult, configs: list[SpecConfig], batch_sizes: Sequence[int], given: Profile | None,
@@ -359,6 +376,7 @@ def _write(result: AssessResult, tmp: Path, out: Path, *, decoded: Decoded | Non
     if decoded is not None:
         result.files["continuations.jsonl"] = str(out / "continuations.jsonl")
         result.files["vocab-counts.json"] = str(out / "vocab-counts.json")
+        result.files["speculation_profile.json"] = str(out / "speculation_profile.json")
         rows = [json.dumps({"input_ids": p, "response_ids": c[:n], "category": (categories or {}).get(i)})
                 for i, p, c, n in zip(decoded.indices, decoded.prompts, decoded.continuations, decoded.max_new_tokens)]
         (tmp / "continuations.jsonl").write_text("\n".join(rows) + "\n")
