@@ -79,7 +79,7 @@ TOY_TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for ke
 
 # commands whose JSON documents `draftlab report` renders (file-name prefixes of the kept documents)
 REPORTED = ("inspect", "check", "vocab_coverage", "vocab_compare", "generate", "probe", "drift", "bench", "profile",
-            "plan", "train")
+            "plan", "train", "assess")
 
 
 class Smoke:
@@ -355,6 +355,20 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         smoke.run(pair, "drift", ["drift", "--target-a", t, "--target-b", other, "--prompts", str(prompts),
                                   "--drafter", d, *cuda, *new, "--json"])
 
+    def assess() -> None:
+        """The whole decision, default flags (the toy with its perturbed version 2 and version 1 as OLD)."""
+        if pair == "toy":
+            from draftlab.demo import perturbed_copy
+
+            v2 = work / "target-v2-assess"
+            if not v2.exists():
+                perturbed_copy(target, v2, 0.3)
+            new = ["--target", str(v2), "--old-target", t]
+        else:
+            new = ["--target", t]
+        smoke.run(pair, "assess", ["assess", "--drafter", d, *new, "--prompts", str(prompts), *cuda, *cpu_assess,
+                                   "--out", str(work / "assess"), "--json"])
+
     def train() -> None:
         """Fine-tune the drafter and train one from scratch for a few steps; capture features."""
         data = work / "train.jsonl"
@@ -396,6 +410,7 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
 
     cpu_profile = [] if device == "cuda" else ["--device", "cpu", "--repeats", "2", "--verify-tokens", "1,4"]
     cpu_plan = [] if device == "cuda" else ["--repeats", "1", "--grid", "3/1/4,2/2/4", "--max-new-tokens", "16"]
+    cpu_assess = [] if device == "cuda" else ["--grid", "3/1/4,2/2/4", "--batch-sizes", "1", "--max-new-tokens", "16"]
     jobs = [
         run("inspect target", ["inspect", t, "--json"]),
         run("inspect drafter", ["inspect", d, "--json"]),
@@ -418,6 +433,7 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         run("profile", ["profile", "--target", t, "--drafter", d, "--out", str(work / "profile.json"), *cpu_profile,
                         "--json"]),
         run("plan --target", ["plan", *pair_args, *cuda, *cpu_plan, "--json"]),
+        assess,
         train,
     ]
     if pair == "toy":  # the exactness claim, in float32

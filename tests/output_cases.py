@@ -24,11 +24,12 @@ OUTPUTS = {
     "bench compare --plot", "report --output", "vocab count --output", "vocab build --output",
     "vocab remap --output", "check --fix", "convert --out", "train --out", "capture --out", "regenerate --out",
     "launch --log-file", "sweep --out", "plan --schedule-out",
+    "launch --log-file", "sweep --out", "probe --profile-out", "assess --out",
 }
 INPUTS = {
     "inspect path", "check drafter", "check --target", "convert drafter", "convert --target",
     "profile --target", "profile --drafter", "plan --target", "plan --drafter", "plan --prompts", "plan --costs",
-    "plan --probe", "vocab count --data", "vocab count --tokenizer", "vocab coverage source",
+    "plan --probe", "plan --profile", "vocab count --data", "vocab count --tokenizer", "vocab coverage source",
     "vocab coverage --counts", "vocab coverage --tokenizer", "vocab compare a", "vocab compare b",
     "vocab compare --counts", "vocab build --counts", "vocab remap drafter", "vocab remap --mapping",
     "vocab remap --target", "generate --target", "generate --prompts", "generate --drafter", "bench --prompts",
@@ -38,6 +39,8 @@ INPUTS = {
     "capture --target", "capture --data", "capture --drafter", "regenerate --data", "regenerate --target",
     "report results", "launch --schedule", "serve --schedule", "sweep --schedule",
     "sweep --predicted",
+    "report results", "assess --drafter", "assess --target", "assess --prompts", "assess --old-target",
+    "assess --costs",
 }
 
 # what a refusal by the output rule says, after "OUT: "
@@ -136,8 +139,15 @@ CASES = [
                                         "--out", o], ("target", "data", "drafter"), folder=True),
     Case("regenerate --out", lambda w, o: ["regenerate", "--data", w.data, "--target", w.target, "--out", o],
          ("data", "target")),
+    Case("probe --profile-out", lambda w, o: ["probe", "--target", w.target, "--drafter", w.drafter, "--prompts",
+                                              w.prompts, "--steps", "2", "--topk", "1", "--num-draft-tokens", "3",
+                                              "--max-new-tokens", "4", "--profile-out", o],
+         ("target", "drafter", "prompts")),
     Case("launch --log-file", lambda w, o: ["launch", "sglang", "--target", w.target, "--drafter", w.drafter,
                                             "--skip-check", "--log-file", o], ("target", "drafter")),
+    Case("assess --out", lambda w, o: ["assess", "--drafter", w.drafter, "--target", w.target, "--prompts", w.prompts,
+                                       "--costs", w.profile, "--out", o], ("drafter", "target", "prompts", "profile"),
+         folder=True),
     Case("sweep --out", lambda w, o: ["sweep", "--engine", "draftlab", "--target", w.target, "--drafter", w.drafter,
                                       "--grid", "1,3,1,4", "--prompts", w.prompts, "--out", o],
          ("target", "drafter", "prompts"), folder=True),

@@ -51,3 +51,11 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path, monkeypatch
                                                   "train", "probe-finetuned", "bench-compare", "plan"]
     assert page.count('<section class="result"') == len(demo.results) and str(demo.report) in " ".join(text.split())
     assert page.count("<figure") >= 7 and "draftlab train --target toy-target-v2 --init toy-drafter" in page
+    assessed = demo.assessed  # the demo ends with the decision in one command, on the same pair and prompts
+    by_label = {f"{r.config['steps']}/{r.config['topk']}/{r.config['num_draft_tokens']}": r.mean_accept_length
+                for r in assessed.probes}
+    old = {f"{r.config['steps']}/{r.config['topk']}/{r.config['num_draft_tokens']}": r.mean_accept_length
+           for r in assessed.old_probes}
+    assert (old["3/1/4"], by_label["3/1/4"]) == (demo.drift.accept_length_a, demo.drift.accept_length_b)
+    assert assessed.verdict.headline in text.replace("\n", " ") or assessed.verdict.headline[:40] in text
+    assert (tmp_path / "assess" / "report.html").read_text().count(f"<h1>{assessed.verdict.headline}</h1>") == 1

@@ -78,6 +78,7 @@ class Demo:
     plan_checks: list[dict[str, Any]] = field(default_factory=list)  # held_against results for the plan
     results: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, JSON document) for the report
     report: Path | None = None
+    assessed: Any = None  # AssessResult: the whole decision for the drafter on version 2, in one command
 
     def keep(self, name: str, result: Any, command: str) -> None:
         """Keep ``result`` for the report, as the JSON document ``command`` would have printed."""
@@ -449,6 +450,26 @@ def report_section(demo: Demo) -> None:
                        "commands that made them, in one self-contained page.")
 
 
+def assess_section(demo: Demo) -> None:
+    """The whole phase 0 again, as a user with a real pair would run it: one command, one decision."""
+    from draftlab.assess.run import assess
+    from draftlab.cost.model import SpecConfig
+    from draftlab.report.assess import render_assess
+    from draftlab.toy import cached_toy_pair
+
+    demo.toy = demo.toy or cached_toy_pair()
+    v2, prompts, out = demo.workdir / "toy-target-v2", _prompts_file(demo.workdir), demo.workdir / "assess"
+    command = (f"draftlab assess --drafter toy-drafter --target {v2.name} --old-target toy-target --prompts "
+               f"{prompts.name} --grid {PLAN_GRID} --batch-sizes 1,8 --max-new-tokens 64 --device cpu --out {out.name}")
+    demo.console.print(f"$ {command}", soft_wrap=True)
+    demo.assessed = assess(demo.toy.drafter_dir, v2, prompts, out, old_target=demo.toy.target_dir,
+                           grid=[SpecConfig.parse(c) for c in PLAN_GRID.split(",")], batch_sizes=[1, 8],
+                           max_new_tokens=64, context_tokens=64, device="cpu", repeats=5, progress=False)
+    render_assess(demo.assessed, demo.console)
+    demo.console.print(f"Every step above in one process, each model loaded once ({demo.assessed.timings['total_s']:.0f}"
+                       f" s); {out.name}/report.html opens with the decision.")
+
+
 SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
     ("Build a target and a reused drafter", build),
     ("Inspect", inspect_both),
@@ -462,6 +483,7 @@ SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
     ("Serve and benchmark, with and without the drafter", serve_and_bench),
     ("Plan: which config pays off on this machine?", plan_section),
     ("One page for the people who decide", report_section),
+    ("The decision in one command: assess", assess_section),
 ]
 
 

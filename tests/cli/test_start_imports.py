@@ -119,12 +119,15 @@ def inputs(tmp_path_factory: pytest.TempPathFactory):
         "draft_extend": points((1, 2.0), (4, 2.6))}))
     probe = tmp / "probe.json"
     probe.write_text(json.dumps({"config": {"steps": 3, "topk": 1, "num_draft_tokens": 4}, "mean_accept_length": 2.5}))
+    accept = tmp / "speculation_profile.json"  # an acceptance profile (probe --profile-out)
+    accept.write_text(json.dumps({"schema_version": "1.0", "num_speculative_tokens": 3, "mean_accept_length": 2.5,
+                                  "marginal_accept_rates": [0.8, 0.5, 0.2], "accept_length_model": "chain_analytic"}))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), OpenAIStream)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield {"tmp": tmp, "drafter": drafter, "renamed": renamed, "target": target, "counts": counts, "prompts": prompts,
-           "profile": profile, "probe": probe, "url": f"http://127.0.0.1:{server.server_address[1]}"}
+           "profile": profile, "probe": probe, "accept": accept, "url": f"http://127.0.0.1:{server.server_address[1]}"}
     server.shutdown()
 
 
@@ -163,6 +166,9 @@ def commands(i: dict) -> dict[str, list[list[str]]]:
                                       "--allreduce-ms", "25", "--what-if", "accept_length=3.2", "--json"]],
         "plan --costs --probe": [["plan", "--costs", str(i["profile"]), "--probe", str(i["probe"]),
                                   "--plot", str(tmp / "plan.png"), "--json"]],
+        "plan --costs --profile": [["plan", "--costs", str(i["profile"]), "--profile", str(i["accept"]), "--json"]],
+        "launch --synthetic-acceptance": [["launch", "vllm", "--target", t, "--drafter", d, "--steps", "3", "--dry-run",
+                                           "--synthetic-acceptance", str(i["accept"]), "--json"]],
         "report": [[*bench, "--label", "base", "-o", str(tmp / "rb.json")],
                    [*bench, "--label", "eagle", "-o", str(tmp / "re.json")],
                    ["report", str(tmp / "rb.json"), str(tmp / "re.json"), "-o", str(tmp / "report.html")]],
@@ -171,7 +177,7 @@ def commands(i: dict) -> dict[str, list[list[str]]]:
 
 CASES = ("inspect", "inspect target", "check", "check --fix", "convert", "vocab coverage", "vocab build", "vocab compare",
          "vocab remap", "launch --dry-run", "sweep --dry-run", "bench", "bench compare", "plan from engine numbers",
-         "plan --costs --probe", "report")
+         "plan --costs --probe", "plan --costs --profile", "launch --synthetic-acceptance", "report")
 
 
 @pytest.mark.parametrize("case", CASES)

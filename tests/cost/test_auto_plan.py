@@ -122,7 +122,7 @@ def test_cli_table_and_verdict(toy_pair, prompts, capsys):
 
 @pytest.mark.parametrize("extra, words", [
     (["--prompts", "missing.jsonl"], "prompts file not found"),
-    (["--costs", "p.json"], "drop --costs and --probe"),
+    (["--costs", "p.json"], "drop --costs, --probe and --profile"),
     (["--spec-tps", "52"], "drop --spec-tps"),
     (["--grid", "3/1/5"], "pass --num-draft-tokens 4"),
     (["--grid", "3/1/4:2.5"], "drop ':2.5'"),

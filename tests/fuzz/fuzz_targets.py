@@ -310,6 +310,24 @@ def _probes(folder: Path, text: str) -> Any:
     return load_probes([_write(folder, "probe.json", text)])
 
 
+VALID_ACCEPTANCE = {"schema_version": "1.0", "measured": True, "num_speculative_tokens": 3,
+                    "marginal_accept_rates": [0.6, 0.3, 0.0], "conditional_accept_rates": [0.6, 0.5, 0.0],
+                    "mean_accept_length": 1.9, "accept_length_model": "chain_analytic",
+                    "accept_length_by_k": {"3": 1.9}, "acceptance_length_histogram": {"1": 40, "2": 30, "3": 30},
+                    "speculation_config": {"steps": 3, "topk": 1, "num_draft_tokens": 4}}
+
+
+def _acceptance(folder: Path, text: str) -> Any:
+    """speculation_profile.json as plan --profile and --synthetic-acceptance read it, mapped onto a few configs."""
+    from draftlab.cost.model import SpecConfig
+    from draftlab.cost.probes import profile_accept_lengths
+    from draftlab.spec.synthetic import parse_synthetic
+
+    path = _write(folder, "speculation_profile.json", text)
+    synthetic = parse_synthetic(str(path))
+    return profile_accept_lengths(path, [SpecConfig(3, 1, 4), SpecConfig(1, 1, 2)]), synthetic.record(2)
+
+
 def _row(valid: list[dict]) -> st.SearchStrategy[str]:
     return st.sampled_from(valid).flatmap(mutated_json)
 
@@ -326,6 +344,8 @@ TARGETS = [
     Target("d2t/t2d mapping file (vocab/mapping.py)", mutated_safetensors(), _mapping),
     Target("drafter d2t/t2d (reader, arrays.py, d2t.py)", mutated_safetensors(), _drafter_mapping),
     Target("PROFILE.json (plan)", mutated_json(VALID_PROFILE), _profile),
+    Target("speculation_profile.json (plan --profile, --synthetic-acceptance)", mutated_json(VALID_ACCEPTANCE),
+           _acceptance),
     Target("probe JSON (plan)", st.one_of(mutated_json(VALID_PROBE), mutated_json([VALID_PROBE, VALID_PROBE])),
            _probes),
 ]

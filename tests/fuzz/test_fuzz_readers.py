@@ -14,7 +14,7 @@ import fuzz_targets
 import pytest
 from fuzz_profiles import FUZZ
 from fuzz_targets import (BY_NAME, TARGET_CONFIG, VALID_DATA, VALID_HEADER, VALID_INDEX,
-                          VALID_PROBE, VALID_PROFILE, deep, run_target, safetensors_bytes)
+                          VALID_ACCEPTANCE, VALID_PROBE, VALID_PROFILE, deep, run_target, safetensors_bytes)
 from hypothesis import example, given
 
 from draftlab.errors import DraftlabError
@@ -119,6 +119,17 @@ def test_probes(text):
     _holds("probe JSON (plan)", text)
 
 
+@FUZZ
+@given(BY_NAME["speculation_profile.json (plan --profile, --synthetic-acceptance)"].strategy)
+@example(json.dumps({**VALID_ACCEPTANCE, "num_speculative_tokens": float("inf")}))
+@example(json.dumps({**VALID_ACCEPTANCE, "marginal_accept_rates": [0.6, "x", 0.0]}))
+@example(json.dumps({**VALID_ACCEPTANCE, "accept_length_by_k": [1.9], "conditional_accept_rates": 3}))
+@example(json.dumps({**VALID_ACCEPTANCE, "accept_length_by_k": {"3": "x"}, "speculation_config": None}))
+@example(deep(100_000))
+def test_acceptance_profiles(text):
+    _holds("speculation_profile.json (plan --profile, --synthetic-acceptance)", text)
+
+
 def test_valid_inputs_are_results():
     """The seeds of the mutations are valid: the fuzzing starts from inputs that read."""
     assert run_target(BY_NAME["config.json (target, drafter)"], json.dumps(TARGET_CONFIG)) is not None
@@ -126,6 +137,9 @@ def test_valid_inputs_are_results():
     assert run_target(BY_NAME["d2t/t2d mapping file (vocab/mapping.py)"], safetensors_bytes(VALID_HEADER, VALID_DATA)) == []
     assert run_target(BY_NAME["PROFILE.json (plan)"], json.dumps(VALID_PROFILE)).verify
     assert run_target(BY_NAME["probe JSON (plan)"], json.dumps(VALID_PROBE))[0].accept_length == 2.5
+    accepts, record = run_target(BY_NAME["speculation_profile.json (plan --profile, --synthetic-acceptance)"],
+                                 json.dumps(VALID_ACCEPTANCE))
+    assert [a.accept_length for a in accepts] == [1.9, 1.6] and record["accept_length"] == pytest.approx(1.9)
     assert len(run_target(BY_NAME["train rows (train/data.py)"], b'{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}'))
     with pytest.raises(DraftlabError):
         run_target(BY_NAME["safetensors header"], struct.pack("<Q", 2**60))
@@ -144,6 +158,7 @@ VALID = {
     "drafter d2t/t2d (reader, arrays.py, d2t.py)": safetensors_bytes(VALID_HEADER, VALID_DATA),
     "PROFILE.json (plan)": json.dumps(VALID_PROFILE),
     "probe JSON (plan)": json.dumps(VALID_PROBE),
+    "speculation_profile.json (plan --profile, --synthetic-acceptance)": json.dumps(VALID_ACCEPTANCE),
 }
 
 

@@ -41,6 +41,7 @@ class BenchConfig:
     seed: int = 0
     label: str | None = None
     run_timeout_s: float | None = None  # the whole run (model lookup, warm-up, server probes, requests)
+    synthetic_acceptance: dict[str, Any] | None = None  # the server forced this acceptance (SyntheticAcceptance.record)
 
 
 @dataclass

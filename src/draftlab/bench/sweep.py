@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from draftlab.bench.client import BenchConfig, RequestRecord
 from draftlab.bench.grid import SweepEntry
@@ -41,6 +42,7 @@ from draftlab.documents import document
 from draftlab.engines.schedule import LoadedSchedule, check_for_engine
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
+from draftlab.spec.synthetic import SyntheticAcceptance
 
 SUMMARY_NAME = "sweep.json"
 PLOT_NAME = "sweep.png"
@@ -72,6 +74,7 @@ class SweepOptions:
     skip_check: bool = False
     schedule: LoadedSchedule | None = None  # adds a "schedule" entry at every batch of the grid
     predicted: Predictions | None = None  # a plan's tok/s, shown beside each entry's measurement
+    synthetic: SyntheticAcceptance | None = None  # every speculative entry forced to this acceptance
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class SweepRow:
     result_file: str | None = None
     log_file: str | None = None
     error: str | None = None
+    synthetic_accept_length: float | None = None  # the accept length the entry was forced to (synthetic runs)
 
 
 @dataclass
@@ -127,6 +131,7 @@ class SweepResult:
     complete: bool = False  # every entry was attempted
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    synthetic_acceptance: dict[str, Any] | None = None  # what was requested, when the run was synthetic
 
     @property
     def all_failed(self) -> bool:
@@ -140,6 +145,9 @@ def plan_sweep(options: SweepOptions) -> SweepPlan:
         raise DraftlabError("the sweep grid is empty; give at least one batch,steps,topk,num_draft_tokens entry")
     notes: list[str] = []
     if options.schedule is not None:
+        if options.synthetic is not None:
+            raise DraftlabError("--schedule and --synthetic-acceptance do not go together (the batching server "
+                                "does not force acceptance); run them as two sweeps")
         grid, schedule_notes = _with_schedule(options)
         notes += schedule_notes
     specs = [e for e in grid if not e.is_baseline]
@@ -184,6 +192,7 @@ def _request(options: SweepOptions, entry: SweepEntry, cap: int, architecture: s
         num_draft_tokens=entry.num_draft_tokens if fixed else None, tp=options.tp, host=options.host,
         port=options.port, max_running_requests=cap, extra_args=extra,
         target_architecture=architecture, schedule=options.schedule if entry.schedule else None,
+        synthetic=options.synthetic if spec else None,
     )
 
 
@@ -211,7 +220,15 @@ def bench_config(plan: SweepPlan, planned: PlannedEntry) -> BenchConfig:
         base_url=planned.command.base_url, api=plan.api, num_prompts=o.num_prompts, concurrency=planned.entry.batch,
         max_tokens=o.max_tokens, ignore_eos=o.ignore_eos, temperature=o.temperature, warmup=o.warmup,
         timeout_s=o.request_timeout_s, label=planned.entry.label,
+        synthetic_acceptance=_synthetic_record(o, planned.entry),
     )
+
+
+def _synthetic_record(options: SweepOptions, entry: SweepEntry) -> dict[str, Any] | None:
+    """What an entry's bench result records about its forced acceptance (None: a real or a baseline run)."""
+    if options.synthetic is None or entry.is_baseline:
+        return None
+    return options.synthetic.record(entry.steps)
 
 
 # (entry index, entry, phase: "launch" | "bench" | "done" | "failed")
@@ -235,12 +252,15 @@ def run_sweep(
     out = _new_folder(Path(out_dir))
     o = plan.options
     result = SweepResult(o.engine, o.target, o.drafter, plan.api, plan.max_running_requests, str(out.resolve()),
-                         [], notes=list(plan.notes))
+                         [], notes=list(plan.notes),
+                         synthetic_acceptance=None if o.synthetic is None else o.synthetic.record())
     notify = on_event or (lambda *_: None)
     try:
         for index, (planned, config) in enumerate(zip(plan.entries, configs), start=1):
             row = _run_entry(index, planned, config, prompts, out, o.health_timeout_s, notify, on_request)
             _predict(row, planned.entry, o)
+            if config.synthetic_acceptance is not None:
+                row.synthetic_accept_length = config.synthetic_acceptance["accept_length"]
             result.rows.append(row)
             _write_summary(result, out, plot=False)
             if row.error == INTERRUPTED:

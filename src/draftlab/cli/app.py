@@ -38,3 +38,4 @@ from draftlab.cli import train_cmd  # noqa: E402,F401
 from draftlab.cli import capture_cmd  # noqa: E402,F401
 from draftlab.cli import regenerate_cmd  # noqa: E402,F401
 from draftlab.cli import report_cmd  # noqa: E402,F401
+from draftlab.cli import assess_cmd  # noqa: E402,F401

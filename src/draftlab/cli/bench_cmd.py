@@ -47,6 +47,9 @@ def bench(
                                              "request's limit without data.")] = 600.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals.")] = 0,
     label: Annotated[Optional[str], typer.Option("--label", help="Arm name for bench compare.")] = None,
+    synthetic_acceptance: Annotated[Optional[str], typer.Option(
+        "--synthetic-acceptance", help="The server forces this acceptance (a profile file or a mean accept length, "
+                                       "as given to launch/serve): recorded in the result's config.")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the result JSON here.")] = None,
     json_out: JsonOption = False,
 ) -> int:
@@ -59,12 +62,16 @@ def bench(
 
     if base_url is None or prompts is None:
         raise DraftlabError("bench needs --base-url URL and --prompts FILE (or: draftlab bench compare A.json B.json)")
+    from draftlab.spec.synthetic import parse_synthetic
+
+    synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     if output is not None:
-        refuse_overlap(output, {"--prompts": prompts})
+        refuse_overlap(output, {"--prompts": prompts, "--synthetic-acceptance": synthetic and synthetic.profile})
     config = BenchConfig(
         base_url=base_url.rstrip("/"), api=api, num_prompts=num_prompts, concurrency=concurrency,
         request_rate=request_rate, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,
         warmup=warmup, model=model, timeout_s=timeout, seed=seed, label=label, run_timeout_s=timeout,
+        synthetic_acceptance=None if synthetic is None else synthetic.record(),
     )
     rows = load_prompts(prompts)
     total = num_prompts or len(rows)

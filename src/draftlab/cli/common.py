@@ -104,6 +104,11 @@ SkipCheckOption = Annotated[bool, typer.Option("--skip-check", help="Launch with
 DryRunOption = Annotated[bool, typer.Option(
     "--dry-run", help="Print each engine command and its environment only; start nothing.")]
 
+SyntheticAcceptanceOption = Annotated[Optional[str], typer.Option(
+    "--synthetic-acceptance", help="Force this acceptance instead of verifying drafts: an acceptance profile file "
+                                   "(probe --profile-out; per-position rates) or a mean accept length (bonus "
+                                   "included), in the engine's own synthetic mode.")]
+
 # options of the commands that benchmark a server (bench, sweep)
 PromptsOption = Annotated[Optional[Path], typer.Option(
     "--prompts", help="JSONL rows with prompt, messages or input_ids.")]

@@ -11,7 +11,7 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, NumDraftTokensOption, PortOption, SkipCheckOption,
-    StepsOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
+    StepsOption, SyntheticAcceptanceOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
 )
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import local_inputs, refuse_overlap
@@ -42,6 +42,7 @@ def launch(
     schedule: Annotated[Optional[Path], typer.Option(
         "--schedule", help="Draft length per batch size: a file written by draftlab plan --schedule ENGINE "
         "--schedule-out FILE, passed the way that release reads it.")] = None,
+    synthetic_acceptance: SyntheticAcceptanceOption = None,
     dry_run: DryRunOption = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
@@ -49,6 +50,7 @@ def launch(
     from draftlab.engines.launch import (
         EngineProcess, LaunchRequest, check_before_launch, engine_command, local_architecture,
     )
+    from draftlab.spec.synthetic import parse_synthetic
 
     loaded = None
     if schedule is not None:
@@ -57,11 +59,13 @@ def launch(
         loaded = load_schedule(schedule)
         if engine in ("sglang", "vllm"):
             check_for_engine(loaded, engine, engine_version)
+    synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     request = LaunchRequest(
         engine=engine, target=target, drafter=drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
         tp=tp, host=host, port=port, max_running_requests=max_running_requests,
         chunked_prefill_size=chunked_prefill_size, extra_args=tuple(ctx.args),
-        target_architecture=local_architecture(target), schedule=loaded,
+        target_architecture=local_architecture(target), synthetic=synthetic, engine_version=engine_version,
+        schedule=loaded,
     )
     if engine_version is not None:
         from draftlab.engines.releases import release
@@ -82,7 +86,9 @@ def launch(
     if json_out:
         raise DraftlabError("--json only goes with --dry-run (a running server prints its log, not JSON)")
     log = log_file or Path(f"draftlab-{command.engine}-{command.port}.log")
-    refuse_overlap(log, {**local_inputs(target=target, drafter=drafter), "--schedule": schedule})
+    profile = synthetic.profile if synthetic is not None else None
+    refuse_overlap(log, {**local_inputs(target=target, drafter=drafter, synthetic_acceptance=profile),
+                         "--schedule": schedule})
     render_launch(command, console, err_console)
     with EngineProcess(command, log) as proc:
         proc.start()

@@ -21,7 +21,7 @@ from draftlab.cli.common import (
 from draftlab.documents import to_jsonable
 from draftlab.cost.engine_numbers import estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
-from draftlab.cost.probes import load_probes, save_probes
+from draftlab.cost.probes import load_probes, profile_accept_lengths, save_probes
 from draftlab.cost.profile import load_profile, save_profile
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
@@ -47,6 +47,7 @@ def plan(
     save_probe: Annotated[Optional[Path], typer.Option(help="With --target: also write the probe results (one per config) here.")] = None,
     costs: Annotated[Optional[Path], typer.Option(help="PROFILE.json written by draftlab profile.")] = None,
     probe: Annotated[Optional[list[Path]], typer.Option(help="Probe result JSON (one config, or a list); repeatable.")] = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Acceptance profile (probe --profile-out, ModelOpt's speculation_profile.json): accept lengths for its config and for shorter chains.")] = None,
     grid: Annotated[Optional[str], typer.Option(help="Configs to plan, e.g. 3/1/4,5/4/8:2.9 (':AL' assumes an accept length). Default: the probed configs; with --target " + DEFAULT_GRID + ".")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes to plan (default: all profiled), e.g. 1,8,32.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of predicted tok/s per config and batch size.")] = None,
@@ -69,7 +70,8 @@ def plan(
     """Predict tokens per second per speculation config, the break-even accept length and the best config."""
     _refuse_outputs({"--save-costs": save_costs, "--save-probe": save_probe, "--plot": plot,
                      "--schedule-out": schedule_out},
-                    {"--target": target, "--drafter": drafter, "--prompts": prompts, "--costs": costs, "--probe": probe})
+                    {"--target": target, "--drafter": drafter, "--prompts": prompts, "--costs": costs, "--probe": probe,
+                     "--profile": profile})
     wanted = ScheduleRequest.of(schedule, engine_version, schedule_out, schedule_max_batch)
     engine = {"baseline_tps": baseline_tps, "decode_ms": decode_ms, "spec_tps": spec_tps,
               "cycle_ms": cycle_ms, "accept_length": accept_length,
@@ -79,9 +81,9 @@ def plan(
                     "temperature": temperature, "seed": seed, "repeats": repeats, "overhead_ms": overhead_ms,
                     "save_costs": save_costs, "save_probe": save_probe, "threads": threads}
     if target is not None or drafter is not None or prompts is not None:
-        if costs is not None or probe:
-            raise DraftlabError("--target/--drafter/--prompts probe and profile the pair here; drop --costs and "
-                                "--probe (they plan from earlier measurements)")
+        if costs is not None or probe or profile is not None:
+            raise DraftlabError("--target/--drafter/--prompts probe and profile the pair here; drop --costs, "
+                                "--probe and --profile (they plan from earlier measurements)")
         if given_engine:
             raise DraftlabError(f"--target plans from the pair itself; drop --{given_engine[0].replace('_', '-')} "
                                 "(engine numbers are a separate mode)")
@@ -98,14 +100,19 @@ def plan(
                 f"--costs plans from a profile; drop --{given_engine[0].replace('_', '-')} "
                 "(engine numbers are a separate mode)"
             )
+        entries = parse_grid(grid) if grid else None
+        accepts = load_probes(list(probe or []))
+        if profile is not None:
+            wanted = None if entries is None else [e.config for e in entries if e.accept_length is None]
+            accepts += profile_accept_lengths(profile, wanted, covered=[a.config for a in accepts])
         result = make_plan(
-            load_profile(costs), load_probes(list(probe or [])), grid=parse_grid(grid) if grid else None,
+            load_profile(costs), accepts, grid=entries,
             batch_sizes=None if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes),
         )
         _emit_plan(result, plot, json_out, schedule=wanted)
         return
-    if probe or grid or batch_sizes or plot:
-        raise DraftlabError("--probe, --grid, --batch-sizes and --plot need --costs PROFILE.json")
+    if probe or profile or grid or batch_sizes or plot:
+        raise DraftlabError("--probe, --profile, --grid, --batch-sizes and --plot need --costs PROFILE.json")
     if not given_engine:
         raise DraftlabError(
             "give --costs PROFILE.json --probe PROBE.json, or numbers read off an engine "

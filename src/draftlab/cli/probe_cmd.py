@@ -12,7 +12,7 @@ from draftlab.cli.app import app
 from draftlab.cli.common import (
     DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption,
     SamplingSeedOption, StepsOption, TargetOption, ThreadsOption, TopkOption, at_least_one, console, emit_json,
-    lower_on_oom, main_process, non_negative, use_threads,
+    err_console, lower_on_oom, main_process, non_negative, use_threads,
 )
 
 
@@ -48,10 +48,21 @@ def probe_command(
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     engine: EngineOption = "sglang",
+    profile_out: Annotated[Optional[Path], typer.Option(
+        "--profile-out", help="Also write the per-position acceptance profile here (ModelOpt's "
+                              "speculation_profile.json schema; per prompt category when rows carry one).")] = None,
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
     """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
+    categories = None
+    if profile_out is not None:
+        from draftlab.fsutil import local_inputs, refuse_overlap
+        from draftlab.spec.prompts import read_categories
+
+        refuse_overlap(profile_out, {**local_inputs(target=target, drafter=drafter, features=features),
+                                     "--prompts": prompts})
+        categories = read_categories(prompts) if prompts is not None else None
     use_threads(threads)
     from draftlab.distributed import leave
     from draftlab.probe.probe import probe
@@ -67,6 +78,12 @@ def probe_command(
         leave()
     if not main_process():  # torchrun: every rank holds the result; rank 0 prints it
         return
+    if profile_out is not None:
+        from draftlab.probe.acceptance_profile import profile_from_probe, write_profile
+
+        write_profile(profile_from_probe(result, prompts=prompts, categories=categories), profile_out)
+        if not json_out:
+            err_console.print(f"acceptance profile written to {profile_out}", markup=False)
     if json_out:
         emit_json(result)
     else:

@@ -11,7 +11,8 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, ThreadsOption, TopkOption,
+    DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, SyntheticAcceptanceOption,
+    ThreadsOption, TopkOption,
     check_device, console, err_console, use_threads,
 )
 
@@ -35,9 +36,15 @@ def serve(
     max_batch: Annotated[Optional[int], typer.Option(
         "--max-batch", min=1, help="Requests decoded together (default: 48 with --schedule, else 1: one at a "
         "time).")] = None,
+    synthetic_acceptance: SyntheticAcceptanceOption = None,
+    synthetic_seed: Annotated[int, typer.Option(
+        "--synthetic-seed", help="Seed of the synthetic acceptance draws.")] = 0,
     threads: ThreadsOption = None,
 ) -> int:
     """Serve /v1/completions, /v1/chat/completions, /generate, /get_server_info, /metrics, /health."""
+    from draftlab.spec.synthetic import parse_synthetic
+
+    synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     use_threads(threads)
     from draftlab.serve.http import make_server
     from draftlab.serve.load import load_context
@@ -49,13 +56,16 @@ def serve(
         loaded = load_schedule(schedule)
     with err_console.status("loading models"):
         ctx = load_context(target, drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                           dtype=dtype, device=device, engine=engine, schedule=loaded, max_batch=max_batch)
+                           dtype=dtype, device=device, engine=engine, synthetic=synthetic,
+                           synthetic_seed=synthetic_seed, schedule=loaded, max_batch=max_batch)
     server = make_server(ctx, host, port)
     bound_host, bound_port = server.server_address[:2]
     shape = (f"EAGLE3 steps {ctx.spec['num_steps']} topk {ctx.spec['eagle_topk']} "
              f"draft tokens {ctx.spec['num_draft_tokens']}") if ctx.spec else "no drafter"
     if loaded is not None:
         shape += f", draft length per batch size from {loaded.path}"
+    if synthetic is not None:
+        shape += f", synthetic acceptance {synthetic.source}"
     console.print(f"serving {ctx.model_name} ({shape}) at http://{bound_host}:{bound_port}; Ctrl-C stops it",
                   markup=False)
     try:

@@ -13,7 +13,7 @@ from draftlab.bench.grid import GRID_HELP, SweepEntry, parse_grid
 from draftlab.cli.app import app
 from draftlab.cli.common import (
     DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, IgnoreEosOption, MaxTokensOption, PortOption,
-    PromptsOption, SkipCheckOption, TargetIdOption, TemperatureOption, TimeoutOption, TpOption, at_least_one,
+    PromptsOption, SkipCheckOption, SyntheticAcceptanceOption, TargetIdOption, TemperatureOption, TimeoutOption, TpOption, at_least_one,
     console, emit_json, err_console, non_negative,
 )
 from draftlab.errors import DraftlabError
@@ -58,16 +58,20 @@ def sweep(
         "serve every entry then batches requests.")] = None,
     predicted: Annotated[Optional[Path], typer.Option(
         "--predicted", help="A plan (draftlab plan ... --json > FILE): its tok/s beside each measurement.")] = None,
+    synthetic_acceptance: SyntheticAcceptanceOption = None,
     dry_run: DryRunOption = False,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the summary (or, with --dry-run, the commands) as JSON.")] = False,
 ) -> int:
     """Bench every batch,steps,topk,draft-tokens entry on its own engine launch; extra engine args go after --."""
     from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep
+    from draftlab.spec.synthetic import parse_synthetic
 
+    synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     if out is not None and not dry_run:
         refuse_overlap(out, {**local_inputs(target=target, drafter=drafter), "--prompts": prompts,
-                             "--schedule": schedule, "--predicted": predicted}, folder=True)
+                             "--schedule": schedule, "--predicted": predicted,
+                             "--synthetic-acceptance": synthetic and synthetic.profile}, folder=True)
     loaded = predictions = None
     if schedule is not None:
         from draftlab.engines.schedule import load_schedule
@@ -83,6 +87,7 @@ def sweep(
         warmup=warmup, api=api, tp=tp, host=host, port=port, max_running_requests=max_running_requests,
         health_timeout_s=health_timeout, request_timeout_s=timeout, extra_args=tuple(ctx.args), skip_check=skip_check,
         schedule=loaded, predicted=predictions,
+        synthetic=synthetic,
     )
     plan = plan_sweep(options)
     if dry_run:
@@ -127,7 +132,9 @@ def _run(plan: SweepPlan, folder: Path, *, quiet: bool) -> SweepResult:
 
 def _show_plan(plan: SweepPlan, json_out: bool) -> None:
     if json_out:
+        synthetic = plan.options.synthetic
         emit_json({"api": plan.api, "max_running_requests": plan.max_running_requests, "notes": plan.notes,
+                   "synthetic_acceptance": None if synthetic is None else synthetic.record(),
                    "entries": [{**_entry_json(p.entry), "argv": p.command.argv, "env": p.command.env,
                                 "shell": p.command.shell, "base_url": p.command.base_url} for p in plan.entries]})
         return

@@ -102,7 +102,7 @@ def auto_plan(
         max_new_tokens=max_new_tokens, batch_size=probe_batch_size, temperature=temperature, seed=seed,
         progress=progress, clock=clock,
     )
-    accept = [_accept_length(c, r, prompts) for c, r in zip(configs, probed)]
+    accept = [probe_accept_length(c, r, prompts) for c, r in zip(configs, probed)]
 
     verify, rows, extend = profile_sizes(configs)
     workload = runtime_workload(pair.target, pair.drafter, context_tokens=context_tokens,
@@ -115,7 +115,7 @@ def auto_plan(
     return AutoPlan(plan=plan, profile=profile, probes=probed, accept_lengths=accept, timings=clock.timings())
 
 
-def _accept_length(config: SpecConfig, result: ProbeResult, prompts: str | Path) -> AcceptLength:
+def probe_accept_length(config: SpecConfig, result: ProbeResult, prompts: str | Path) -> AcceptLength:
     measured = any(r.expected_accept_length is not None for r in result.results) if result.estimate \
         else sum(r.num_cycles for r in result.results) > 0
     if not measured:

@@ -8,6 +8,7 @@ speculation pays off on this hardware and where a cycle's time goes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from draftlab.cost import model
@@ -48,10 +49,24 @@ class ConfigPlan:
     verify_ms: float
     allreduce_ms: float
     overhead_ms: float
+    method: str = "eagle3"  # or a model-free method ("ngram", "suffix"): steps is then its k
 
     @property
     def label(self) -> str:
+        if self.method != "eagle3":
+            return f"{self.method} k={self.steps}"
         return f"{self.steps}/{self.topk}/{self.num_draft_tokens}"
+
+
+@dataclass(frozen=True)
+class ModelFreeEntry:
+    """A model-free method as a plan candidate: no drafter passes, a verify over the drafted tokens."""
+
+    method: str  # "ngram" or "suffix"
+    k: int  # num_speculative_tokens
+    accept_length: float
+    drafted: float  # mean tokens proposed per cycle (<= k; 0 when nothing matched)
+    source: str
 
 
 @dataclass(frozen=True)
@@ -94,8 +109,10 @@ def make_plan(
     *,
     grid: list[GridEntry] | None = None,
     batch_sizes: list[int] | None = None,
+    model_free: Sequence[ModelFreeEntry] = (),
 ) -> Plan:
-    """Predict every grid config (default: the probed configs) at every batch size."""
+    """Predict every grid config (default: the probed configs) at every batch size, and each
+    ``model_free`` candidate beside them."""
     if not profile.verify:
         raise DraftlabError(
             "the profile has no target measurements; run draftlab profile with --target"
@@ -127,7 +144,7 @@ def make_plan(
         _predict(table, e.config, b, decode[b], *_accept_length(e, b, probes))
         for b in batch_sizes
         for e in grid
-    ]
+    ] + [_predict_model_free(table, m, b, decode[b]) for b in batch_sizes for m in model_free]
     best = {b: max((r for r in rows if r.batch_size == b), key=lambda r: r.tokens_per_second)
             for b in batch_sizes}
     return Plan(
@@ -162,6 +179,24 @@ def _predict(
         verify_ms=cycle.verify_ms,
         allreduce_ms=cycle.allreduce_ms,
         overhead_ms=cycle.overhead_ms,
+    )
+
+
+def _predict_model_free(table: CostTable, entry: ModelFreeEntry, b: int, decode_ms: float) -> ConfigPlan:
+    """A model-free cycle: its proposer's CPU time is not modelled; the verify runs over the bonus
+    position plus the mean drafted tokens (vLLM verifies what was proposed, a variable number per
+    request), with the assumed per-cycle overhead (the measured one belongs to EAGLE-3 cycles)."""
+    tokens = 1 + entry.drafted
+    verify, allreduce = table.verify.at(b, tokens), table.allreduce_ms(b, tokens)
+    cycle = verify + allreduce + table.overhead_ms
+    tps = model.tokens_per_second(b, entry.accept_length, cycle)
+    return ConfigPlan(
+        steps=entry.k, topk=1, num_draft_tokens=entry.k + 1, batch_size=b, accept_length=entry.accept_length,
+        accept_length_source=entry.source, cycle_ms=cycle, tokens_per_second=tps,
+        speedup=tps / model.baseline_tokens_per_second(b, decode_ms),
+        break_even_accept_length=model.break_even_accept_length(cycle, decode_ms),
+        draft_extend_ms=0.0, draft_steps_ms=0.0, verify_ms=verify, allreduce_ms=allreduce,
+        overhead_ms=table.overhead_ms, method=entry.method,
     )
 
 

@@ -5,6 +5,10 @@ Each result needs ``config`` (``steps``, ``topk``, ``num_draft_tokens``) and ``m
 ``draftlab generate --json`` output has both and is accepted too. Optional keys the planner checks:
 ``batch_size`` (the result then applies to that batch size only) and ``target`` (an object with any
 of ``model_type``, ``hidden_size``, ``num_layers``, ``vocab_size``, compared with the profile's).
+
+An acceptance profile (``probe --profile-out``, ModelOpt's ``speculation_profile.json``) gives accept
+lengths too: :func:`profile_accept_lengths` maps it onto the configs to plan
+(:func:`draftlab.probe.acceptance_profile.accept_length_for` says which it can give, and how).
 """
 
 from __future__ import annotations
@@ -96,6 +100,27 @@ def _result(item: Any, source: str) -> AcceptLength:
         batch_size=batch,
         target=target if isinstance(target, dict) else None,
     )
+
+
+def profile_accept_lengths(path: str | Path, configs: Sequence[SpecConfig] | None = None, *,
+                           covered: Sequence[SpecConfig] = ()) -> list[AcceptLength]:
+    """Accept lengths from the acceptance profile at ``path`` for ``configs`` (None: the config it was
+    measured on), skipping those in ``covered`` (given by probe files); DraftlabError for one it cannot give."""
+    from draftlab.probe.acceptance_profile import accept_length_for, read_profile
+
+    profile = read_profile(path)
+    if configs is None:
+        own = profile.speculation_config
+        k = profile.num_speculative_tokens
+        configs = [SpecConfig(own["steps"], own["topk"], own["num_draft_tokens"]) if own else SpecConfig(k, 1, k + 1)]
+    out = []
+    for config in dict.fromkeys(c for c in configs if c not in covered):
+        try:
+            al, how = accept_length_for(profile, config.steps, config.topk, config.num_draft_tokens)
+        except DraftlabError as exc:
+            raise DraftlabError(str(exc), path=path) from None
+        out.append(AcceptLength(config, al, str(path) if how == "measured" else f"{path} ({how})"))
+    return out
 
 
 def save_probes(results: Sequence[ProbeResult], path: str | Path) -> Path:

@@ -50,7 +50,9 @@ import draftlab
 from draftlab.engines import ENGINES
 from draftlab.engines.schedule import LoadedSchedule, launch_args, schedule_steps
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags, resolve_spec_flags
+from draftlab.engines.synthetic import with_synthetic
 from draftlab.errors import DraftlabError
+from draftlab.spec.synthetic import SyntheticAcceptance
 
 SGLANG_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 REFERENCE = "draftlab"  # the reference server, a launch target next to the real engines
@@ -83,6 +85,8 @@ class LaunchRequest:
     target_architecture: str | None = None  # for SGLang's automatic flags when none are given
     schedule: LoadedSchedule | None = None  # draft length per batch size (engines.schedule.load_schedule)
     extra_config: dict[str, Any] = field(default_factory=dict)  # more keys for vLLM's --speculative-config
+    synthetic: SyntheticAcceptance | None = None  # force this acceptance (engines.synthetic)
+    engine_version: str | None = None  # the release whose synthetic-acceptance settings apply (None: newest)
 
 
 @dataclass(frozen=True)
@@ -139,10 +143,12 @@ def engine_command(request: LaunchRequest, *, context_too_short: bool = False) -
 
 def _engine_command(request: LaunchRequest, port: int, context_too_short: bool) -> EngineCommand:
     if request.engine == "sglang":
-        return _sglang(request, port, context_too_short)
-    if request.engine == REFERENCE:
-        return _reference(request, port)
-    return _vllm(request, port, context_too_short)
+        command = _sglang(request, port, context_too_short)
+    elif request.engine == REFERENCE:
+        command = _reference(request, port)
+    else:
+        command = _vllm(request, port, context_too_short)
+    return with_synthetic(command, request.synthetic, request.engine_version)
 
 
 def _sglang(request: LaunchRequest, port: int, context_too_short: bool) -> EngineCommand:

@@ -62,34 +62,13 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
     layers = sorted(set(layers))
     if drafter is not None:
         check_room(prompts, target_a, cfg_a)  # the drafter's probe needs room, known before any model loads
-    sequences = _sequences(prompts, target_a, cfg_a)
+    sequences = drift_sequences(prompts, target_a, cfg_a)
 
     clock = Clock()
     runner_a = TargetRunner.load(target_a, aux_layers=layers, dtype=dtype, device=device)
     runner_b = TargetRunner.load(target_b, aux_layers=layers, dtype=dtype, device=device)
     clock.lap("load_s")
-    hidden = [HiddenDrift(k) for k in layers]
-    tokens = NextTokenDrift()
-    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        task = bar.add_task("comparing targets", total=len(sequences))
-        for start in range(0, len(sequences), batch_size):
-            batch = sequences[start:start + batch_size]
-            ids = torch.zeros(len(batch), max(len(s) for s in batch), dtype=torch.long)
-            real = torch.zeros_like(ids, dtype=torch.bool)
-            for row, seq in enumerate(batch):
-                ids[row, :len(seq)] = torch.tensor(seq)
-                real[row, :len(seq)] = True
-            out_a, out_b = runner_a.forward_batch(ids), runner_b.forward_batch(ids)
-            real = real.to(out_a.aux.device)
-            width = cfg_a.hidden_size
-            for i, measure in enumerate(hidden):
-                part = slice(i * width, (i + 1) * width)
-                measure.update(out_a.aux[..., part][real].float(), out_b.aux[..., part][real].float())
-            ha, hb = out_a.hidden[real], out_b.hidden[real]
-            for i in range(0, ha.shape[0], 512):
-                logits_b = runner_b.lm_head(hb[i:i + 512]).float().to(ha.device)
-                tokens.update(runner_a.lm_head(ha[i:i + 512]).float(), logits_b)
-            bar.advance(task, len(batch))
+    hidden, tokens = compare_targets(runner_a, runner_b, sequences, layers, batch_size=batch_size, progress=progress)
     del runner_a, runner_b
     clock.lap("compare_s")
 
@@ -97,8 +76,7 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
         config={"target_a": str(target_a), "target_b": str(target_b),
                 "drafter": None if drafter is None else str(drafter), "engine": engine, "layers": layers,
                 "dtype": dtype, "device": device, "num_sequences": len(sequences)},
-        layers=[m.result() for m in hidden], next_token_agreement=tokens.agreement, kl=tokens.kl,
-        num_positions=tokens.n,
+        layers=hidden, next_token_agreement=tokens.agreement, kl=tokens.kl, num_positions=tokens.n,
     )
     if drafter is not None:
         options = dict(steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, max_new_tokens=max_new_tokens,
@@ -111,7 +89,36 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
     return result
 
 
-def _sequences(prompts: str | Path, target: str | Path, cfg: TargetConfig) -> list[list[int]]:
+def compare_targets(runner_a: TargetRunner, runner_b: TargetRunner, sequences: list[list[int]], layers: list[int], *,
+                    batch_size: int = 4, progress: bool = False) -> tuple[list[LayerDrift], NextTokenDrift]:
+    """Per-layer hidden drift at ``layers`` (each runner captures exactly these, in order) and
+    next-token drift of two targets already in memory over the same ``sequences``."""
+    hidden = [HiddenDrift(k) for k in layers]
+    tokens = NextTokenDrift()
+    width = runner_a.config.hidden_size
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        task = bar.add_task("comparing targets", total=len(sequences))
+        for start in range(0, len(sequences), batch_size):
+            batch = sequences[start:start + batch_size]
+            ids = torch.zeros(len(batch), max(len(s) for s in batch), dtype=torch.long)
+            real = torch.zeros_like(ids, dtype=torch.bool)
+            for row, seq in enumerate(batch):
+                ids[row, :len(seq)] = torch.tensor(seq)
+                real[row, :len(seq)] = True
+            out_a, out_b = runner_a.forward_batch(ids), runner_b.forward_batch(ids)
+            real = real.to(out_a.aux.device)
+            for i, measure in enumerate(hidden):
+                part = slice(i * width, (i + 1) * width)
+                measure.update(out_a.aux[..., part][real].float(), out_b.aux[..., part][real].float())
+            ha, hb = out_a.hidden[real], out_b.hidden[real]
+            for i in range(0, ha.shape[0], 512):
+                logits_b = runner_b.lm_head(hb[i:i + 512]).float().to(ha.device)
+                tokens.update(runner_a.lm_head(ha[i:i + 512]).float(), logits_b)
+            bar.advance(task, len(batch))
+    return [m.result() for m in hidden], tokens
+
+
+def drift_sequences(prompts: str | Path, target: str | Path, cfg: TargetConfig) -> list[list[int]]:
     """Each prompt's ids, followed by its response_ids when the row has them, cut to the context."""
     rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=cfg.vocab_size)
     lines = [json.loads(line) for line in Path(prompts).read_text().splitlines() if line.strip()]

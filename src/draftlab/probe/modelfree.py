@@ -305,9 +305,11 @@ class SuffixDrafter:
 
 @dataclass(frozen=True)
 class Acceptance:
-    """Per-cycle accept lengths (bonus included) of one prompt."""
+    """Per-cycle accept lengths (bonus included) of one prompt, and how many tokens each cycle drafted
+    (what its verify pass costs: the bonus position plus the drafts)."""
 
     accept_lengths: tuple[int, ...]
+    drafted: tuple[int, ...] = ()
 
     @property
     def mean_accept_length(self) -> float:
@@ -332,20 +334,32 @@ def simulate(
     continuation: Sequence[int],
     start: Callable[[Sequence[int]], Drafter],
     max_new_tokens: int,
+    eos: frozenset[int] = frozenset(),
 ) -> Acceptance:
-    """Greedy speculative decoding of ``continuation`` with the drafter ``start(prompt)`` gives."""
+    """Greedy speculative decoding of ``continuation`` with the drafter ``start(prompt)`` gives.
+
+    Decoding stops where the decoder would (:func:`draftlab.probe.walk.decoder_walk`): at once when the
+    first token is an ``eos`` token, else after the cycle that commits one."""
     if not 1 <= max_new_tokens <= len(continuation):
         raise ValueError("need 1 <= max_new_tokens <= len(continuation)")
+    lengths: list[int] = []
+    drafted: list[int] = []
+    if continuation[0] in eos:
+        return Acceptance((), ())
     drafter = start(prompt)
     drafter.extend(continuation[:1])
-    lengths: list[int] = []
     pos = 1
     while pos < max_new_tokens:
-        accepted = _accepted(drafter.propose(), continuation, pos)
+        draft = drafter.propose()
+        accepted = _accepted(draft, continuation, pos)
         lengths.append(accepted + 1)
-        drafter.extend(continuation[pos : pos + accepted + 1])
+        drafted.append(len(draft))
+        committed = continuation[pos : pos + accepted + 1]
+        drafter.extend(committed)
+        if any(t in eos for t in committed[: max_new_tokens - pos]):
+            break
         pos += accepted + 1
-    return Acceptance(tuple(lengths))
+    return Acceptance(tuple(lengths), tuple(drafted))
 
 
 def _accepted(draft: Sequence[int], continuation: Sequence[int], pos: int) -> int:
@@ -360,11 +374,14 @@ def assess(
     prompts: Sequence[Sequence[int]],
     continuations: Sequence[Sequence[int]],
     start: Callable[[Sequence[int]], Drafter],
-    max_new_tokens: int,
+    max_new_tokens: int | Sequence[int],
+    eos: frozenset[int] = frozenset(),
 ) -> Assessment:
-    """``simulate`` every prompt in order (``SuffixCache.start`` caches the earlier responses)."""
+    """``simulate`` every prompt in order (``SuffixCache.start`` caches the earlier responses);
+    ``max_new_tokens`` is one for all prompts or one per prompt."""
     if len(prompts) != len(continuations):
         raise ValueError("prompts and continuations differ in number")
+    limits = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     return Assessment(
-        tuple(simulate(p, c, start, max_new_tokens) for p, c in zip(prompts, continuations))
+        tuple(simulate(p, c, start, n, eos) for p, c, n in zip(prompts, continuations, limits))
     )

@@ -175,17 +175,60 @@ def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[
                     config={"responses": "given"}, bar=bar)
 
 
+@dataclass
+class Decoded:
+    """Prompts with the continuations the probe walks (the target's greedy ones, or the file's)."""
+
+    samples: list[_Sample]
+    num_inputs: int  # prompts in the file, kept or not
+    batch_size: int
+
+    @property
+    def indices(self) -> list[int]:
+        """Each kept prompt's 0-based line in the file."""
+        return [s.index for s in self.samples]
+
+    @property
+    def prompts(self) -> list[list[int]]:
+        return [s.tokens[:s.prompt_len] for s in self.samples]
+
+    @property
+    def continuations(self) -> list[list[int]]:
+        """Each continuation with its look-ahead (what a last cycle's drafts are checked against)."""
+        return [s.tokens[s.prompt_len:] for s in self.samples]
+
+    @property
+    def max_new_tokens(self) -> list[int]:
+        """Tokens each walk must produce."""
+        return [s.max_new_tokens for s in self.samples]
+
+
+def decode_continuations(pair: LoadedPair, target_dir: str | Path, prompts: str | Path, configs: Sequence[SpecFlags],
+                         *, max_new_tokens: int = 128, lookahead: int = 0, responses: str = "generate",
+                         batch_size: int | None = None, temperature: float = 0.0, seed: int | None = None,
+                         progress: bool = False) -> Decoded:
+    """The continuations :func:`probe_configs` walks, decoded once; ``lookahead`` extends them past
+    ``max_new_tokens`` by at least that many tokens (a model-free drafter's longest proposal, say)."""
+    _check_run(responses, max_new_tokens, batch_size)
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        samples, num_inputs, batch_size = _live_samples(pair.target, pair.drafter, target_dir, prompts,
+                                                        pair.target.config, list(configs), responses, max_new_tokens,
+                                                        batch_size, bar, temperature, seed, lookahead=lookahead)
+    return Decoded(samples, num_inputs, batch_size)
+
+
 def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path, configs: Sequence[SpecFlags], *,
                   max_new_tokens: int = 128, responses: str = "generate", batch_size: int | None = None,
                   temperature: float = 0.0, seed: int | None = None, progress: bool = False,
-                  clock: Clock | None = None) -> list[ProbeResult]:
+                  clock: Clock | None = None, decoded: Decoded | None = None) -> list[ProbeResult]:
     """:func:`probe` for several configs at once on a pair already in memory (live target).
 
     The continuations are decoded once (long enough for the config with the most steps; sampled at
     ``temperature`` > 0) and the target runs once per batch of prompts; only the drafter and the walk
     (or the T > 0 estimate) run per config. Each result is the one :func:`probe` gives for that config
     alone. ``target_dir`` supplies the tokenizer for text prompts. The results' ``timings`` are laps of
-    ``clock`` (a caller's that timed the load, say).
+    ``clock`` (a caller's that timed the load, say). ``decoded`` (from :func:`decode_continuations`
+    with the same arguments) skips the decoding.
     """
     if temperature < 0:
         raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
@@ -197,10 +240,13 @@ def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path,
         _check_topk(drafter, flags)
     clock = clock or Clock()
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        samples, num_inputs, batch_size = _live_samples(runner, drafter, target_dir, prompts, runner.config,
-                                                        list(configs), responses, max_new_tokens, batch_size, bar,
-                                                        temperature, seed)
-        clock.lap("continuations_s")
+        if decoded is None:
+            samples, num_inputs, batch_size = _live_samples(runner, drafter, target_dir, prompts, runner.config,
+                                                            list(configs), responses, max_new_tokens, batch_size, bar,
+                                                            temperature, seed)
+            clock.lap("continuations_s")
+        else:
+            samples, num_inputs, batch_size = decoded.samples, decoded.num_inputs, decoded.batch_size
         config = {"target": str(target_dir), "aux_layers": pair.aux_layers, "responses": responses,
                   "features": None, "dtype": str(runner.dtype).removeprefix("torch."), "device": str(runner.device),
                   "seed": seed}
@@ -322,7 +368,7 @@ def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[
 def _live_samples(runner: TargetRunner, drafter: Eagle3Drafter, target: str | Path, prompts: str | Path,
                   target_cfg: TargetConfig, configs: list[SpecFlags], responses: str, max_new_tokens: int,
                   batch_size: int | None, bar: Progress, temperature: float = 0.0, seed: int | None = None,
-                  world: World = ONE) -> tuple[list[_Sample], int, int]:
+                  world: World = ONE, lookahead: int = 0) -> tuple[list[_Sample], int, int]:
     """Prompts and their continuations (the target's greedy ones, or the file's), cut to the context; the
     number of prompts; the batch size (``batch_size``, or chosen from free memory when None)."""
     rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
@@ -338,7 +384,7 @@ def _live_samples(runner: TargetRunner, drafter: Eagle3Drafter, target: str | Pa
             samples.append(_Sample(i, p + response, len(p), min(max_new_tokens, len(response))))
         longest = max((len(s.tokens) for s in samples), default=1)
         return samples, len(rows), batch_size or auto_batch_size(runner, drafter, configs, longest, len(samples))
-    steps = max(flags.steps for flags in configs)
+    steps = max(lookahead, *(flags.steps for flags in configs))
     room = [max_new_tokens + steps if context is None else min(max_new_tokens + steps, context - len(p))
             for _, p in kept]
     longest = max((len(p) + r for (_, p), r in zip(kept, room)), default=1)

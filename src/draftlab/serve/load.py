@@ -13,6 +13,7 @@ from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.serve.engine import ServeEngine
 from draftlab.serve.http import ServeContext
+from draftlab.spec.synthetic import SyntheticAcceptance
 
 SCHEDULE_MAX_BATCH = 48  # requests batched together with a schedule unless --max-batch says otherwise
 
@@ -20,14 +21,18 @@ SCHEDULE_MAX_BATCH = 48  # requests batched together with a schedule unless --ma
 def load_context(
     target: str | Path, drafter: str | Path | None, *, steps: int | None = None, topk: int | None = None,
     num_draft_tokens: int | None = None, dtype: str | None = None, device: str = "cpu", engine: str = "sglang",
+    synthetic: SyntheticAcceptance | None = None, synthetic_seed: int = 0,
     schedule: LoadedSchedule | None = None, max_batch: int | None = None,
 ) -> ServeContext:
-    """Load the pair and start the decoder worker. ``engine`` picks whose aux-id convention to read.
+    """Load the pair and start the decoder worker. ``engine`` picks whose aux-id convention to read;
+    ``synthetic`` forces acceptance at the requested rates (:mod:`draftlab.serve.synthetic`).
 
     With ``schedule`` or ``max_batch`` > 1 the worker batches requests (:mod:`draftlab.serve.batched`):
     the draft length per batch follows ``schedule`` (else the fixed ``steps``); ``max_batch`` defaults
     to 48 (SGLang's EAGLE cap) with a schedule, 1 (one request at a time) without."""
     if schedule is not None or (max_batch or 1) > 1:
+        if synthetic is not None:
+            raise DraftlabError("--synthetic-acceptance runs one request at a time; drop --schedule/--max-batch")
         return _batched_context(target, drafter, steps, topk, num_draft_tokens, dtype, device, engine, schedule,
                                 max_batch or SCHEDULE_MAX_BATCH)
     from draftlab.models.devices import default_dtype
@@ -39,6 +44,8 @@ def load_context(
         raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if drafter is None and any(v is not None for v in (steps, topk, num_draft_tokens)):
         raise DraftlabError("--steps/--topk/--num-draft-tokens need --drafter")
+    if drafter is None and synthetic is not None:
+        raise DraftlabError("--synthetic-acceptance forces the acceptance of drafts; it needs --drafter")
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     dtype = dtype or default_dtype(device)
     flags = draft_model = None
@@ -46,9 +53,18 @@ def load_context(
         runner = TargetRunner.load(target, dtype=dtype, device=device)
     else:
         flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
+        if synthetic is not None:
+            from draftlab.serve.synthetic import check_forceable
+
+            check_forceable(synthetic, flags)  # before anything loads
         pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device)
         runner, draft_model = pair.target, pair.drafter
-    decoder = SpeculativeDecoder(runner, draft_model, flags)
+    if synthetic is None:
+        decoder = SpeculativeDecoder(runner, draft_model, flags)
+    else:
+        from draftlab.serve.synthetic import SyntheticDecoder
+
+        decoder = SyntheticDecoder(runner, draft_model, flags, synthetic, seed=synthetic_seed)
     spec = None if flags is None else {"num_steps": flags.steps, "eagle_topk": flags.topk,
                                        "num_draft_tokens": flags.num_draft_tokens}
     serve_engine = ServeEngine(decoder, steps=flags.steps if flags else None,

@@ -29,7 +29,7 @@ import torch
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.spec.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
-from draftlab.spec.verify import walk_tree
+from draftlab.spec.verify import Walk, walk_tree
 
 if TYPE_CHECKING:
     from draftlab.models.drafter import DraftStep, Eagle3Drafter
@@ -134,7 +134,7 @@ class SpeculativeDecoder:
             tree = self._draft(root, state)
             positions = self.target.cache_len + tree.depth
             verify = self.target.forward(tree.tokens, tree_mask=tree.mask, positions=positions)
-            walk = walk_tree(tree, verify.logits, temperature, gen)
+            walk = self._walk(tree, verify.logits, temperature, gen)
             path = torch.tensor(walk.nodes, dtype=torch.long, device=device)
             if walk.nodes != list(range(tree.tokens.numel())):  # else every verified entry stays where it is
                 self.target.keep(path)
@@ -150,6 +150,10 @@ class SpeculativeDecoder:
                 state = self._extend(new, verify.aux[path])
 
     # -- pieces of one cycle ---------------------------------------------------------------------
+
+    def _walk(self, tree: DraftTree, logits: torch.Tensor, temperature: float, gen: torch.Generator) -> Walk:
+        """Verification: the lossless walk (a synthetic-acceptance decoder forces its own instead)."""
+        return walk_tree(tree, logits, temperature, gen)
 
     def _extend(self, tokens: torch.Tensor, features: torch.Tensor) -> _DraftState:
         """Draft-extend: the drafter over committed tokens with the target's features."""

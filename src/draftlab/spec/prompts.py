@@ -2,7 +2,9 @@
 
 Each row is an object with exactly one of ``input_ids`` (a list of token ids: no tokenizer needed),
 ``prompt`` (text, tokenized with the target's tokenizer) or ``messages`` (a chat, rendered with the
-target tokenizer's chat template and a generation prompt). Blank lines are skipped.
+target tokenizer's chat template and a generation prompt). Blank lines are skipped. A row may also
+carry a ``category`` (a string, e.g. a SPEED-Bench category); :func:`read_categories` reads only those,
+without a tokenizer (``probe --profile-out``'s per-category figures).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ KINDS = ("input_ids", "prompt", "messages")
 class Prompt:
     line: int  # 1-based line in the file
     input_ids: list[int]
+    category: str | None = None  # the row's optional "category" (code, chat, agent ...), for per-slice figures
 
 
 def read_prompts(path: str | Path, *, tokenizer_dir: str | Path, vocab_size: int) -> list[Prompt]:
@@ -52,10 +55,33 @@ def read_prompts(path: str | Path, *, tokenizer_dir: str | Path, vocab_size: int
         bad = next((i for i in ids if not 0 <= i < vocab_size), None)
         if bad is not None:
             raise DraftlabError(f"{where}: token id {bad} is outside the target's vocabulary (0..{vocab_size - 1})")
-        prompts.append(Prompt(number, ids))
+        prompts.append(Prompt(number, ids, _category(row, where)))
     if not prompts:
         raise DraftlabError("the prompts file has no prompts; write one JSON object a line", path=path)
     return prompts
+
+
+def read_categories(path: str | Path) -> list[str | None]:
+    """Each prompt's ``category`` (None where a row has none), in the order :func:`read_prompts` returns them."""
+    path = Path(path)
+    try:
+        lines = regular_file(path, "prompts file not found").read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DraftlabError(f"cannot read prompts file ({exc})", path=path) from None
+    out: list[str | None] = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        where = f"{path}:{number}"
+        out.append(_category(_parse_row(text, where), where))
+    return out
+
+
+def _category(row: dict[str, Any], where: str) -> str | None:
+    category = row.get("category")
+    if category is not None and not isinstance(category, str):
+        raise DraftlabError(f"{where}: category must be a string, e.g. \"code\"")
+    return category
 
 
 def _parse_row(text: str, where: str) -> dict[str, Any]:

@@ -82,5 +82,8 @@ def figure(svg: str, caption: str, name: str) -> str:
 
 
 def config_label(doc: dict[str, Any]) -> str:
-    """``steps/topk/num_draft_tokens`` as SGLang's flags name them, e.g. ``3/1/4``."""
+    """``steps/topk/num_draft_tokens`` as SGLang's flags name them, e.g. ``3/1/4``; a model-free
+    candidate as its method and draft count, e.g. ``ngram k=5``."""
+    if doc.get("method", "eagle3") != "eagle3":
+        return f"{doc['method']} k={doc['steps']}"
     return f"{doc['steps']}/{doc['topk']}/{doc['num_draft_tokens']}"

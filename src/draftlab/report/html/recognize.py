@@ -14,7 +14,7 @@ from typing import Any
 
 from draftlab.errors import DraftlabError
 from draftlab.readable import regular_file
-from draftlab.report.html import bench, compat, decode, drift, plan, train, vocab
+from draftlab.report.html import assess, bench, compat, decode, drift, plan, train, vocab
 from draftlab.report.html.markup import Section
 
 
@@ -28,6 +28,7 @@ def _config_has(*keys: str) -> Callable[[dict[str, Any]], bool]:
 
 # (kind, test on a JSON object, renderer); the first match wins, so the more specific tests come first
 KINDS: list[tuple[str, Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], Section]]] = [
+    ("assess", lambda d: str(d.get("format", "")).startswith("draftlab-assess/"), assess.assess_section),
     ("fix", _has("before", "after", "fixed", "out"), compat.fix_section),
     ("check", _has("ok", "engine", "findings", "aux_layers", "drafter", "target"), compat.check_section),
     ("inspect", _has("path", "kind", "layout", "num_tensors"), compat.inspect_section),

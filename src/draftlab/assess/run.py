@@ -1,0 +1,399 @@
+"""``assess`` as a library call: phase 0 of reusing a drafter on a target, in one process.
+
+    inspect + check (--fix into DIR/fixed when fixable) -> load the pair once -> the target's own
+    continuations, decoded once -> vocabulary coverage of them, the exact probe of every grid config,
+    the model-free baselines (:mod:`draftlab.probe.modelfree`) on them -> with OLD: drift and the probe
+    on OLD (the ceiling) -> profile the pair -> plan, with the model-free methods as candidates ->
+    :func:`draftlab.assess.verdict.decide`.
+
+Every sub-result is the one the single command gives on the same inputs (``probe``, ``drift``,
+``vocab coverage``, ``plan --costs DIR/profile.json --probe DIR/probe.json``); they are written to DIR
+beside ``assess.json`` so ``report`` can show them and a user can re-run any step alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from draftlab.assess.slices import Cycles, Slice, slices
+from draftlab.assess.verdict import Evidence, Verdict, decide
+from draftlab.checkpoint import TargetConfig, open_checkpoint
+from draftlab.checkpoint.summary import InspectResult, inspect_checkpoint
+from draftlab.compat import check_pair, fix_pair
+from draftlab.compat.findings import CheckResult
+from draftlab.compat.fix import FixResult
+from draftlab.cost.auto_plan import default_grid, probe_accept_length, profile_sizes
+from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine
+from draftlab.cost.model import SpecConfig
+from draftlab.cost.plan import GridEntry, ModelFreeEntry, Plan, make_plan
+from draftlab.cost.probes import AcceptLength
+from draftlab.cost.profile import FORMAT as PROFILE_FORMAT
+from draftlab.cost.profile import Profile, load_profile
+from draftlab.cost.profiler import profile_costs
+from draftlab.cost.runtime_workload import runtime_workload
+from draftlab.documents import document, to_jsonable
+from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.errors import DraftlabError
+from draftlab.fsutil import atomic_dir
+from draftlab.models.pair import LoadedPair, load_pair
+from draftlab.probe import modelfree
+from draftlab.probe.acceptance_profile import profile_from_probe, write_profile
+from draftlab.probe.drift import DriftResult, compare_targets, drift_sequences
+from draftlab.probe.probe import (
+    Clock,
+    Decoded,
+    ProbeResult,
+    decode_continuations,
+    probe_configs,
+)
+from draftlab.spec.prompts import read_prompts
+from draftlab.vocab.counts import TokenCounts
+from draftlab.vocab.coverage import CoverageResult, coverage
+from draftlab.vocab.mapping import VocabMapping
+
+DEFAULT_BATCH_SIZES = (1, 8, 32, 64)
+# vLLM's own defaults: prompt_lookup_min = prompt_lookup_max = 5 when neither is set
+# (vllm/config/speculative.py, SpeculativeConfig.__post_init__); 4 drafted tokens, a common choice
+DEFAULT_NGRAM = modelfree.Ngram(prompt_lookup_min=5, prompt_lookup_max=5, num_speculative_tokens=4)
+MODEL_FREE = ("ngram", "suffix")  # the model-free baselines assess can simulate
+
+
+@dataclass
+class ModelFreeResult:
+    """A model-free method's exact accept length on the target's continuations."""
+
+    method: str  # "ngram" or "suffix"
+    options: dict[str, Any]  # the vLLM speculative-config fields it stands for
+    mean_accept_length: float
+    mean_drafted: float  # tokens proposed per cycle
+    num_cycles: int
+    source: str  # the engine code the simulation follows
+
+
+@dataclass
+class AssessResult:
+    verdict: Verdict
+    config: dict[str, Any]
+    drafter: str  # the drafter everything ran on: the given one, or the fixed copy
+    inspect: InspectResult
+    check: CheckResult
+    fix: FixResult | None = None
+    coverage: CoverageResult | None = None
+    probes: list[ProbeResult] | None = None
+    old_probes: list[ProbeResult] | None = None
+    drift: DriftResult | None = None
+    model_free: list[ModelFreeResult] = field(default_factory=list)
+    profile: Profile | None = None
+    plan: Plan | None = None
+    old_plan: Plan | None = None
+    engine_estimate: EngineEstimate | None = None  # with engine numbers, in place of profile and plan
+    slices: dict[str, dict[str, dict[str, Slice]]] = field(default_factory=dict)  # method/config -> kind -> name
+    files: dict[str, str] = field(default_factory=dict)  # what DIR holds, by sub-result
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: str | Path, *,
+           old_target: str | Path | None = None, engine: str = "sglang", engine_version: str | None = None,
+           grid: Sequence[SpecConfig] | None = None, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+           costs: str | Path | None = None, max_new_tokens: int = 128, context_tokens: int = 256,
+           ngram: modelfree.Ngram = DEFAULT_NGRAM, suffix: modelfree.Suffix | None = None,
+           model_free: Sequence[str] = MODEL_FREE, engine_numbers: dict[str, float] | None = None,
+           engine_batch_size: int = 1,
+           dtype: str | None = None, device: str | None = None, repeats: int = 10,
+           progress: bool = True) -> AssessResult:
+    """Run phase 0 and decide; DIR ``out`` (new) receives every result, atomically. ``model_free``
+    names the baselines to simulate (a subset of :data:`MODEL_FREE`: what the engine offers).
+    ``engine_numbers`` (``plan``'s engine inputs: baseline_tps or decode_ms, spec_tps with
+    accept_length or cycle_ms, allreduce_ms or allreduce_share), measured at ``engine_batch_size``
+    with the one config of ``grid``, replace the profile and the plan."""
+    unknown = sorted(set(model_free) - set(MODEL_FREE))
+    if unknown:
+        raise DraftlabError(f"--model-free: unknown method {unknown[0]!r}; choose from {', '.join(MODEL_FREE)}")
+    configs = list(dict.fromkeys(grid if grid is not None else default_grid()))
+    engine_estimate = None
+    if engine_numbers:
+        if costs is not None or len(configs) != 1:
+            raise DraftlabError("engine numbers describe one served config: give --grid with exactly that config "
+                                "(e.g. --grid 3/1/4) and no --costs")
+        engine_estimate = estimate_from_engine(batch_size=engine_batch_size, **engine_numbers)
+    suffix = suffix or modelfree.Suffix()
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
+    out = Path(out)
+    given_costs = load_profile(costs) if costs is not None else None  # bad input fails before any work
+    if old_target is not None:
+        _same_architecture(old_target, target)
+    clock = Clock()
+    with atomic_dir(out) as tmp, _steps(progress) as step:
+        step("inspect and check")
+        inspected = inspect_checkpoint(drafter, engine=engine)
+        checked = check_pair(drafter, target, engine=engine, engine_version=engine_version)
+        fixed, run_on = None, Path(drafter)
+        if not checked.ok and checked.fixable:
+            step("fixing the config into DIR/fixed")
+            fixed = fix_pair(drafter, target, tmp / "fixed", engine=engine, engine_version=engine_version)
+            run_on = tmp / "fixed"
+        after = fixed.after if fixed is not None else checked
+        result = AssessResult(verdict=None, config={  # type: ignore[arg-type]  # decided last
+            "drafter": str(drafter), "target": str(target), "old_target": None if old_target is None else str(old_target),
+            "prompts": str(prompts), "engine": engine, "engine_version": checked.engine_version,
+            "grid": [c.label for c in configs], "batch_sizes": sorted(set(batch_sizes)), "max_new_tokens": max_new_tokens,
+            "costs": None if costs is None else str(costs), "model_free": list(model_free), "device": device,
+            "dtype": dtype},
+            drafter=str(out / "fixed") if fixed is not None else str(drafter), inspect=inspected, check=checked,
+            fix=fixed)
+        clock.lap("check_s")
+        if not after.ok:
+            errors = [f"{f.code}: {f.message}" for f in after.findings if f.severity == "error"]
+            result.verdict = decide(Evidence(fixed=_codes(fixed), unfixable=errors, fixed_dir=str(out / "fixed")))
+            _write(result, tmp, out)
+            return result
+
+        step("loading the pair")
+        pair = load_pair(target, run_on, engine=engine, dtype=dtype, device=device)
+        clock.lap("load_s")
+        flags = [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in configs]
+        step("decoding the target's continuations")
+        lookahead = max(ngram.num_speculative_tokens if "ngram" in model_free else 0,
+                        suffix.num_speculative_tokens if "suffix" in model_free else 0)
+        decoded = decode_continuations(pair, target, prompts, flags, max_new_tokens=max_new_tokens,
+                                       lookahead=lookahead, progress=progress)
+        clock.lap("continuations_s")
+        step("coverage, probe and model-free baselines")
+        result.coverage, counts = _coverage(pair, run_on, decoded)
+        result.probes = probe_configs(pair, target, prompts, flags, max_new_tokens=max_new_tokens, decoded=decoded)
+        categories = {i: row.category for i, row in enumerate(read_prompts(prompts, tokenizer_dir=target,
+                                                                              vocab_size=pair.target.config.vocab_size))}
+        result.model_free, free_cycles = _model_free(decoded, ngram, suffix, model_free, pair.target.eos_token_ids)
+        clock.lap("probe_s")
+
+        old_pair = None
+        if old_target is not None:
+            step("drift and the probe on OLD")
+            old_pair = load_pair(old_target, run_on, engine=engine, dtype=dtype, device=device)
+            result.drift = _drift(old_pair, pair, old_target, target, prompts, engine, dtype, device)
+            result.old_probes = probe_configs(old_pair, old_target, prompts, flags, max_new_tokens=max_new_tokens)
+            del old_pair
+            clock.lap("old_s")
+
+        if engine_estimate is not None:
+            result.engine_estimate = engine_estimate
+        else:
+            step("profiling and planning")
+            _plan(result, configs, batch_sizes, given_costs, pair, context_tokens, repeats, target, run_on, prompts)
+        clock.lap("plan_s")
+
+        result.slices = _slices(configs, result.probes, result.old_probes, free_cycles, decoded, categories)
+        served = engine_estimate is not None
+        result.verdict = decide(Evidence(
+            fixed=_codes(fixed), unfixable=[], plan=result.plan, old_plan=result.old_plan,
+            coverage=result.coverage.coverage, drift=result.drift.layers if result.drift else None,
+            next_token_agreement=result.drift.next_token_agreement if result.drift else None,
+            fixed_dir=str(out / "fixed"), engine=engine_estimate, engine_config=configs[0].label if served else None,
+            accept_length=result.probes[0].mean_accept_length if served else None,
+            accept_length_old=result.old_probes[0].mean_accept_length if served and result.old_probes else None))
+        result.timings = clock.timings()
+        counts.save(tmp / "vocab-counts.json")
+        served_probe = _served_probe(result)
+        write_profile(profile_from_probe(served_probe, prompts=prompts, categories=categories),
+                      tmp / "speculation_profile.json")
+        _write(result, tmp, out, decoded=decoded, categories=categories)
+    return result
+
+
+def _served_probe(result: AssessResult) -> ProbeResult:
+    """The probe of the config that would serve: the engine's, else the drafter's best at the smallest batch
+    size (its acceptance profile is what ``plan --profile`` and ``--synthetic-acceptance`` read)."""
+    probes = result.probes or []
+    if result.plan is None:
+        return probes[0]
+    smallest = min(result.plan.best)
+    best = max((r for r in result.plan.configs if r.method == "eagle3" and r.batch_size == smallest),
+               key=lambda r: r.tokens_per_second)
+    return next(p for p in probes if (p.config["steps"], p.config["topk"], p.config["num_draft_tokens"])
+                == (best.steps, best.topk, best.num_draft_tokens))
+
+
+def _plan(result: AssessResult, configs: list[SpecConfig], batch_sizes: Sequence[int], given: Profile | None,
+          pair: LoadedPair, context_tokens: int, repeats: int, target: str | Path, drafter: Path,
+          prompts: str | Path) -> None:
+    """The profile (measured here unless given), the plan with the model-free candidates, and the plan at
+    the accept lengths on OLD (the same costs: OLD is the same architecture)."""
+    free = [ModelFreeEntry(m.method, m.options["num_speculative_tokens"], m.mean_accept_length, m.mean_drafted,
+                           f"assess {m.method}") for m in result.model_free if m.num_cycles]
+    result.profile = given or _profile(pair, configs, free, batch_sizes, context_tokens, repeats, target, drafter)
+    accept = [probe_accept_length(c, r, prompts) for c, r in zip(configs, result.probes or [])]
+    entries = [GridEntry(c) for c in configs]
+    result.plan = make_plan(result.profile, accept, grid=entries, batch_sizes=list(batch_sizes),
+                            model_free=[m for m in free if _in_range(result.profile, m, batch_sizes)])
+    if result.old_probes is not None:
+        old = [AcceptLength(c, r.mean_accept_length, source=f"probe {c.label} on OLD")
+               for c, r in zip(configs, result.old_probes)]
+        result.old_plan = make_plan(result.profile, old, grid=entries, batch_sizes=list(batch_sizes))
+
+
+def _steps(progress: bool) -> Any:
+    """One progress display for the whole run: ``step(name)`` starts the next phase."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def display() -> Any:
+        with Progress(TextColumn("assess: {task.description}"), BarColumn(), TimeElapsedColumn(),
+                      console=Console(stderr=True), transient=True, disable=not progress) as bar:
+            task = bar.add_task("starting", total=None)
+            yield lambda name: bar.update(task, description=name)
+
+    return display()
+
+
+def _same_architecture(old: str | Path, new: str | Path) -> None:
+    """OLD must be an earlier version of NEW: drift and the shared costs compare like with like."""
+    a, b = (TargetConfig.from_dict(open_checkpoint(p).config) for p in (old, new))
+    for name in ("architecture", "hidden_size", "num_layers", "vocab_size"):
+        if getattr(a, name) != getattr(b, name):
+            raise DraftlabError(f"its {name} is {getattr(a, name)!r} but --target's is {getattr(b, name)!r}; "
+                                "--old-target is the drafter's training target, an earlier version of --target",
+                                path=old)
+
+
+def _codes(fixed: FixResult | None) -> list[str]:
+    return [] if fixed is None else list(dict.fromkeys(f.code for f in fixed.fixed))
+
+
+def _coverage(pair: LoadedPair, drafter: Path, decoded: Decoded) -> tuple[CoverageResult, TokenCounts]:
+    """The draft vocabulary over the tokens the walks cover (what ``vocab coverage`` gives on these counts)."""
+    vocab = pair.target.config.vocab_size
+    dense = torch.zeros(vocab, dtype=torch.int64)
+    for cont, n in zip(decoded.continuations, decoded.max_new_tokens):
+        dense += torch.bincount(torch.tensor(cont[:n], dtype=torch.int64), minlength=vocab)
+    counts = TokenCounts.from_dense(dense.numpy(), {"source": "assess: the target's continuations"})
+    return coverage(VocabMapping.from_drafter(drafter), counts, source="the target's continuations"), counts
+
+
+def _model_free(decoded: Decoded, ngram: modelfree.Ngram, suffix: modelfree.Suffix, wanted: Sequence[str],
+                eos: set[int]) -> tuple[list[ModelFreeResult], dict[str, list[Sequence[int]]]]:
+    """Each method's accept lengths on the continuations, prompts served in file order."""
+    methods: list[tuple[str, dict[str, Any], Callable[[Sequence[int]], modelfree.Drafter], str]] = [
+        ("ngram", {"prompt_lookup_min": ngram.prompt_lookup_min, "prompt_lookup_max": ngram.prompt_lookup_max,
+                   "num_speculative_tokens": ngram.num_speculative_tokens}, ngram.start,
+         "vllm/v1/spec_decode/ngram_proposer.py"),
+        ("suffix", {"num_speculative_tokens": suffix.num_speculative_tokens,
+                    "suffix_decoding_max_tree_depth": suffix.max_tree_depth,
+                    "suffix_decoding_max_spec_factor": suffix.max_spec_factor,
+                    "suffix_decoding_min_token_prob": suffix.min_token_prob},
+         modelfree.SuffixCache(suffix).start, "vllm/v1/spec_decode/suffix_decoding.py + arctic_inference 0.1.1"),
+    ]
+    results, cycles = [], {}
+    for method, options, start, source in methods:
+        if method not in wanted:
+            continue
+        run = modelfree.assess(decoded.prompts, decoded.continuations, start, decoded.max_new_tokens,
+                               frozenset(eos))
+        drafted = [d for r in run.results for d in r.drafted]
+        results.append(ModelFreeResult(method, options, run.mean_accept_length,
+                                       sum(drafted) / len(drafted) if drafted else 0.0, len(drafted), source))
+        cycles[f"{method} k={options['num_speculative_tokens']}"] = [r.accept_lengths for r in run.results]
+    return results, cycles
+
+
+def _drift(old: LoadedPair, new: LoadedPair, old_target: str | Path, target: str | Path, prompts: str | Path,
+           engine: str, dtype: str, device: str) -> DriftResult:
+    """``drift --target-a OLD --target-b NEW --layers <the drafter's aux layers>`` on the loaded targets."""
+    sequences = drift_sequences(prompts, old_target, old.target.config)
+    layers, tokens = compare_targets(old.target, new.target, sequences, old.aux_layers)
+    return DriftResult(
+        config={"target_a": str(old_target), "target_b": str(target), "drafter": None, "engine": engine,
+                "layers": old.aux_layers, "dtype": dtype, "device": device, "num_sequences": len(sequences)},
+        layers=layers, next_token_agreement=tokens.agreement, kl=tokens.kl, num_positions=tokens.n)
+
+
+def _profile(pair: LoadedPair, configs: list[SpecConfig], free: list[ModelFreeEntry], batch_sizes: Sequence[int],
+             context_tokens: int, repeats: int, target: str | Path, drafter: Path) -> Profile:
+    """What ``plan --target`` measures, plus the verify sizes the model-free candidates need."""
+    verify, rows, extend = profile_sizes(configs)
+    verify = sorted({*verify, *(m.k + 1 for m in free)})
+    workload = runtime_workload(pair.target, pair.drafter, context_tokens=context_tokens, target_name=str(target),
+                                drafter_name=str(drafter))
+    return profile_costs(workload, batch_sizes=sorted(set(batch_sizes)), verify_tokens=verify, draft_rows=rows,
+                         extend_tokens=extend, repeats=repeats, progress=False)
+
+
+def _in_range(profile: Profile, entry: ModelFreeEntry, batch_sizes: Sequence[int]) -> bool:
+    """A given profile may not reach a model-free verify's size; such a candidate is left out of the plan."""
+    measured = [m.tokens for m in profile.verify if m.batch_size in batch_sizes]
+    return bool(measured) and min(measured) <= 1 + entry.drafted <= max(measured)
+
+
+def _slices(configs: list[SpecConfig], probes: list[ProbeResult], old: list[ProbeResult] | None,
+            free: dict[str, list[Sequence[int]]], decoded: Decoded,
+            categories: dict[int, str | None]) -> dict[str, dict[str, dict[str, Slice]]]:
+    """Every accept length per category and per context bucket."""
+    lens = {s.index: s.prompt_len for s in decoded.samples}
+    out = {}
+    for c, r in zip(configs, probes):
+        out[c.label] = slices([Cycles(categories[p.prompt_index], lens[p.prompt_index], p.accept_lengths)
+                               for p in r.results])
+    for c, r in zip(configs, old or []):
+        out[f"{c.label} on OLD"] = slices([Cycles(categories[p.prompt_index], len_, p.accept_lengths)
+                                            for p in r.results
+                                            for len_ in [lens.get(p.prompt_index, 0)]])
+    for label, per_prompt in free.items():
+        out[label] = slices([Cycles(categories[s.index], s.prompt_len, lengths)
+                             for s, lengths in zip(decoded.samples, per_prompt)])
+    return out
+
+
+def _write(result: AssessResult, tmp: Path, out: Path, *, decoded: Decoded | None = None,
+           categories: dict[int, str | None] | None = None) -> None:
+    """assess.json, each sub-result as its command writes it, the continuations; paths under the
+    temporary folder named as they will be once it becomes ``out``."""
+    parts: dict[str, Any] = {"inspect.json": result.inspect, "check.json": result.check}
+    if result.fix is not None:
+        parts["fix.json"] = result.fix
+    if result.coverage is not None:
+        parts["vocab-coverage.json"] = result.coverage
+    if result.probes is not None:
+        parts["probe.json"] = result.probes
+    if result.old_probes is not None:
+        parts["probe-old.json"] = result.old_probes
+    if result.drift is not None:
+        parts["drift.json"] = result.drift
+    if result.profile is not None:
+        parts["profile.json"] = result.profile
+    if result.plan is not None:
+        parts["plan.json"] = result.plan
+    if result.engine_estimate is not None:
+        parts["plan.json"] = result.engine_estimate
+    result.files = {name: str(out / name) for name in ["assess.json", "report.html", *parts]}
+    if decoded is not None:
+        result.files["continuations.jsonl"] = str(out / "continuations.jsonl")
+        result.files["vocab-counts.json"] = str(out / "vocab-counts.json")
+        result.files["speculation_profile.json"] = str(out / "speculation_profile.json")
+        rows = [json.dumps({"input_ids": p, "response_ids": c[:n], "category": (categories or {}).get(i)})
+                for i, p, c, n in zip(decoded.indices, decoded.prompts, decoded.continuations, decoded.max_new_tokens)]
+        (tmp / "continuations.jsonl").write_text("\n".join(rows) + "\n")
+    here, there = str(tmp), str(out)
+    for name, obj in parts.items():
+        doc = document(obj) if name != "profile.json" else {"format": PROFILE_FORMAT, **to_jsonable(obj)}
+        (tmp / name).write_text(json.dumps(doc, indent=2).replace(here, there) + "\n")
+    (tmp / "assess.json").write_text(json.dumps(assess_document(result), indent=2).replace(here, there) + "\n")
+    from draftlab.report.html.report import make_report
+
+    sections = [tmp / "assess.json", *(tmp / name for name in parts)]
+    make_report(sections, tmp / "report.html", title=result.verdict.headline)
+    page = tmp / "report.html"
+    page.write_text(page.read_text().replace(here, there))
+
+
+def assess_document(result: AssessResult) -> dict[str, Any]:
+    """assess.json: the verdict first, then every sub-result as its command prints it."""
+    doc = document(result)
+    return {"format": "draftlab-assess/1", "verdict": doc.pop("verdict"), **doc}

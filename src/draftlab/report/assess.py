@@ -1,0 +1,39 @@
+"""Terminal rendering of ``assess``: the verdict, its reasons, the candidates and where DIR is."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from draftlab.assess.run import AssessResult
+
+
+def render_assess(result: AssessResult, console: Console) -> None:
+    v = result.verdict
+    console.print(f"[bold]{v.headline}[/bold]  ({v.kind})")
+    for r in v.reasons:
+        console.print(f"  • [bold]{r.rule}[/bold]: {r.text}")
+    if v.serve:
+        console.print("  serve: " + ", ".join(f"batch {b} → {run}" for b, run in v.serve.items()))
+    if result.probes:
+        old = {_label(r.config): r.mean_accept_length for r in result.old_probes or []}
+        table = Table(title="accept length per candidate (bonus included)")
+        for column in ("candidate", "here", *(["on OLD"] if old else [])):
+            table.add_column(column, justify="right")
+        for r in result.probes:
+            label = _label(r.config)
+            table.add_row(label, f"{r.mean_accept_length:.3f}", *([f"{old[label]:.3f}"] if old else []))
+        for m in result.model_free:
+            table.add_row(f"{m.method} k={m.options['num_speculative_tokens']}", f"{m.mean_accept_length:.3f}",
+                          *(["—"] if old else []))
+        console.print(table)
+    if result.coverage is not None:
+        console.print(f"draft vocabulary coverage of the target's continuations: {result.coverage.coverage:.1%}")
+    console.print(f"results in {result.files.get('assess.json', '')}, page {result.files.get('report.html', '')}")
+
+
+def _label(config: dict) -> str:
+    return f"{config['steps']}/{config['topk']}/{config['num_draft_tokens']}"
