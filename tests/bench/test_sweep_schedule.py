@@ -85,3 +85,12 @@ def test_real_sweep_with_schedule_and_predictions(toy_pair, tmp_path, files):
     assert (fixed.predicted_throughput, scheduled1.predicted_throughput, scheduled2.predicted_throughput,
             rows[("baseline", 2)].predicted_throughput) == (80.0, 80.0, 90.0, 90.0)
     assert fixed.prediction_error == pytest.approx(fixed.output_throughput / 80.0 - 1)
+
+
+def test_schedule_and_synthetic_acceptance_are_refused_together(files):
+    from draftlab.spec.synthetic import parse_synthetic
+
+    options = SweepOptions("draftlab", "T", "D", tuple(parse_grid("1,3,1,4")), schedule=load_schedule(files[0]),
+                           synthetic=parse_synthetic("2.5"))
+    with pytest.raises(DraftlabError, match="--schedule and --synthetic-acceptance do not go together"):
+        plan_sweep(options)
