@@ -19,6 +19,12 @@ attention in ``specforge/modeling/draft/llama3_eagle.py``; ``TargetHead.preproce
 
 The layer's modules are the drafter's own (:class:`~draftlab.models.drafter.Eagle3Drafter`); only the
 attention over earlier steps is written here, since decoding never needs it.
+
+Memory: nothing of size n x n or [n, draft vocabulary] stays alive per step. The attention is
+:mod:`.ttt_attention` (flex attention on CUDA, an exact blocked formulation elsewhere), the loss
+:mod:`.soft_ce` (a chunk of rows' logits at a time, recomputed in the backward); rows past the end
+of the teacher (the last i at step i, whose mask is zero) are left out of the loss instead of padded.
+On CUDA the layer's two halves around the attention run through ``torch.compile`` (:class:`TTTKernels`).
 """
 
 from __future__ import annotations
@@ -69,12 +75,15 @@ def shift_left(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def teacher_from_logits(logits: torch.Tensor, t2d: torch.Tensor, loss_mask: torch.Tensor) -> Teacher:
-    """SpecForge's ``_compute_target_p`` over already-shifted target logits [B, n, V]."""
+def teacher_from_logits(logits: torch.Tensor, t2d: torch.Tensor, loss_mask: torch.Tensor,
+                        draft_ids: torch.Tensor | None = None) -> Teacher:
+    """SpecForge's ``_compute_target_p`` over already-shifted target logits [B, n, V]. ``draft_ids``:
+    ``t2d.nonzero()``, when the caller has it (a boolean index would read the device back every call)."""
     logits = logits.float()
     target_ids = logits.argmax(-1)
     position_mask = t2d[target_ids][..., None].int() * loss_mask
-    return Teacher(logits[..., t2d].softmax(-1), target_ids, position_mask)
+    draft_ids = t2d.nonzero()[:, 0] if draft_ids is None else draft_ids
+    return Teacher(logits.index_select(-1, draft_ids).softmax(-1), target_ids, position_mask)
 
 
 @torch.no_grad()
@@ -84,8 +93,10 @@ def teacher_from_hidden(lm_head: torch.nn.Module, hidden: torch.Tensor, t2d: tor
     so [B, n, V] logits never exist at once."""
     b, n, _ = hidden.shape
     head = lm_head.weight.device
-    parts = [teacher_from_logits(lm_head(hidden[:, s:s + chunk].to(head)), t2d.to(head),
-                                 loss_mask[:, s:s + chunk].to(head)) for s in range(0, n, chunk)]
+    t2d = t2d.to(head)
+    draft_ids = t2d.nonzero()[:, 0]
+    parts = [teacher_from_logits(lm_head(hidden[:, s:s + chunk].to(head)), t2d, loss_mask[:, s:s + chunk].to(head),
+                                 draft_ids) for s in range(0, n, chunk)]
     device = loss_mask.device
     return Teacher(torch.cat([p.target_p for p in parts], 1).to(device),
                    torch.cat([p.target_ids for p in parts], 1).to(device),

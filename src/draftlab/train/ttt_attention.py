@@ -143,8 +143,10 @@ def _block_mask(layout: TTTLayout, step: int):
 # --- blocked ------------------------------------------------------------------------------------------
 
 def _blocked(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, step: int, layout: TTTLayout,
-             scale: float | None, chunk: int = CHUNK) -> torch.Tensor:
-    """The exact softmax over [causal scores, diagonal scores], a chunk of query rows at a time."""
+             scale: float | None, chunk: int | None = None) -> torch.Tensor:
+    """The exact softmax over [causal scores, diagonal scores], ``chunk`` (default :data:`CHUNK`) query
+    rows at a time."""
+    chunk = chunk or CHUNK
     parts = []
     for start in range(0, layout.n, chunk):
         end = min(start + chunk, layout.n)
