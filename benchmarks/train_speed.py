@@ -39,6 +39,7 @@ from draftlab.models.devices import synchronize
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
 from draftlab.train.setup import with_aux_ids
+from draftlab.train.trainer import make_optimizer
 from draftlab.train.ttt import make_batch, ttt_loss
 
 SHAPES = {
@@ -63,7 +64,7 @@ def build(shape: str, device: torch.device) -> tuple[TargetRunner, Eagle3Drafter
     runner.embed_tokens.weight.requires_grad_(False)
     config = with_aux_ids(specforge_drafter_config(target_cfg, draft_vocab_size=draft_vocab,
                                                    intermediate_size=cfg["intermediate_size"],
-                                                   target_hidden_size=cfg["hidden_size"]), aux)
+                                                   target_hidden_size=cfg["hidden_size"]), aux, target_cfg)
     with torch.device(device):
         drafter = Eagle3Drafter(DrafterConfig.from_dict(config), embed_tokens=runner.embed_tokens)
     drafter.place(torch.float32, device, keep_embedding=True).train()
@@ -110,7 +111,7 @@ def make_step(runner, drafter, t2d, optimizer, params, batch: int, n: int, ttt: 
 
 def measure(runner, drafter, t2d, args, n: int, device: torch.device) -> dict:
     params = [p for p in drafter.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
+    optimizer = make_optimizer(params, 1e-5)
     step = make_step(runner, drafter, t2d, optimizer, params, args.batch_size, n, args.ttt_length, device)
     if device.type == "cuda":
         torch.cuda.empty_cache()
