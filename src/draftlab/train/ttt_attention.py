@@ -2,9 +2,11 @@
 
 At TTT step i the query of row j attends to step 0's keys 0..j (causal, right padding masked) and,
 for each step l = 1..i, to the one key step l made at row j (the "diagonal"). The keys and values of
-every step sit in one tensor of ``length`` slots, each ``stride`` rows (n rounded up to :data:`BLOCK`,
-so every slot starts on a block boundary); slots after the current step hold zeros and are never
-read. One layout serves every step, so a compiled kernel sees one shape per batch width.
+every step sit in one tensor of ``length`` slots, each ``stride`` rows: n rounded up to a power of two
+(at least :data:`BLOCK`), so every slot starts on a block boundary and the compiled flex kernel meets
+one shape per power of two however ragged the batch widths are (the rows past n are never computed,
+they only take memory). Slots after the current step hold zeros and are never read. One layout serves
+every step.
 
 Two kernels compute the same function:
 
@@ -34,7 +36,7 @@ class TTTLayout:
     """Where each step's keys sit, and which of step 0's keys a row may attend."""
 
     n: int  # query rows
-    stride: int  # rows per slot: n rounded up to BLOCK
+    stride: int  # rows per slot: n rounded up to a power of two, at least BLOCK
     length: int  # slots: TTT steps
     valid: torch.Tensor  # [B, stride] bool: step 0's attendable keys (False on right padding and past n)
     _masks: dict = field(default_factory=dict, repr=False)
@@ -43,7 +45,7 @@ class TTTLayout:
     def build(cls, attention_mask: torch.Tensor, length: int) -> TTTLayout:
         """From the batch's attention mask [B, n] (False on right padding)."""
         n = attention_mask.shape[1]
-        stride = -(-n // BLOCK) * BLOCK
+        stride = max(BLOCK, 1 << (n - 1).bit_length())
         return cls(n, stride, length, F.pad(attention_mask.bool(), (0, stride - n), value=False))
 
     def pad(self, t: torch.Tensor) -> torch.Tensor:
@@ -58,7 +60,8 @@ class TTTLayout:
         return torch.cat([*slots, zeros], dim=2)
 
     def block_mask(self, step: int):
-        """Flex attention's block mask for ``step`` (built once per step and batch)."""
+        """Flex attention's block mask for ``step`` over queries padded to ``stride`` rows (built once per step
+    and batch)."""
         if step not in self._masks:
             self._masks[step] = _block_mask(self, step)
         return self._masks[step]
@@ -69,16 +72,22 @@ def ttt_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, ste
     """q [B, H, n, D] over ``layout.stack``-ed keys/values [B, Hkv, length * stride, D] at ``step``;
     returns [B, H, n, D]. ``kernel``: "flex" or "blocked" (the module docstring)."""
     if kernel == "flex":
-        return compiled_flex()(q, keys, values, block_mask=layout.block_mask(step), scale=scale,
-                               enable_gqa=q.shape[1] != keys.shape[1])
+        with torch.autocast(q.device.type, enabled=False):  # q, k, v already share autocast's dtype
+            out = compiled_flex()(layout.pad(q), keys, values, block_mask=layout.block_mask(step), scale=scale,
+                                  enable_gqa=q.shape[1] != keys.shape[1])
+        return out[:, :, :layout.n]
     return _blocked(q, keys, values, step, layout, scale)
 
 
 @cache
 def compiled_flex():
-    """flex_attention through torch.compile (it has no fast eager kernel); compiled once per process."""
+    """flex_attention through torch.compile (it has no fast eager kernel); compiled once per process, then
+    once per power-of-two width (the recompile limit is raised to leave room for them, as SpecForge does)."""
     from torch.nn.attention.flex_attention import flex_attention
 
+    config = torch._dynamo.config
+    if hasattr(config, "recompile_limit"):
+        config.recompile_limit = max(config.recompile_limit, 64)
     return torch.compile(flex_attention)
 
 
@@ -111,8 +120,9 @@ def block_lists(layout: TTTLayout, step: int) -> tuple[torch.Tensor, torch.Tenso
     some, every = blocks.any(-1), blocks.all(-1)  # [B, kv blocks of slot 0]
     device = layout.valid.device
     r = torch.arange(nq, device=device)
-    below = r[:, None] > r[None, :]  # kv block strictly before the query block
-    diag = torch.eye(nq, dtype=torch.bool, device=device)
+    live = (r < -(-layout.n // BLOCK))[:, None]  # query blocks holding real rows; the others compute nothing
+    below = (r[:, None] > r[None, :]) & live  # kv block strictly before the query block
+    diag = torch.eye(nq, dtype=torch.bool, device=device) & live
     full0 = below[None] & every[:, None, :]
     partial0 = (below[None] & some[:, None, :] & ~every[:, None, :]) | (diag[None] & some[:, None, :])
     later = diag[None].expand(b, nq, nq)
@@ -137,7 +147,7 @@ def _block_mask(layout: TTTLayout, step: int):
     full_count, full_indices = _indices(full)
     return BlockMask.from_kv_blocks(kv_num_blocks=count, kv_indices=indices, full_kv_num_blocks=full_count,
                                     full_kv_indices=full_indices, BLOCK_SIZE=BLOCK, mask_mod=mask_mod_for(layout, step),
-                                    seq_lengths=(layout.n, layout.length * layout.stride))
+                                    seq_lengths=(layout.stride, layout.length * layout.stride))
 
 
 # --- blocked ------------------------------------------------------------------------------------------
