@@ -159,18 +159,21 @@ def test_kernels_for_each_device():
 
 def test_compiled_layer_equals_eager_under_autocast():
     """The GPU's configuration on the CPU: the layer halves through torch.compile under bf16 autocast,
-    traced whole (no graph break), give the eager loss and gradients up to bf16 rounding."""
+    traced whole (no graph break), give the eager loss and gradients up to bf16 rounding, and a second
+    batch of the same width (new weights after an optimizer step) reuses the compiled graphs."""
     drafter, _ = tiny_drafter()
     batch, _ = _padded_batch(2, 37, pad=5)
     results = []
     breaks = sum(counters["graph_break"].values())
-    for compiled in (False, True):
+    for compiled in (False, True, True):
+        graphs = counters["stats"]["unique_graphs"]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             result = ttt_loss(drafter, batch, 3, kernels=TTTKernels("blocked", compiled))
         result.loss.backward()
         results.append((result.loss.detach(), _grads(drafter)))
+    assert counters["stats"]["unique_graphs"] == graphs  # the second compiled call compiled nothing
     assert sum(counters["graph_break"].values()) == breaks
-    (eager, eager_grads), (compiled, compiled_grads) = results
+    (eager, eager_grads), (compiled, compiled_grads), _ = results
     torch.testing.assert_close(compiled, eager, rtol=2e-2, atol=0)
     for name, g in eager_grads.items():
         scale = g.abs().max().clamp_min(1e-6)

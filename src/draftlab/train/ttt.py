@@ -29,11 +29,13 @@ On CUDA the layer's two halves around the attention run through ``torch.compile`
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cache
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
@@ -146,9 +148,11 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
     device, dtype = drafter.lm_head.weight.device, drafter.lm_head.weight.dtype
     attn = drafter.midlayer.self_attn
     kernels = kernels or TTTKernels.for_device(device, attn.head_dim)
-    project, finish = (_compiled(_project), _compiled(_finish)) if kernels.compile else (_project, _finish)
+    project, finish = (_compiled(_run_project), _compiled(_run_finish)) if kernels.compile \
+        else (_run_project, _run_finish)
     compute = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else dtype
     head = drafter.lm_head.weight.to(compute)  # cast once for every step, as autocast caches it
+    halves, weights = _halves(drafter), _cast_weights(drafter, compute)
     layout = TTTLayout.build(batch.attention_mask.to(device), length)
     positions = torch.arange(n, device=device).expand(b, n)
     hidden = drafter.combine(batch.aux.to(device, dtype))
@@ -160,11 +164,11 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
     losses, correct, counted = [], [], []
     for i in range(length):
         embeds = drafter.embed_tokens(input_ids[:, i:i + n].to(drafter.embed_tokens.weight.device)).to(device, dtype)
-        q, k, v, residual = project(drafter, embeds, hidden, *drafter.rotary(hidden, positions + i))
+        q, k, v, residual = project(halves, weights, embeds, hidden, *drafter.rotary(hidden, positions + i))
         keys.append(layout.pad(k))
         values.append(layout.pad(v))
         out = ttt_attention(q, layout.stack(keys), layout.stack(values), i, layout, attn.scale, kernels.attention)
-        normed, hidden = finish(drafter, out, residual, compute)
+        normed, hidden = finish(halves, weights, out, residual, compute)
         rows = n - i  # row j's teacher is row j + i's: the last i rows have none (and no loss)
         if rows > 0:
             summed, top = soft_cross_entropy(normed[:, :rows], head, teacher.target_p[:, i:],
@@ -202,6 +206,48 @@ def _finish(drafter: Eagle3Drafter, attention: torch.Tensor, residual: torch.Ten
     residual = residual + layer.self_attn.output(attention)
     normed, hidden = drafter.head_input(layer.mlp(layer.post_attention_layernorm(residual)) + residual)
     return normed.to(compute), hidden
+
+
+class _Halves(nn.Module):
+    """The drafter's layer as two calls around the TTT attention, one module so that
+    ``functional_call`` can run them with the weights autocast would cast handed in already cast: a
+    compiled graph would otherwise cast every weight again at every TTT step (autocast's cache of casts
+    does not reach inside it)."""
+
+    def __init__(self, drafter: Eagle3Drafter) -> None:
+        super().__init__()
+        self.drafter = drafter
+
+    def forward(self, part: str, *args):
+        return (_project if part == "project" else _finish)(self.drafter, *args)
+
+
+_HALVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _halves(drafter: Eagle3Drafter) -> _Halves:
+    """One wrapper per drafter (a compiled call recompiles for a new module object)."""
+    if drafter not in _HALVES:
+        _HALVES[drafter] = _Halves(drafter)
+    return _HALVES[drafter]
+
+
+def _cast_weights(drafter: Eagle3Drafter, compute: torch.dtype) -> dict[str, torch.Tensor]:
+    """The layer's linear weights in autocast's dtype (cast once per loss, as eager autocast caches
+    them; their gradients flow back to the float32 masters through the cast). Empty without autocast."""
+    if compute == drafter.lm_head.weight.dtype:
+        return {}
+    return {f"drafter.midlayer.{module_name}.{name}": p.to(compute)
+            for module_name, module in drafter.midlayer.named_modules() if isinstance(module, nn.Linear)
+            for name, p in module.named_parameters(recurse=False)}
+
+
+def _run_project(halves: _Halves, weights: dict[str, torch.Tensor], *args):
+    return torch.func.functional_call(halves, weights, ("project", *args))
+
+
+def _run_finish(halves: _Halves, weights: dict[str, torch.Tensor], *args):
+    return torch.func.functional_call(halves, weights, ("finish", *args))
 
 
 @cache
