@@ -3,9 +3,10 @@
 ``-sum_r w_r * sum_v p_rv * log_softmax(h_r @ W^T)_v`` for hidden rows h [B, R, H], the lm_head W [V, H],
 the teacher p [B, R, V] (float32) and row weights w [B, R] (SpecForge's position mask). Written plainly
 the [R, V] float32 logits, their log-softmax and the product with p all stay alive for the backward,
-at every TTT step. Here only one chunk of rows has logits at a time; the backward recomputes them
-(d/dz = w * (softmax(z) * sum(p) - p)), so what stays per step is h and nothing of size V. The argmax
-of each row comes out of the same pass (the accuracy needs it).
+at every TTT step. Here only one chunk of rows has logits at a time, and the gradients are computed in
+the same pass (the loss ends the graph: they are known up to the factor the backward brings), so what
+stays per step is d/dh (the size of h) and d/dW (the size of the lm_head), whatever R is, and the
+logits are never recomputed. The argmax of each row comes out of the same pass (the accuracy needs it).
 
 The matmuls run in the dtype of ``hidden`` and ``weight`` (the caller casts both to autocast's dtype,
 as ``lm_head`` under autocast would); the logits are float32 as in ``Eagle3Drafter.finish``.
@@ -25,7 +26,8 @@ def soft_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target_p: tor
     are used."""
     rows = hidden.shape[1]
     chunk = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
-    return _SoftCrossEntropy.apply(hidden, weight, target_p[:, :rows], row_weight[:, :rows].float(), chunk)
+    grads = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    return _SoftCrossEntropy.apply(hidden, weight, target_p[:, :rows], row_weight[:, :rows].float(), chunk, grads)
 
 
 def _chunks(batch: int, rows: int, chunk: int):
@@ -35,36 +37,37 @@ def _chunks(batch: int, rows: int, chunk: int):
 
 
 class _SoftCrossEntropy(torch.autograd.Function):
+    """The loss is a scalar at the end of the graph, so its gradients are known up to the one factor
+    the backward brings: the forward computes them chunk by chunk (d/dz = w * (softmax(z) * sum(p) - p),
+    then d/dh = dz @ W and d/dW = dz^T @ h) and keeps only d/dh [B, R, H] and d/dW [V, H]; the backward
+    scales them. No logits are kept or recomputed."""
+
     @staticmethod
-    def forward(ctx, hidden, weight, target_p, row_weight, chunk):
+    def forward(ctx, hidden, weight, target_p, row_weight, chunk, grads):
         batch, rows, _ = hidden.shape
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         top = torch.empty(batch, rows, dtype=torch.long, device=hidden.device)
+        grad_h = torch.empty_like(hidden) if grads and hidden.requires_grad else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
+            if grads and weight.requires_grad else None
         for b, s in _chunks(batch, rows, chunk):
-            logits = (hidden[b, s] @ weight.T).float()
-            per_row = (target_p[b, s] * logits.log_softmax(-1)).sum(-1)
-            total -= (row_weight[b, s] * per_row).sum()
-            top[b, s] = logits.argmax(-1)
-        ctx.save_for_backward(hidden, weight, target_p, row_weight)
-        ctx.chunk = chunk
+            h = hidden[b, s]
+            log_p = (h @ weight.T).float().log_softmax(-1)
+            p, w = target_p[b, s], row_weight[b, s]
+            total -= (w * (p * log_p).sum(-1)).sum()
+            top[b, s] = log_p.argmax(-1)
+            if grads:
+                grad_logits = (w[:, None] * (log_p.exp() * p.sum(-1, keepdim=True) - p)).to(hidden.dtype)
+                if grad_h is not None:
+                    grad_h[b, s] = grad_logits @ weight
+                if grad_w is not None:
+                    grad_w += (grad_logits.T @ h).float()
+        ctx.save_for_backward(grad_h, None if grad_w is None else grad_w.to(weight.dtype))
         ctx.mark_non_differentiable(top)
         return total, top
 
     @staticmethod
     def backward(ctx, grad_total, grad_top):
-        hidden, weight, target_p, row_weight = ctx.saved_tensors
-        batch, rows, _ = hidden.shape
-        need_h, need_w = ctx.needs_input_grad[:2]
-        grad_h = torch.zeros_like(hidden) if need_h else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
-        for b, s in _chunks(batch, rows, ctx.chunk):
-            h = hidden[b, s]
-            logits = (h @ weight.T).float()
-            p = target_p[b, s]
-            scale = (grad_total * row_weight[b, s])[:, None]
-            grad_logits = (scale * (logits.softmax(-1) * p.sum(-1, keepdim=True) - p)).to(hidden.dtype)
-            if need_h:
-                grad_h[b, s] = grad_logits @ weight
-            if need_w:
-                grad_w += (grad_logits.T @ h).float()
-        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
+        grad_h, grad_w = ctx.saved_tensors
+        return (None if grad_h is None else grad_h * grad_total.to(grad_h.dtype),
+                None if grad_w is None else grad_w * grad_total.to(grad_w.dtype), None, None, None, None)

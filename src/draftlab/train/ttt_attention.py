@@ -49,8 +49,8 @@ class TTTLayout:
         return cls(n, stride, length, F.pad(attention_mask.bool(), (0, stride - n), value=False))
 
     def pad(self, t: torch.Tensor) -> torch.Tensor:
-        """One step's keys or values [B, h, n, D] -> [B, h, stride, D] (zero rows after n)."""
-        return F.pad(t, (0, 0, 0, self.stride - self.n))
+        """One step's queries, keys or values [B, h, n, D] -> [B, h, stride, D] (zero rows after n)."""
+        return t if self.stride == self.n else F.pad(t, (0, 0, 0, self.stride - self.n))
 
     def stack(self, slots: list[torch.Tensor]) -> torch.Tensor:
         """The padded keys (or values) of steps 0..i -> [B, h, length * stride, D], later slots zero."""
@@ -75,7 +75,7 @@ def ttt_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, ste
         with torch.autocast(q.device.type, enabled=False):  # q, k, v already share autocast's dtype
             out = compiled_flex()(layout.pad(q), keys, values, block_mask=layout.block_mask(step), scale=scale,
                                   enable_gqa=q.shape[1] != keys.shape[1])
-        return out[:, :, :layout.n]
+        return out if layout.stride == layout.n else out[:, :, :layout.n]
     return _blocked(q, keys, values, step, layout, scale)
 
 
