@@ -190,7 +190,8 @@ def table(rows: list[dict]) -> str:
     lines = [f"{'what':<9} {'seq':>6} {'tok/s':>9} {'peak GiB':>9} {'speed vs plain':>15} {'memory vs plain':>16}"]
     for r in rows:
         if r["kind"] == "check":
-            state = (f"flex/compiled vs blocked eager: loss {r['loss_rel_diff']:.1e}, grads {r['grad_max_rel_diff']:.1e} "
+            kernels = f"{r.get('attention')}{' compiled' if r.get('compile') else ''}"
+            state = (f"{kernels} vs blocked eager: loss {r['loss_rel_diff']:.1e}, grads {r['grad_max_rel_diff']:.1e} "
                      f"({'equal' if r['equal'] else 'NOT EQUAL'})") if "error" not in r else r["error"]
             lines.append(f"{'check':<9} {r['seq_len']:>6} {state}")
             continue

@@ -16,7 +16,7 @@ from draftlab.train.ttt_attention import BLOCK, TTTLayout, block_lists, compiled
 from helpers import DRAFT_VOCAB, MLA_FIELDS, random_rows, tiny_drafter
 from ttt_reference import dense_ttt_loss
 
-LENGTHS = [1, 5, 130, 300]  # one row, a few, and two that straddle flex's 128-row blocks
+LENGTHS = [1, 5, 128, 130, 300]  # one row, a few, one block exactly, two that straddle flex's 128-row blocks
 
 
 def _padded_batch(b: int, n: int, pad: int, seed: int = 1) -> tuple[TTTBatch, torch.Tensor]:
@@ -76,7 +76,7 @@ def _dense_mask(layout: TTTLayout, step: int) -> torch.Tensor:
     return mask_mod_for(layout, step)(*idx)
 
 
-@pytest.mark.parametrize("n", LENGTHS + [128])
+@pytest.mark.parametrize("n", LENGTHS)
 def test_block_lists_cover_exactly_the_allowed_blocks(n):
     """A block flex skips holds no allowed (row, key) pair; a block it computes without the mask ("full")
     holds only allowed ones; every block with an allowed pair is computed. At every step, with padding."""
@@ -107,7 +107,7 @@ def test_compiled_flex_forward_equals_blocked():
     torch.manual_seed(0)
     b, heads, kv_heads, dim, length = 2, 4, 2, 16, 3
     before = counters["stats"]["unique_graphs"]
-    for n in (300, 300, 130):
+    for n in (300, 300, 256):  # 256: a power of two, where nothing is padded
         attention = torch.ones(b, n, dtype=torch.bool)
         attention[1, n - 40:] = False
         layout = TTTLayout.build(attention, length)
