@@ -14,20 +14,43 @@ as ``lm_head`` under autocast would); the logits are float32 as in ``Eagle3Draft
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
 CHUNK_ELEMENTS = 1 << 25  # logits per chunk (128 MiB of float32)
 
 
 def soft_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target_p: torch.Tensor,
-                       row_weight: torch.Tensor, chunk_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       row_weight: torch.Tensor, chunk_rows: int | None = None, compile: bool = False
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed loss (float32 scalar, differentiable in ``hidden`` and ``weight``) and the argmax draft id
     of every row [B, R]. ``target_p`` and ``row_weight`` may have more rows than ``hidden``: the first R
-    are used."""
+    are used. ``compile``: a chunk's elementwise work (log-softmax, the loss, the argmax, d/dz) as one
+    compiled kernel or two instead of a dozen passes over its [rows, V] float32 logits."""
     rows = hidden.shape[1]
     chunk = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
     grads = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-    return _SoftCrossEntropy.apply(hidden, weight, target_p[:, :rows], row_weight[:, :rows].float(), chunk, grads)
+    terms = _compiled_terms() if compile else _terms
+    return _SoftCrossEntropy.apply(hidden, weight, target_p[:, :rows], row_weight[:, :rows].float(), chunk, grads,
+                                   terms)
+
+
+def _terms(logits: torch.Tensor, target_p: torch.Tensor, row_weight: torch.Tensor, grads: bool
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One chunk's logits [r, V] (the matmul's dtype) -> its summed loss, argmax [r] and, with ``grads``,
+    d loss / d logits in the logits' dtype."""
+    log_p = logits.float().log_softmax(-1)
+    loss = -(row_weight * (target_p * log_p).sum(-1)).sum()
+    if not grads:
+        return loss, log_p.argmax(-1), None
+    grad = row_weight[:, None] * (log_p.exp() * target_p.sum(-1, keepdim=True) - target_p)
+    return loss, log_p.argmax(-1), grad.to(logits.dtype)
+
+
+@cache
+def _compiled_terms():
+    return torch.compile(_terms)
 
 
 def _chunks(batch: int, rows: int, chunk: int):
@@ -43,7 +66,7 @@ class _SoftCrossEntropy(torch.autograd.Function):
     scales them. No logits are kept or recomputed."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, target_p, row_weight, chunk, grads):
+    def forward(ctx, hidden, weight, target_p, row_weight, chunk, grads, terms):
         batch, rows, _ = hidden.shape
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         top = torch.empty(batch, rows, dtype=torch.long, device=hidden.device)
@@ -52,12 +75,9 @@ class _SoftCrossEntropy(torch.autograd.Function):
             if grads and weight.requires_grad else None
         for b, s in _chunks(batch, rows, chunk):
             h = hidden[b, s]
-            log_p = (h @ weight.T).float().log_softmax(-1)
-            p, w = target_p[b, s], row_weight[b, s]
-            total -= (w * (p * log_p).sum(-1)).sum()
-            top[b, s] = log_p.argmax(-1)
+            loss, top[b, s], grad_logits = terms(h @ weight.T, target_p[b, s], row_weight[b, s], grads)
+            total += loss
             if grads:
-                grad_logits = (w[:, None] * (log_p.exp() * p.sum(-1, keepdim=True) - p)).to(hidden.dtype)
                 if grad_h is not None:
                     grad_h[b, s] = grad_logits @ weight
                 if grad_w is not None:
@@ -70,4 +90,4 @@ class _SoftCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_total, grad_top):
         grad_h, grad_w = ctx.saved_tensors
         return (None if grad_h is None else grad_h * grad_total.to(grad_h.dtype),
-                None if grad_w is None else grad_w * grad_total.to(grad_w.dtype), None, None, None, None)
+                None if grad_w is None else grad_w * grad_total.to(grad_w.dtype), None, None, None, None, None)

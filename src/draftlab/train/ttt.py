@@ -24,7 +24,8 @@ Memory: nothing of size n x n or [n, draft vocabulary] stays alive per step. The
 :mod:`.ttt_attention` (flex attention on CUDA, an exact blocked formulation elsewhere), the loss
 :mod:`.soft_ce` (a chunk of rows' logits at a time, recomputed in the backward); rows past the end
 of the teacher (the last i at step i, whose mask is zero) are left out of the loss instead of padded.
-On CUDA the layer's two halves around the attention run through ``torch.compile`` (:class:`TTTKernels`).
+On CUDA the layer's two halves around the attention and the loss's elementwise work run through
+``torch.compile`` (:class:`TTTKernels`).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def make_batch(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tens
 class TTTKernels:
     """How :func:`ttt_loss` runs (the same function either way): the attention kernel, "flex" or
     "blocked" (:mod:`.ttt_attention`), and whether the layer's two halves around the attention
-    (norms, projections, RoPE; o_proj, MLP, final norm) go through ``torch.compile``."""
+    (norms, projections, RoPE; o_proj, MLP, final norm) and the loss's elementwise work per chunk
+    (:mod:`.soft_ce`) go through ``torch.compile``."""
 
     attention: str = "blocked"
     compile: bool = False
@@ -172,7 +174,7 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
         rows = n - i  # row j's teacher is row j + i's: the last i rows have none (and no loss)
         if rows > 0:
             summed, top = soft_cross_entropy(normed[:, :rows], head, teacher.target_p[:, i:],
-                                             teacher.position_mask[:, i:, 0])
+                                             teacher.position_mask[:, i:, 0], compile=kernels.compile)
             loss = summed / (b * n)
             with torch.no_grad():
                 hits = drafter.to_target_ids(top) == teacher.target_ids[:, i:]
