@@ -19,16 +19,17 @@ from ttt_reference import dense_ttt_loss
 LENGTHS = [1, 5, 128, 130, 300]  # one row, a few, one block exactly, two that straddle flex's 128-row blocks
 
 
-def _padded_batch(b: int, n: int, pad: int, seed: int = 1) -> tuple[TTTBatch, torch.Tensor]:
-    """A batch whose last row ends ``pad`` rows early (right padding: no attention to it, no loss on it)."""
-    drafter, t2d = tiny_drafter()
+def _padded_batch(b: int, n: int, pad: int, seed: int = 1, **fields) -> TTTBatch:
+    """A batch for ``tiny_drafter(**fields)`` whose last row ends ``pad`` rows early (right padding: no
+    attention to it, no loss on it)."""
+    _, t2d = tiny_drafter(**fields)
     ids, mask, aux, logits = random_rows(b, n, seed)
     attention = torch.ones(b, n, dtype=torch.bool)
     attention[-1, n - pad:] = False
     loss_mask = (mask * attention)[..., None]
     batch = TTTBatch(shift_left(ids), aux, teacher_from_logits(shift_left(logits), t2d, loss_mask), loss_mask,
                      attention)
-    return batch, t2d
+    return batch
 
 
 def _grads(drafter) -> dict[str, torch.Tensor]:
@@ -46,7 +47,7 @@ def test_ttt_loss_equals_the_dense_formulation(n, fields, monkeypatch):
     monkeypatch.setattr(ttt_attention, "CHUNK", 64)
     monkeypatch.setattr(soft_ce, "CHUNK_ELEMENTS", 7 * DRAFT_VOCAB)  # 7 rows per chunk
     drafter, _ = tiny_drafter(**fields)
-    batch, _ = _padded_batch(2, n, pad=min(n - 1, 9))
+    batch = _padded_batch(2, n, pad=min(n - 1, 9), **fields)
     length = 4
 
     want = dense_ttt_loss(drafter, batch, length)
@@ -164,7 +165,7 @@ def test_compiled_layer_equals_eager_under_autocast():
     traced whole (no graph break), give the eager loss and gradients up to bf16 rounding, and a second
     batch of the same width (new weights after an optimizer step) reuses the compiled graphs."""
     drafter, _ = tiny_drafter()
-    batch, _ = _padded_batch(2, 37, pad=5)
+    batch = _padded_batch(2, 37, pad=5)
     results = []
     breaks = sum(counters["graph_break"].values())
     for compiled in (False, True, True):

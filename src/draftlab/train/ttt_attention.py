@@ -60,8 +60,8 @@ class TTTLayout:
         return torch.cat([*slots, zeros], dim=2)
 
     def block_mask(self, step: int):
-        """Flex attention's block mask for ``step`` over queries padded to ``stride`` rows (built once per step
-    and batch)."""
+        """Flex attention's block mask for ``step``, over queries padded to ``stride`` rows (built once per
+        step and batch)."""
         if step not in self._masks:
             self._masks[step] = _block_mask(self, step)
         return self._masks[step]
@@ -146,7 +146,8 @@ def _block_mask(layout: TTTLayout, step: int):
     count, indices = _indices(partial)
     full_count, full_indices = _indices(full)
     return BlockMask.from_kv_blocks(kv_num_blocks=count, kv_indices=indices, full_kv_num_blocks=full_count,
-                                    full_kv_indices=full_indices, BLOCK_SIZE=BLOCK, mask_mod=mask_mod_for(layout, step),
+                                    full_kv_indices=full_indices, BLOCK_SIZE=BLOCK,
+                                    mask_mod=mask_mod_for(layout, step),
                                     seq_lengths=(layout.stride, layout.length * layout.stride))
 
 
