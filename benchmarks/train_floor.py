@@ -17,6 +17,8 @@ Rows, each on its own (one that fails prints its error and the others still run)
   picks, under bf16 autocast over float32 master weights, backward, clipping at 0.5, ``make_optimizer``)
   for the same shape (``train_speed.build``: hidden 4096, 32 heads, 8 kv heads, MLP 14336, vocabulary
   128256, draft vocabulary 32000, batch 1), timed the same way.
+- a profile of one draftlab step at the first length (CUDA kernels by total time), and each draftlab
+  row's ``target_forward_s`` (the target's pass alone, which both steps share).
 - ``check``: on the same device, the loss and gradients of the trainer's kernels (flex attention and
   compiled layer on CUDA) against the exact blocked eager kernel, float32, a small drafter, 300 rows
   (not a multiple of flex's 128-row blocks) with right padding in one of 2 rows.
@@ -116,12 +118,40 @@ def draftlab_rows(args, device: torch.device, kernels_for) -> list[dict]:
             step = draftlab_step(runner, drafter, t2d, optimizer, params, n, args.ttt_length, kernels, device)
             row.update(timed(step, args.warmup, args.repeats, device))
             row["tokens_per_second"] = round(n / row["step_s"], 1)
+            row["target_forward_s"] = target_forward_s(runner, n, device)
         except Exception as e:  # noqa: BLE001 - one failed length must not cost the others
             row["error"] = _error(e)
+        if args.profile and n == args.seq_lens[0] and device.type == "cuda" and "error" not in row:
+            try:
+                profile(step)
+            except Exception as e:  # noqa: BLE001
+                print(f"profile failed: {_error(e)}", flush=True)
         row["wall_s"] = round(time.perf_counter() - started, 1)
         rows.append(_emit(row))
         _free(device)
     return rows
+
+
+def target_forward_s(runner, n: int, device: torch.device) -> float:
+    """The target's batched pass alone (the part of the step both implementations share), mean of 3."""
+    ids = torch.randint(0, runner.config.vocab_size, (1, n), device=device)
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(3):
+        runner.forward_batch(ids)
+    synchronize(device)
+    return round((time.perf_counter() - start) / 3, 4)
+
+
+def profile(step) -> None:
+    """The CUDA kernels of one step by total time: where the step's time goes."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as run_profiler
+
+    with run_profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=60), flush=True)
 
 
 def check_row(device: torch.device, kernels_for) -> dict:
@@ -219,6 +249,8 @@ def main() -> None:
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                         help="the drafter layer through torch.compile (default: the trainer's choice, on CUDA)")
     parser.add_argument("--no-check", dest="check", action="store_false", help="skip the exactness check row")
+    parser.add_argument("--no-profile", dest="profile", action="store_false",
+                        help="skip the kernel profile of one step at the first length (CUDA)")
     parser.add_argument("--out", default=None, help="also write the rows here as JSON")
     args = parser.parse_args()
     device = torch.device(args.device or ("cpu" if args.quick else "cuda"))
