@@ -10,15 +10,16 @@ and a from-scratch EAGLE-3 drafter for it (the config ``draftlab train`` derives
 target's sizes, draft vocabulary 32000, aux layers [1, 15, 28]) with float32 master weights. One
 step is what the trainer's step is, from the same functions: the target's batched pass with aux
 capture (``TargetRunner.forward_batch``), the teacher from its final hidden states (``make_batch``),
-the TTT loss over ``--ttt-length`` steps (``ttt_loss``) under bf16 autocast on CUDA, backward,
-gradient clipping and AdamW. Random weights change nothing in the step's cost.
+the TTT loss over ``--ttt-length`` steps (``ttt_loss``, with the kernels the trainer picks) under bf16
+autocast on CUDA, backward, gradient clipping and AdamW (``make_optimizer``). Random weights change nothing in the step's cost.
 
 MFU = counted FLOPs / step time / ``--peak-tflops`` (790: the measured dense bf16 peak of one H200).
 Counted: target forward (2 x non-embedding parameters x tokens + causal attention 2 n^2 H per layer +
 the full-vocabulary lm_head the teacher needs), the drafter's fc once, and per TTT step its layer and
 lm_head (2 x parameters x tokens + causal attention), forward and backward counted as 3x forward.
-The diagonal terms of earlier TTT steps (O(n) each) are ignored; attention positions the causal mask
-discards are not counted although the TTT attention computes the full n x n scores.
+The diagonal terms of earlier TTT steps (O(n) each) are ignored, and so are attention positions the
+causal mask discards (the flex kernel skips most of them; the n x n formulation before issue 27
+computed them all). ``benchmarks/train_floor.py`` compares the step with a plain PyTorch one.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from draftlab.models.devices import synchronize
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
 from draftlab.train.setup import with_aux_ids
+from draftlab.train.trainer import make_optimizer
 from draftlab.train.ttt import make_batch, ttt_loss
 
 SHAPES = {
@@ -63,7 +65,7 @@ def build(shape: str, device: torch.device) -> tuple[TargetRunner, Eagle3Drafter
     runner.embed_tokens.weight.requires_grad_(False)
     config = with_aux_ids(specforge_drafter_config(target_cfg, draft_vocab_size=draft_vocab,
                                                    intermediate_size=cfg["intermediate_size"],
-                                                   target_hidden_size=cfg["hidden_size"]), aux)
+                                                   target_hidden_size=cfg["hidden_size"]), aux, target_cfg)
     with torch.device(device):
         drafter = Eagle3Drafter(DrafterConfig.from_dict(config), embed_tokens=runner.embed_tokens)
     drafter.place(torch.float32, device, keep_embedding=True).train()
@@ -110,7 +112,7 @@ def make_step(runner, drafter, t2d, optimizer, params, batch: int, n: int, ttt: 
 
 def measure(runner, drafter, t2d, args, n: int, device: torch.device) -> dict:
     params = [p for p in drafter.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
+    optimizer = make_optimizer(params, 1e-5)
     step = make_step(runner, drafter, t2d, optimizer, params, args.batch_size, n, args.ttt_length, device)
     if device.type == "cuda":
         torch.cuda.empty_cache()

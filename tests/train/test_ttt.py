@@ -118,17 +118,14 @@ def _import_specforge():
     return model, _compute_loss, LlamaForCausalLMEagle3
 
 
-def test_loss_equals_specforge_on_one_batch(monkeypatch):
+def test_loss_and_gradients_equal_specforge_on_one_batch(monkeypatch):
     imported = _import_specforge()
     if imported is None:
         pytest.skip("SpecForge's wheel does not import here (pip install --no-deps specforge)")
     model, reference_loss, draft_cls = imported
-    import torch._dynamo
     from transformers import LlamaConfig
 
     from helpers import drafter_config
-
-    monkeypatch.setattr(torch._dynamo.config, "disable", True)  # run its compiled helpers eagerly on CPU
 
     class _ReferenceLoss:  # SpecForge's own reference for its triton kernel, which needs a GPU
         apply = staticmethod(reference_loss)
@@ -142,13 +139,23 @@ def test_loss_equals_specforge_on_one_batch(monkeypatch):
     assert not unexpected and all("rotary" in k for k in missing)
     ids, mask, aux, logits = random_rows(B, N)
     ours = ttt_loss(drafter, _batch(ids, mask, aux, logits, t2d), length=LENGTH)
+    ours.loss.backward()
 
     trainer = model.OnlineEagle3Model(theirs, length=LENGTH, attention_backend="sdpa")
-    out = trainer(input_ids=shift_left(ids), attention_mask=torch.ones_like(ids), target=shift_left(logits),
-                  loss_mask=mask[..., None], hidden_states=aux)
+    with torch.compiler.set_stance("force_eager"):  # its compiled helpers, eagerly on CPU
+        out = trainer(input_ids=shift_left(ids), attention_mask=torch.ones_like(ids), target=shift_left(logits),
+                      loss_mask=mask[..., None], hidden_states=aux)
     plosses, accs = out[0], out[2]
     torch.testing.assert_close(torch.stack(ours.step_losses), torch.stack([p.float() for p in plosses]),
                                rtol=1e-5, atol=1e-6)
+    sum(0.8 ** i * p for i, p in enumerate(plosses)).backward()  # its ploss weights
+    theirs_params = dict(theirs.named_parameters())
+    compared = 0
+    for name, p in drafter.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, theirs_params[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+            compared += 1
+    assert compared == sum(1 for p in drafter.parameters() if p.requires_grad)
     ours_acc = [float(c / n.clamp_min(1e-6)) for c, n in zip(ours.step_correct, ours.step_counted)]
     assert ours_acc == pytest.approx([float(a) for a in accs])
     assert DRAFT_VOCAB == theirs.lm_head.weight.shape[0]

@@ -73,6 +73,9 @@ def train_command(
     dtype: DtypeOption = "float32",
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
+    compile_layer: Annotated[Optional[bool], typer.Option(
+        "--compile/--no-compile", help="Run the drafter's layer through torch.compile (default: on CUDA only; "
+                                       "flex attention is compiled on CUDA either way).")] = None,
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
@@ -88,7 +91,7 @@ def train_command(
         aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers), variant=variant,
         eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
         save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
-        dtype=dtype, device=device, device_map=device_map, progress=not json_out)
+        dtype=dtype, device=device, device_map=device_map, progress=not json_out, compile=compile_layer)
     with lower_on_oom(batch_size=batch_size, seq_len=seq_len, ttt_length=ttt_length):
         result = train(options)
     if main_process() and json_out:

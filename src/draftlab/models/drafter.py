@@ -421,10 +421,16 @@ class Eagle3Drafter(nn.Module):
         return self.fc(features)
 
     def finish(self, pre_norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer's output -> float32 logits from norm(out), and the hidden the next draft step receives:
-        norm(out) with ``norm_output`` (EAGLE-3.1, as the engines serve it), else out itself."""
+        """The layer's output -> float32 logits from norm(out), and the hidden the next draft step receives
+        (:meth:`head_input`)."""
+        normed, hidden = self.head_input(pre_norm)
+        return self.lm_head(normed).float(), hidden
+
+    def head_input(self, pre_norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's output -> norm(out), which ``lm_head`` reads, and the hidden the next draft step
+        receives: norm(out) with ``norm_output`` (EAGLE-3.1, as the engines serve it), else out itself."""
         normed = self.norm(pre_norm)
-        return self.lm_head(normed).float(), normed if self.variant.norm_output else pre_norm
+        return normed, normed if self.variant.norm_output else pre_norm
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Target token ids of draft-vocabulary ids: ``draft_ids + d2t[draft_ids]``."""

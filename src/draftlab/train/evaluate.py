@@ -14,7 +14,7 @@ from draftlab.probe.continuations import target_continuations
 from draftlab.probe.probe import probe_sequences
 from draftlab.spec.prompts import read_prompts
 from draftlab.train.data import TrainRow, pad_batch
-from draftlab.train.ttt import make_batch, ttt_loss
+from draftlab.train.ttt import TTTKernels, make_batch, ttt_loss
 
 
 class Evaluator:
@@ -54,7 +54,9 @@ class Evaluator:
             ids, mask, attn = pad_batch(chunk, max(len(r.input_ids) for r in chunk))
             step = self.runner.forward_batch(ids)
             batch = make_batch(ids, mask, step.aux, step.hidden, self.runner.lm_head, self.t2d, attn)
-            result = ttt_loss(drafter, batch, self.ttt_length)
+            kernels = TTTKernels.for_device(drafter.lm_head.weight.device, drafter.midlayer.self_attn.head_dim,
+                                             compile=False)
+            result = ttt_loss(drafter, batch, self.ttt_length, kernels=kernels)  # widths vary: nothing to compile
             correct += torch.stack(result.step_correct).float().cpu()
             counted += torch.stack(result.step_counted).float().cpu()
         return (correct / counted.clamp(min=1)).tolist()

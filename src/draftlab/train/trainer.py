@@ -45,7 +45,7 @@ from draftlab.distributed import World, all_sum, barrier, close_world, init_worl
 from draftlab.train.setup import (
     StartingDrafter, from_scratch, master_weights, scratch_aux_layers, setup_notes, warm_start,
 )
-from draftlab.train.ttt import make_batch, ttt_loss
+from draftlab.train.ttt import TTTKernels, make_batch, ttt_loss
 from draftlab.vocab.counts import TokenCounts
 
 LOG_FILE, PLOT_FILE = "train_log.jsonl", "train.png"
@@ -85,6 +85,7 @@ class TrainOptions:
     device: str | None = None
     device_map: str | None = None
     progress: bool = False
+    compile: bool | None = None  # the TTT layer through torch.compile; None: on CUDA only (ttt.TTTKernels)
 
 
 @dataclass
@@ -110,12 +111,12 @@ StepHook = Callable[[int], bool]  # called after each optimizer step; True asks 
 class _TTTModule(nn.Module):
     """The drafter and its TTT loss as one module, so DDP sees the forward it syncs gradients for."""
 
-    def __init__(self, drafter: Eagle3Drafter, length: int) -> None:
+    def __init__(self, drafter: Eagle3Drafter, length: int, kernels: TTTKernels) -> None:
         super().__init__()
-        self.drafter, self.length = drafter, length
+        self.drafter, self.length, self.kernels = drafter, length, kernels
 
     def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        r = ttt_loss(self.drafter, batch, self.length)
+        r = ttt_loss(self.drafter, batch, self.length, kernels=self.kernels)
         return r.loss, torch.stack(r.step_losses).detach(), torch.stack(r.step_correct), torch.stack(r.step_counted)
 
 
@@ -244,13 +245,14 @@ class _Run:
         o, world = self.opts, self.world
         total = self._total_steps()
         params = [p for p in self.drafter.parameters() if p.requires_grad]
-        module: nn.Module = _TTTModule(self.drafter, o.ttt_length)
+        kernels = TTTKernels.for_device(self.device, self.drafter.midlayer.self_attn.head_dim, o.compile)
+        module: nn.Module = _TTTModule(self.drafter, o.ttt_length, kernels)
         if world.size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             module = DistributedDataParallel(module, device_ids=ids, broadcast_buffers=False)
-        optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(0.9, 0.95), weight_decay=0.0)
+        optimizer = make_optimizer(params, o.lr)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_cosine(o.warmup, total))
         order = DataOrder(o.seed)
         step, tokens, log = 0, 0, []
@@ -311,8 +313,8 @@ class _Run:
         width = max(len(r.input_ids) for r in rows)
         parts = o.grad_accum * world.size
         size = len(rows) // parts
-        sums = torch.zeros(3, o.ttt_length, dtype=torch.float64)
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        sums = torch.zeros(3, o.ttt_length, dtype=torch.float64, device=self.device)  # read back once, below
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         optimizer.zero_grad(set_to_none=True)
         for a in range(o.grad_accum):
             chunk = rows[(a * world.size + world.rank) * size:][:size]
@@ -322,12 +324,12 @@ class _Run:
                 with self._autocast():
                     loss, step_losses, correct, counted = module(batch)
                 (loss / o.grad_accum).backward()
-            loss_sum += float(loss.detach())
-            sums += torch.stack([step_losses.double().cpu(), correct.double().cpu(), counted.double().cpu()])
+            loss_sum += loss.detach().double()
+            sums += torch.stack([step_losses.double(), correct.double(), counted.double()]).to(self.device)
         torch.nn.utils.clip_grad_norm_(params, o.max_grad_norm)
         optimizer.step()
-        sums = all_sum(self.world, sums.to(self.device)).cpu()
-        loss_sum = all_sum(self.world, loss_sum.to(self.device)).cpu()
+        sums = all_sum(self.world, sums).cpu()
+        loss_sum = all_sum(self.world, loss_sum).cpu()
         step_losses, correct, counted = sums / torch.tensor([parts, 1, 1], dtype=torch.float64)[:, None]
         metrics = {"loss": float(loss_sum) / parts, "step_losses": step_losses.tolist(),
                    "correct": correct.tolist(), "counted": counted.tolist(),
@@ -397,6 +399,13 @@ class _Run:
                            notes=setup_notes(self.target_cfg, self.start, scratch=self.opts.init is None
                                              and self.state is None, opts_aux=self.opts.aux_layers,
                                              opts_vocab=self.opts.draft_vocab_size))
+
+
+def make_optimizer(params: list[torch.Tensor], lr: float) -> torch.optim.AdamW:
+    """AdamW as SpecForge sets it (betas 0.9/0.95, no weight decay); its fused kernel on CUDA (one
+    launch for every tensor; the same update up to rounding)."""
+    fused = bool(params) and all(p.device.type == "cuda" for p in params)
+    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0, fused=fused or None)
 
 
 def _check_options(o: TrainOptions, world: World) -> None:

@@ -19,18 +19,29 @@ attention in ``specforge/modeling/draft/llama3_eagle.py``; ``TargetHead.preproce
 
 The layer's modules are the drafter's own (:class:`~draftlab.models.drafter.Eagle3Drafter`); only the
 attention over earlier steps is written here, since decoding never needs it.
+
+Memory: nothing of size n x n or [n, draft vocabulary] stays alive per step. The attention is
+:mod:`.ttt_attention` (flex attention on CUDA, an exact blocked formulation elsewhere), the loss
+:mod:`.soft_ce` (a chunk of rows' logits at a time, recomputed in the backward); rows past the end
+of the teacher (the last i at step i, whose mask is zero) are left out of the loss instead of padded.
+On CUDA the layer's two halves around the attention and the loss's elementwise work run through
+``torch.compile`` (:class:`TTTKernels`).
 """
 
 from __future__ import annotations
 
-import math
+import weakref
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
+from draftlab.train.soft_ce import soft_cross_entropy
+from draftlab.train.ttt_attention import TTTLayout, ttt_attention
 
 STEP_DECAY = 0.8  # SpecForge's ploss_decay / EAGLE's ploss_weight base
 
@@ -67,12 +78,15 @@ def shift_left(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def teacher_from_logits(logits: torch.Tensor, t2d: torch.Tensor, loss_mask: torch.Tensor) -> Teacher:
-    """SpecForge's ``_compute_target_p`` over already-shifted target logits [B, n, V]."""
+def teacher_from_logits(logits: torch.Tensor, t2d: torch.Tensor, loss_mask: torch.Tensor,
+                        draft_ids: torch.Tensor | None = None) -> Teacher:
+    """SpecForge's ``_compute_target_p`` over already-shifted target logits [B, n, V]. ``draft_ids``:
+    ``t2d.nonzero()``, when the caller has it (a boolean index would read the device back every call)."""
     logits = logits.float()
     target_ids = logits.argmax(-1)
     position_mask = t2d[target_ids][..., None].int() * loss_mask
-    return Teacher(logits[..., t2d].softmax(-1), target_ids, position_mask)
+    draft_ids = t2d.nonzero()[:, 0] if draft_ids is None else draft_ids
+    return Teacher(logits.index_select(-1, draft_ids).softmax(-1), target_ids, position_mask)
 
 
 @torch.no_grad()
@@ -82,8 +96,10 @@ def teacher_from_hidden(lm_head: torch.nn.Module, hidden: torch.Tensor, t2d: tor
     so [B, n, V] logits never exist at once."""
     b, n, _ = hidden.shape
     head = lm_head.weight.device
-    parts = [teacher_from_logits(lm_head(hidden[:, s:s + chunk].to(head)), t2d.to(head),
-                                 loss_mask[:, s:s + chunk].to(head)) for s in range(0, n, chunk)]
+    t2d = t2d.to(head)
+    draft_ids = t2d.nonzero()[:, 0]
+    parts = [teacher_from_logits(lm_head(hidden[:, s:s + chunk].to(head)), t2d, loss_mask[:, s:s + chunk].to(head),
+                                 draft_ids) for s in range(0, n, chunk)]
     device = loss_mask.device
     return Teacher(torch.cat([p.target_p for p in parts], 1).to(device),
                    torch.cat([p.target_ids for p in parts], 1).to(device),
@@ -103,8 +119,28 @@ def make_batch(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tens
     return TTTBatch(shift_left(input_ids.to(device)), aux, teacher, mask, attention_mask.to(device, torch.bool))
 
 
-def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: float = STEP_DECAY) -> TTTResult:
-    """Unroll ``length`` TTT steps of ``drafter`` over ``batch``; differentiable in the drafter's weights."""
+@dataclass(frozen=True)
+class TTTKernels:
+    """How :func:`ttt_loss` runs (the same function either way): the attention kernel, "flex" or
+    "blocked" (:mod:`.ttt_attention`), and whether the layer's two halves around the attention
+    (norms, projections, RoPE; o_proj, MLP, final norm) and the loss's elementwise work per chunk
+    (:mod:`.soft_ce`) go through ``torch.compile``."""
+
+    attention: str = "blocked"
+    compile: bool = False
+
+    @classmethod
+    def for_device(cls, device: torch.device | str, head_dim: int, compile: bool | None = None) -> TTTKernels:
+        """flex on CUDA (blocked for heads under 16 dims, which its Triton kernels cannot take), blocked
+        elsewhere; compile on CUDA unless ``compile`` says otherwise."""
+        cuda = torch.device(device).type == "cuda"
+        return cls("flex" if cuda and head_dim >= 16 else "blocked", cuda if compile is None else compile)
+
+
+def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: float = STEP_DECAY,
+             kernels: TTTKernels | None = None) -> TTTResult:
+    """Unroll ``length`` TTT steps of ``drafter`` over ``batch``; differentiable in the drafter's weights.
+    ``kernels`` default to :meth:`TTTKernels.for_device` for the drafter's device."""
     if drafter.config.num_layers != 1:
         raise DraftlabError(f"TTT trains one-layer EAGLE-3 drafters (SGLang's limit); this one has "
                             f"{drafter.config.num_layers}")
@@ -112,60 +148,112 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
         raise DraftlabError(f"--ttt-length must be >= 1, got {length}")
     b, n = batch.input_ids.shape
     device, dtype = drafter.lm_head.weight.device, drafter.lm_head.weight.dtype
-    allowed = torch.ones(n, n, dtype=torch.bool, device=device).tril()[None] & batch.attention_mask[:, None, :]
+    attn = drafter.midlayer.self_attn
+    kernels = kernels or TTTKernels.for_device(device, attn.head_dim)
+    project, finish = (_compiled(_run_project), _compiled(_run_finish)) if kernels.compile \
+        else (_run_project, _run_finish)
+    compute = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else dtype
+    head = drafter.lm_head.weight.to(compute)  # cast once for every step, as autocast caches it
+    halves, weights = _halves(drafter), _cast_weights(drafter, compute)
+    layout = TTTLayout.build(batch.attention_mask.to(device), length)
     positions = torch.arange(n, device=device).expand(b, n)
     hidden = drafter.combine(batch.aux.to(device, dtype))
-    input_ids, loss_mask, position_mask = batch.input_ids, batch.loss_mask, batch.teacher.position_mask
-    target_p = F.pad(batch.teacher.target_p, (0, 0, 0, length), value=1 / batch.teacher.target_p.shape[-1])
-    target_ids = F.pad(batch.teacher.target_ids, (0, length))
+    input_ids = F.pad(batch.input_ids, (0, length - 1))  # step i reads tokens i.. (shifted i times)
+    teacher, loss_mask = batch.teacher, batch.loss_mask[..., 0]
     keys: list[torch.Tensor] = []
     values: list[torch.Tensor] = []
     total = torch.zeros((), device=device)
     losses, correct, counted = [], [], []
     for i in range(length):
-        embeds = drafter.embed_tokens(input_ids.to(drafter.embed_tokens.weight.device)).to(device, dtype)
-        logits, hidden = drafter.finish(_layer_step(drafter, embeds, hidden, positions + i, allowed, keys, values))
-        step_p = target_p[:, i:i + n]
-        loss = -(position_mask * step_p * logits.log_softmax(-1)).sum(-1).mean()
-        with torch.no_grad():
-            predicted = drafter.to_target_ids(logits.argmax(-1))
-            correct.append(((predicted == target_ids[:, i:i + n]) * loss_mask[..., 0]).sum())
-            counted.append(loss_mask.sum())
+        embeds = drafter.embed_tokens(input_ids[:, i:i + n].to(drafter.embed_tokens.weight.device)).to(device, dtype)
+        q, k, v, residual = project(halves, weights, embeds, hidden, *drafter.rotary(hidden, positions + i))
+        keys.append(layout.pad(k))
+        values.append(layout.pad(v))
+        out = ttt_attention(q, layout.stack(keys), layout.stack(values), i, layout, attn.scale, kernels.attention)
+        normed, hidden = finish(halves, weights, out, residual, compute)
+        rows = n - i  # row j's teacher is row j + i's: the last i rows have none (and no loss)
+        if rows > 0:
+            summed, top = soft_cross_entropy(normed[:, :rows], head, teacher.target_p[:, i:],
+                                             teacher.position_mask[:, i:, 0], compile=kernels.compile)
+            loss = summed / (b * n)
+            with torch.no_grad():
+                hits = drafter.to_target_ids(top) == teacher.target_ids[:, i:]
+                correct.append((hits * loss_mask[:, i:]).sum())
+        else:
+            loss = torch.zeros((), device=device)
+            correct.append(torch.zeros((), dtype=torch.long, device=device))
+        counted.append(loss_mask[:, i:].sum())
         losses.append(loss)
         total = total + decay ** i * loss
-        if i < length - 1:
-            input_ids, loss_mask = shift_left(input_ids), shift_left(loss_mask)
-            position_mask = shift_left(position_mask)
     return TTTResult(total, losses, correct, counted)
 
 
-def _layer_step(drafter: Eagle3Drafter, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                allowed: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
-    """The drafter's ``midlayer`` (as :meth:`Eagle3Drafter.forward_masked` runs it) with TTT attention;
-    appends this step's keys/values. Returns the pre-norm output."""
+def _project(drafter: Eagle3Drafter, embeds: torch.Tensor, hidden: torch.Tensor, cos: torch.Tensor,
+             sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The drafter's ``midlayer`` (as :meth:`Eagle3Drafter.forward_masked` runs it) up to the attention:
+    queries, keys and values of concat(input_layernorm(embeds), hidden_norm(hidden)), and the residual."""
     layer = drafter.midlayer
     normed = layer.hidden_norm(hidden)
     residual = normed if layer.norm_before_residual else hidden
     x = torch.cat([layer.input_layernorm(embeds), normed], dim=-1)
-    residual = residual + _attention(layer.self_attn, x, drafter.rotary(hidden, positions), allowed, keys, values)
-    return layer.mlp(layer.post_attention_layernorm(residual)) + residual
+    q, k, v = layer.self_attn.project(x, (cos, sin))
+    return q, k, v, residual
 
 
-def _attention(attn: torch.nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-               allowed: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
-    """Queries over step 0's keys (``allowed`` [B, n, n]) and, per earlier step, its key at the same row;
-    any attention kind of the drafter (its ``project``, ``scale`` and ``output``)."""
-    n = x.shape[1]
-    q, k, v = attn.project(x, rope)
-    groups = q.shape[1] // k.shape[1]
-    keys.append(k.repeat_interleave(groups, dim=1))
-    values.append(v.repeat_interleave(groups, dim=1))
-    divisor = math.sqrt(q.shape[-1]) if attn.scale is None else 1 / attn.scale
-    scores = torch.matmul(q, keys[0].transpose(2, 3)) / divisor
-    scores = scores.masked_fill(~allowed[:, None], torch.finfo(scores.dtype).min)
-    diagonal = [(q * ki).sum(-1, keepdim=True) / divisor for ki in keys[1:]]
-    weights = torch.cat([scores, *diagonal], dim=-1).softmax(-1, dtype=torch.float32).to(q.dtype)
-    out = torch.matmul(weights[..., :n], values[0])
-    for i, vi in enumerate(values[1:], start=1):
-        out = out + weights[..., n + i - 1:n + i] * vi
-    return attn.output(out)
+def _finish(drafter: Eagle3Drafter, attention: torch.Tensor, residual: torch.Tensor, compute: torch.dtype
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rest of the layer after the attention: norm(out) in the lm_head's matmul dtype, and the hidden
+    the next step receives."""
+    layer = drafter.midlayer
+    residual = residual + layer.self_attn.output(attention)
+    normed, hidden = drafter.head_input(layer.mlp(layer.post_attention_layernorm(residual)) + residual)
+    return normed.to(compute), hidden
+
+
+class _Halves(nn.Module):
+    """The drafter's layer as two calls around the TTT attention, one module so that
+    ``functional_call`` can run them with the weights autocast would cast handed in already cast: a
+    compiled graph would otherwise cast every weight again at every TTT step (autocast's cache of casts
+    does not reach inside it)."""
+
+    def __init__(self, drafter: Eagle3Drafter) -> None:
+        super().__init__()
+        self.drafter = drafter
+
+    def forward(self, part: str, *args):
+        return (_project if part == "project" else _finish)(self.drafter, *args)
+
+
+_HALVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _halves(drafter: Eagle3Drafter) -> _Halves:
+    """One wrapper per drafter (a compiled call recompiles for a new module object)."""
+    if drafter not in _HALVES:
+        _HALVES[drafter] = _Halves(drafter)
+    return _HALVES[drafter]
+
+
+def _cast_weights(drafter: Eagle3Drafter, compute: torch.dtype) -> dict[str, torch.Tensor]:
+    """The layer's linear weights in autocast's dtype (cast once per loss, as eager autocast caches
+    them; their gradients flow back to the float32 masters through the cast). Empty without autocast."""
+    if compute == drafter.lm_head.weight.dtype:
+        return {}
+    return {f"drafter.midlayer.{module_name}.{name}": p.to(compute)
+            for module_name, module in drafter.midlayer.named_modules() if isinstance(module, nn.Linear)
+            for name, p in module.named_parameters(recurse=False)}
+
+
+def _run_project(halves: _Halves, weights: dict[str, torch.Tensor], *args):
+    return torch.func.functional_call(halves, weights, ("project", *args))
+
+
+def _run_finish(halves: _Halves, weights: dict[str, torch.Tensor], *args):
+    return torch.func.functional_call(halves, weights, ("finish", *args))
+
+
+@cache
+def _compiled(fn):
+    """``fn`` through torch.compile, once per process (dynamo recompiles per new shape; after a second
+    batch width it compiles one graph for every width)."""
+    return torch.compile(fn)
