@@ -103,8 +103,8 @@ def plan(
         entries = parse_grid(grid) if grid else None
         accepts = load_probes(list(probe or []))
         if profile is not None:
-            wanted = None if entries is None else [e.config for e in entries if e.accept_length is None]
-            accepts += profile_accept_lengths(profile, wanted, covered=[a.config for a in accepts])
+            configs = None if entries is None else [e.config for e in entries if e.accept_length is None]
+            accepts += profile_accept_lengths(profile, configs, covered=[a.config for a in accepts])
         result = make_plan(
             load_profile(costs), accepts, grid=entries,
             batch_sizes=None if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes),
