@@ -355,23 +355,12 @@ def _write(result: AssessResult, tmp: Path, out: Path, *, decoded: Decoded | Non
            categories: dict[int, str | None] | None = None) -> None:
     """assess.json, each sub-result as its command writes it, the continuations; paths under the
     temporary folder named as they will be once it becomes ``out``."""
-    parts: dict[str, Any] = {"inspect.json": result.inspect, "check.json": result.check}
-    if result.fix is not None:
-        parts["fix.json"] = result.fix
-    if result.coverage is not None:
-        parts["vocab-coverage.json"] = result.coverage
-    if result.probes is not None:
-        parts["probe.json"] = result.probes
-    if result.old_probes is not None:
-        parts["probe-old.json"] = result.old_probes
-    if result.drift is not None:
-        parts["drift.json"] = result.drift
-    if result.profile is not None:
-        parts["profile.json"] = result.profile
-    if result.plan is not None:
-        parts["plan.json"] = result.plan
-    if result.engine_estimate is not None:
-        parts["plan.json"] = result.engine_estimate
+    named: dict[str, Any] = {
+        "inspect.json": result.inspect, "check.json": result.check, "fix.json": result.fix,
+        "vocab-coverage.json": result.coverage, "probe.json": result.probes, "probe-old.json": result.old_probes,
+        "drift.json": result.drift, "profile.json": result.profile, "plan.json": result.plan or result.engine_estimate,
+    }
+    parts = {name: obj for name, obj in named.items() if obj is not None}
     result.files = {name: str(out / name) for name in ["assess.json", "report.html", *parts]}
     if decoded is not None:
         result.files["continuations.jsonl"] = str(out / "continuations.jsonl")
