@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -33,34 +33,34 @@ def assess_command(
     target: Annotated[Path, typer.Option("--target", help="The target to serve it with (the new version).")],
     prompts: Annotated[Path, typer.Option("--prompts", help="JSONL prompts (an optional \"category\" field slices "
                                                             "the figures).")],
-    old_target: Annotated[Path | None, typer.Option(
+    old_target: Annotated[Optional[Path], typer.Option(
         "--old-target", help="The target the drafter was trained for: drift and the accept length there.")] = None,
     engine: Annotated[str, typer.Option("--engine", help="sglang or vllm: whose loading rules apply.")] = "sglang",
-    engine_version: Annotated[str | None, typer.Option(
+    engine_version: Annotated[Optional[str], typer.Option(
         "--engine-version", help="The engine release whose rules apply (default: the newest draftlab knows).")] = None,
-    grid: Annotated[str | None, typer.Option(
+    grid: Annotated[Optional[str], typer.Option(
         help="Configs to probe and plan, steps/topk/num_draft_tokens (default: plan's grid).")] = None,
     batch_sizes: Annotated[str, typer.Option(help="Batch sizes to plan.")] = "1,8,32,64",
-    costs: Annotated[Path | None, typer.Option(
+    costs: Annotated[Optional[Path], typer.Option(
         help="PROFILE.json from draftlab profile (default: profile the pair here).")] = None,
     ngram: Annotated[str, typer.Option(
         help="vLLM ngram baseline: prompt_lookup_min,prompt_lookup_max,num_speculative_tokens.")] = "5,5,4",
     model_free: Annotated[str, typer.Option(
         "--model-free", help="Model-free baselines to simulate: ngram, suffix, both, or none.")] = "ngram,suffix",
-    baseline_tps: Annotated[float | None, typer.Option(callback=positive, help="Engine: tokens/s without speculation.")] = None,
-    decode_ms: Annotated[float | None, typer.Option(callback=positive, help="Engine: decode step in ms.")] = None,
-    spec_tps: Annotated[float | None, typer.Option(callback=positive, help="Engine: tokens/s with speculation.")] = None,
-    cycle_ms: Annotated[float | None, typer.Option(callback=positive, help="Engine: speculative cycle in ms.")] = None,
-    accept_length: Annotated[float | None, typer.Option(
+    baseline_tps: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: tokens/s without speculation.")] = None,
+    decode_ms: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: decode step in ms.")] = None,
+    spec_tps: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: tokens/s with speculation.")] = None,
+    cycle_ms: Annotated[Optional[float], typer.Option(callback=positive, help="Engine: speculative cycle in ms.")] = None,
+    accept_length: Annotated[Optional[float], typer.Option(
         callback=checked(minimum=1), help="Engine: mean accept length it measured (bonus included).")] = None,
-    allreduce_ms: Annotated[float | None, typer.Option(callback=non_negative, help="Engine: all-reduce ms per cycle.")] = None,
-    allreduce_share: Annotated[float | None, typer.Option(callback=share, help="Engine: all-reduce share of a cycle.")] = None,
+    allreduce_ms: Annotated[Optional[float], typer.Option(callback=non_negative, help="Engine: all-reduce ms per cycle.")] = None,
+    allreduce_share: Annotated[Optional[float], typer.Option(callback=share, help="Engine: all-reduce share of a cycle.")] = None,
     batch_size: Annotated[int, typer.Option(callback=at_least_one, help="Engine: the batch size of its numbers.")] = 1,
     max_new_tokens: Annotated[int, typer.Option(callback=at_least_one, help="Continuation tokens per prompt.")] = 128,
     out: Annotated[Path, typer.Option("--out", help="New folder for assess.json, report.html and every "
                                                     "sub-result.")] = Path("draftlab-assess"),
     dtype: DtypeOption = None,
-    device: Annotated[str | None, typer.Option(callback=check_device,
+    device: Annotated[Optional[str], typer.Option(callback=check_device,
                                                   help="cpu, cuda or cuda:N (default cuda when available).")] = None,
     threads: ThreadsOption = None,
     json_out: JsonOption = False,
