@@ -101,6 +101,21 @@ def test_every_figure_equals_the_single_command(drifted, inputs):
     assert mine == theirs
 
 
+
+def test_the_schedule_is_plans_for_the_engine(drifted, inputs):
+    """assess.json's ``schedule`` (and DIR/schedule.json) is what plan --schedule writes from the same
+    profile and probe: the chains only (the model-free candidates assess adds are not a drafter's K)."""
+    i, out = inputs, Path(drifted["files"]["assess.json"]).parent
+    _, alone, err = run(["plan", "--costs", str(i["costs"]), "--probe", str(out / "probe.json"), "--batch-sizes", "1,8",
+                         "--schedule", "sglang", "--json"])
+    assert alone is not None, err
+    assert drifted["schedule"] == alone["schedule"]
+    assert drifted["schedule_plan"]["ranges"] == alone["schedule_plan"]["ranges"]
+    assert json.loads((out / "schedule.json").read_text()) == alone["schedule"]
+    assert drifted["files"]["schedule.json"] == str(out / "schedule.json")
+    free = {m["method"] for m in drifted["model_free"]}
+    assert free and all(k in (0, 3, 6) for _, _, k in drifted["schedule_plan"]["ranges"])
+
 def test_slices_split_every_cycle_once(drifted):
     for probe in drifted["probes"]:
         label = f"{probe['config']['steps']}/{probe['config']['topk']}/{probe['config']['num_draft_tokens']}"
@@ -160,6 +175,9 @@ def test_repeating_continuations_make_ngram_win(inputs):
     assert doc["verdict"]["kind"] == "model-free"
     assert "ngram" in doc["verdict"]["headline"]
     assert set(doc["verdict"]["serve"].values()) == {"ngram k=4"}
+    # the engine's batch-size schedule sets the drafter's K: n-gram's k=4 winning is no K of the drafter's
+    # (the grid's chains are 3 and 6)
+    assert {k for _, _, k in doc["schedule_plan"]["ranges"]} <= {0, 3, 6}
 
 
 @pytest.mark.parametrize("extra, says", [

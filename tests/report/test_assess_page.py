@@ -31,3 +31,6 @@ def test_the_verdict_is_the_first_heading_and_the_page_stays_offline(toy_pair, t
     kinds = re.findall(r'data-kind="([^"]+)"', loaded.dom)
     assert kinds[0] == "assess" and {"probe", "plan", "check", "vocab-coverage"} <= set(kinds)
     assert str(tmp_path / "assess") in loaded.dom and ".tmp" not in loaded.dom
+    ranges = json.loads((out / "assess.json").read_text())["schedule_plan"]["ranges"]
+    assert "Schedule for sglang" in loaded.dom
+    assert all(f"<td>{lo}-{hi}</td>" in loaded.dom for lo, hi, _ in ranges)

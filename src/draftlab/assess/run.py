@@ -40,6 +40,7 @@ from draftlab.cost.profile import Profile, load_profile
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.documents import document, to_jsonable
+from draftlab.engines.schedule import dumps, engine_schedule
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
@@ -54,7 +55,7 @@ from draftlab.probe.probe import (
     decode_continuations,
     probe_configs,
 )
-from draftlab.spec.prompts import read_prompts
+from draftlab.spec.prompts import read_categories
 from draftlab.vocab.counts import TokenCounts
 from draftlab.vocab.coverage import CoverageResult, coverage
 from draftlab.vocab.mapping import VocabMapping
@@ -95,6 +96,9 @@ class AssessResult:
     plan: Plan | None = None
     old_plan: Plan | None = None
     engine_estimate: EngineEstimate | None = None  # with engine numbers, in place of profile and plan
+    schedule: dict[str, Any] | None = None  # the plan's K per batch-size range, exactly as --engine reads it
+    schedule_plan: dict[str, Any] | None = None  # its ranges, release and notes (plan --schedule's schedule_plan)
+    schedule_note: str | None = None  # why there is no schedule, when there is none
     slices: dict[str, dict[str, dict[str, Slice]]] = field(default_factory=dict)  # method/config -> kind -> name
     files: dict[str, str] = field(default_factory=dict)  # what DIR holds, by sub-result
     timings: dict[str, float] = field(default_factory=dict)
@@ -170,8 +174,7 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
         step("coverage, probe and model-free baselines")
         result.coverage, counts = _coverage(pair, run_on, decoded)
         result.probes = probe_configs(pair, target, prompts, flags, max_new_tokens=max_new_tokens, decoded=decoded)
-        categories = {i: row.category for i, row in enumerate(read_prompts(prompts, tokenizer_dir=target,
-                                                                              vocab_size=pair.target.config.vocab_size))}
+        categories = dict(enumerate(read_categories(prompts)))
         result.model_free, free_cycles = _model_free(decoded, ngram, suffix, model_free, pair.target.eos_token_ids)
         clock.lap("probe_s")
 
@@ -189,6 +192,7 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
         else:
             step("profiling and planning")
             _plan(result, configs, batch_sizes, given_costs, pair, context_tokens, repeats, target, run_on, prompts)
+            _schedule(result, engine, engine_version)
         clock.lap("plan_s")
 
         result.slices = _slices(configs, result.probes, result.old_probes, free_cycles, decoded, categories)
@@ -238,6 +242,18 @@ def _plan(result: AssessResult, configs: list[SpecConfig], batch_sizes: Sequence
         old = [AcceptLength(c, r.mean_accept_length, source=f"probe {c.label} on OLD")
                for c, r in zip(configs, result.old_probes)]
         result.old_plan = make_plan(result.profile, old, grid=entries, batch_sizes=list(batch_sizes))
+
+
+def _schedule(result: AssessResult, engine: str, version: str | None) -> None:
+    """The plan's draft length per batch-size range in the engine's own format (``plan --schedule``'s
+    object), or the reason there is none: a release without the feature, no chain in the grid, or
+    speculation losing at every planned batch size."""
+    try:
+        written = engine_schedule(result.plan, engine, version)
+    except DraftlabError as exc:
+        result.schedule_note = str(exc)
+        return
+    result.schedule, result.schedule_plan = written.value, written.summary()
 
 
 def _steps(progress: bool) -> Any:
@@ -362,6 +378,9 @@ def _write(result: AssessResult, tmp: Path, out: Path, *, decoded: Decoded | Non
     }
     parts = {name: obj for name, obj in named.items() if obj is not None}
     result.files = {name: str(out / name) for name in ["assess.json", "report.html", *parts]}
+    if result.schedule is not None:
+        result.files["schedule.json"] = str(out / "schedule.json")
+        (tmp / "schedule.json").write_text(dumps(result.schedule))
     if decoded is not None:
         result.files["continuations.jsonl"] = str(out / "continuations.jsonl")
         result.files["vocab-counts.json"] = str(out / "vocab-counts.json")

@@ -15,18 +15,32 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    JsonOption, ThreadsOption, at_least_one, check_device, checked, console, emit_json, non_negative, parse_ints,
-    positive, share, use_threads,
+    JsonOption,
+    ThreadsOption,
+    at_least_one,
+    check_device,
+    checked,
+    console,
+    emit_json,
+    non_negative,
+    parse_ints,
+    positive,
+    share,
+    use_threads,
 )
-from draftlab.documents import to_jsonable
+from draftlab.cli.schedule_opts import ScheduleRequest
 from draftlab.cost.engine_numbers import estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
 from draftlab.cost.probes import load_probes, profile_accept_lengths, save_probes
 from draftlab.cost.profile import load_profile, save_profile
+from draftlab.documents import to_jsonable
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
-from draftlab.cli.schedule_opts import ScheduleRequest, schedule_json
-from draftlab.report.plan import render_engine_estimate, render_measurements, render_plan
+from draftlab.report.plan import (
+    render_engine_estimate,
+    render_measurements,
+    render_plan,
+)
 from draftlab.report.schedule import render_schedule
 
 
@@ -178,7 +192,7 @@ def _emit_plan(result: Plan, plot: Path | None, json_out: bool, timings: dict[st
 
         plot_path = plot_plan(result, plot)
     if json_out:
-        extra = {} if written is None else {"schedule": written.value, "schedule_plan": schedule_json(written)}
+        extra = {} if written is None else {"schedule": written.value, "schedule_plan": written.summary()}
         emit_json({**to_jsonable(result), "plot": plot_path, **({"timings": timings} if timings else {}), **extra})
     else:
         render_plan(result, console, plot_path)

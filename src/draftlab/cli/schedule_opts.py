@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from draftlab.cost.plan import Plan
-from draftlab.documents import to_jsonable
-from draftlab.engines.schedule import EngineSchedule, check_release, dumps, engine_schedule
+from draftlab.engines.schedule import (
+    EngineSchedule,
+    check_release,
+    dumps,
+    engine_schedule,
+)
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_text_atomic
 
@@ -41,8 +44,3 @@ class ScheduleRequest:
             write_text_atomic(self.out, dumps(written.value))
         return written
 
-
-def schedule_json(written: EngineSchedule) -> dict[str, Any]:
-    """Everything about a written schedule but the engine-format object (that is ``schedule``)."""
-    return {"engine": written.engine, "version": written.version, "ranges": [list(r) for r in written.ranges],
-            "planned": to_jsonable(written.plan), "notes": written.notes}

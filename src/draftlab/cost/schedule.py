@@ -57,8 +57,8 @@ class BatchSchedule:
 
 
 def chain_length(row: ConfigPlan) -> int | None:
-    """The chain length of a plan row (its steps), None for a tree config."""
-    return row.steps if row.topk == 1 and row.num_draft_tokens == row.steps + 1 else None
+    """The chain length of a plan row (its steps), None for a tree config or a model-free method."""
+    return row.steps if row.method == "eagle3" and row.topk == 1 and row.num_draft_tokens == row.steps + 1 else None
 
 
 def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,

@@ -34,7 +34,13 @@ from typing import Any
 from draftlab import jsonio
 from draftlab.cost.plan import Plan
 from draftlab.cost.schedule import BatchSchedule, schedule_from_plan
-from draftlab.engines.releases import SCHEDULE_FIRST, SCHEDULE_ZERO_FIRST, TRTLLM_VERSIONS, release
+from draftlab.documents import to_jsonable
+from draftlab.engines.releases import (
+    SCHEDULE_FIRST,
+    SCHEDULE_ZERO_FIRST,
+    TRTLLM_VERSIONS,
+    release,
+)
 from draftlab.errors import DraftlabError
 from draftlab.readable import regular_file
 
@@ -64,6 +70,11 @@ class EngineSchedule:
     def draft_length(self, batch_size: int) -> int:
         """The K this engine runs at ``batch_size`` under its own reading of ``value``."""
         return draft_length_for(self.engine, self.value, batch_size)
+
+    def summary(self) -> dict[str, Any]:
+        """Everything about the schedule but the engine-format object itself (that is ``value``)."""
+        return {"engine": self.engine, "version": self.version, "ranges": [list(r) for r in self.ranges],
+                "planned": to_jsonable(self.plan), "notes": self.notes}
 
 
 def engine_schedule(plan: Plan, engine: str, version: str | None = None, *,

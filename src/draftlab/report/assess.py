@@ -30,6 +30,12 @@ def render_assess(result: AssessResult, console: Console) -> None:
             table.add_row(f"{m.method} k={m.options['num_speculative_tokens']}", f"{m.mean_accept_length:.3f}",
                           *(["—"] if old else []))
         console.print(table)
+    if result.schedule_plan is not None:
+        ranges = ", ".join(f"batch {lo}-{hi} → K={k}" for lo, hi, k in result.schedule_plan["ranges"])
+        console.print(f"schedule for {result.schedule_plan['engine']} {result.schedule_plan['version']}: {ranges} "
+                      f"({result.files.get('schedule.json', '')})")
+    elif result.schedule_note:
+        console.print(f"no schedule: {result.schedule_note}")
     if result.coverage is not None:
         console.print(f"draft vocabulary coverage of the target's continuations: {result.coverage.coverage:.1%}")
     console.print(f"results in {result.files.get('assess.json', '')}, page {result.files.get('report.html', '')}")

@@ -16,6 +16,13 @@ def assess_section(doc: dict[str, Any]) -> Section:
     if verdict.get("serve"):
         section.body.append(table(["batch size", "run"], sorted(verdict["serve"].items(), key=lambda kv: int(kv[0])),
                                   caption="What to serve per batch size"))
+    plan = doc.get("schedule_plan")
+    if plan:
+        section.body.append(table(["batch sizes", "draft length K"], [(f"{lo}-{hi}", k) for lo, hi, k in plan["ranges"]],
+                                  numeric=[False, True],
+                                  caption=f"Schedule for {plan['engine']} {plan['version']} (DIR/schedule.json)"))
+    elif doc.get("schedule_note"):
+        section.body.append(para(f"No schedule: {doc['schedule_note']}"))
     candidates = _candidates(doc)
     if candidates:
         section.body.append(table(["candidate", "accept length", "on OLD"],
