@@ -8,9 +8,10 @@ Run it on a GPU machine whenever a change touches models/, spec/, probe/, cost/ 
 the last run in benchmarks/RESULTS.md ("GPU smoke run"). Every command runs in its own process
 (`python -m draftlab ...`, default flags plus `--device cuda` where the command takes one) and must
 exit 0: inspect, check (SGLang and vLLM, --fix), vocab (count, build, coverage, compare), generate (its
-default speculation flags, a chain, a tree, sampling, a batch, no drafter), probe (the target's own
-continuations, sampled ones, given responses, captured features), drift, serve + bench, profile,
-plan --target, train (fine-tune with evaluation, from scratch) and capture.
+default speculation flags, a chain, a tree, sampling, a batch, no drafter alone and batched), probe
+(the target's own continuations, sampled ones, given responses, captured features, --profile-out),
+drift, serve + bench, profile, plan --target (alone and with --schedule vllm), assess, train
+(fine-tune with evaluation, from scratch) and capture.
 
 Pairs:
 - ``toy``: the trained toy pair (``--toy DIR`` holding ``target/`` and ``drafter/``, e.g. the
@@ -426,6 +427,10 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         run("generate --batch-size 4", ["generate", *pair_args, *cuda, *new, "--batch-size", "4", "--json"]),
         run("generate --no-draft", ["generate", "--target", t, "--prompts", str(prompts), "--no-draft", *cuda, *new,
                                     "--json"]),
+        run("generate --no-draft --batch-size 8", ["generate", "--target", t, "--prompts", str(prompts), "--no-draft",
+                                                   "--batch-size", "8", *cuda, *new, "--json"]),
+        run("probe --profile-out", ["probe", *pair_args, *cuda, *new, "--profile-out",
+                                    str(work / "speculation_profile.json"), "--json"]),
         run("probe T=0.7", ["probe", *pair_args, *cuda, *new, "--temperature", "0.7", "--seed", "0", "--json"]),
         given_and_features,
         drift,
@@ -433,6 +438,9 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         run("profile", ["profile", "--target", t, "--drafter", d, "--out", str(work / "profile.json"), *cpu_profile,
                         "--json"]),
         run("plan --target", ["plan", *pair_args, *cuda, *cpu_plan, "--json"]),
+        run("plan --target --schedule vllm", ["plan", *pair_args, *cuda, *cpu_plan, "--batch-sizes", "1,8",
+                                              "--schedule", "vllm", "--schedule-out", str(work / "schedule.json"),
+                                              "--json"]),
         assess,
         train,
     ]
