@@ -71,3 +71,18 @@ def test_config_for_a_deepseek_target_loads_into_the_drafter(tmp_path):
     drafter = Eagle3Drafter.load(folder)
     assert type(drafter.midlayer.self_attn).__name__ == "MlaAttention"
     assert drafter.midlayer.self_attn.head_dim == 24  # nope 16 + rope 8, values padded from 16
+
+
+def test_an_mla_rope_the_engines_do_not_serve_is_named_before_any_build(tmp_path):
+    """DeepSeek's MLA layer runs plain RoPE or YaRN in both engines; a llama3-scaled one is refused by inspect's
+    unsupported() (rope_parameters, transformers 5's key, read as rope_scaling is), not by a failing build."""
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    for config in ({**K2_TEMPLATE, "rope_scaling": llama3},
+                   {**{k: v for k, v in K2_TEMPLATE.items() if k != "rope_scaling"},
+                    "rope_parameters": {"rope_theta": 50000.0, **llama3}}):
+        found = unsupported(config, [])
+        assert [(u.field, u.kind) for u in found] == [("rope_scaling", "mla-dims")]
+        assert "'llama3'" in found[0].message
+    assert unsupported(K2_TEMPLATE, []) == []  # YaRN is served
+    assert unsupported({**K2_TEMPLATE, "rope_scaling": None}, []) == []  # plain RoPE too

@@ -158,6 +158,9 @@ def canonical_tensor_name(name: str) -> str:
     return bare
 
 
+MLA_ROPE_TYPES = ("default", "yarn")  # the RoPE of DeepSeek's MLA layer, in both engines' MLA drafters
+
+
 @dataclass(frozen=True)
 class Unsupported:
     """Something in a drafter folder that changes its function and that draftlab does not compute."""
@@ -215,6 +218,15 @@ def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Uns
     if mla and count != 1:
         yield Unsupported("num_hidden_layers", f"num_hidden_layers is {count}; MLA drafters have one decoder layer "
                                                "in both engines, and draftlab computes that one", "layers")
+    if mla:
+        # configs reads this module: imported here, not at the top
+        from draftlab.checkpoint.configs import Rope
+
+        kind = (Rope.from_config(dict(layer)).scaling or {"rope_type": "default"})["rope_type"]
+        if kind not in MLA_ROPE_TYPES:
+            yield Unsupported("rope_scaling", f"rope_scaling type {kind!r} in an MLA drafter; the engines serve MLA "
+                                              "drafters with plain RoPE or DeepSeek's YaRN only, and draftlab "
+                                              "computes those", "mla-dims")
     types = layer.get("layer_types")
     if isinstance(types, list) and any(t != "full_attention" for t in types):
         yield Unsupported("layer_types", f"layer_types is {types!r}; draftlab computes full attention only", "layers")

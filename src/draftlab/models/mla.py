@@ -34,7 +34,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Rotar
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from draftlab.checkpoint import DrafterConfig
-from draftlab.checkpoint.variants import MlaDims
+from draftlab.checkpoint.variants import MLA_ROPE_TYPES, MlaDims
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import KV, Preallocated, attend
 
@@ -126,7 +126,7 @@ def deepseek_rotary(cfg: DrafterConfig) -> nn.Module:
     attention factor included). Called with (x, positions [B, n]) it returns cos, sin [B, n, rope]."""
     dims = _dims(cfg)
     scaling = cfg.rope.scaling or {"rope_type": "default"}
-    if scaling["rope_type"] not in ("default", "yarn"):
+    if scaling["rope_type"] not in MLA_ROPE_TYPES:  # inspect and check name it first (checkpoint.variants)
         raise DraftlabError(f"rope_scaling type {scaling['rope_type']!r} in an MLA drafter; the engines serve "
                             "MLA drafters with plain RoPE or DeepSeek's YaRN only")
     config = DeepseekV3Config(
