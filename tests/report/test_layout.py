@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 from chromium import chromium
 
-from draftlab.report.html import figures
-from draftlab.report.html.report import make_report
+sys.path.insert(0, str(Path(__file__).parents[1] / "assess"))
+from costs import toy_profile  # noqa: E402
+
+from draftlab.report.html import figures  # noqa: E402
+from draftlab.report.html.report import make_report  # noqa: E402
 
 ORDER = ["inspect", "check", "vocab-compare", "probe", "drift", "plan", "bench", "bench-compare"]
 
@@ -113,3 +117,41 @@ def test_long_cells_may_wrap_only_after_separators(text, breaks):
     out = cell(text)
     assert ("<wbr>" in out) == breaks and out.replace("<wbr>", "") == text
     assert not re.search(r"[A-Za-z0-9]<wbr>[A-Za-z0-9]", out)
+
+
+def test_no_legend_covers_data_in_the_commands_pngs(tmp_path, monkeypatch):
+    """plan --plot, sweep, bench compare and train write their own PNGs; each keeps its legend off the data."""
+    from draftlab.bench.compare import CompareRow, plot_rows
+    from draftlab.bench.sweep import SweepRow
+    from draftlab.bench.sweep_plot import plot_sweep
+    from draftlab.cost.model import SpecConfig
+    from draftlab.cost.plan import make_plan
+    from draftlab.cost.probes import AcceptLength
+    from draftlab.cost.profile import load_profile
+    from draftlab.cost.plot import plot_plan
+    from draftlab.train.plot import plot_training
+
+    made, covered = [], []
+    save = figures.save_png
+
+    def checked(fig, dest, dpi):
+        made.append(dest)
+        covered.extend(figures.legend_overlaps(fig))
+        save(fig, dest, dpi)
+
+    monkeypatch.setattr(figures, "save_png", checked)
+    log = [json.loads(line) for line in _sweep_and_log(tmp_path)[0].read_text().splitlines()]
+    plot_training(log, tmp_path / "train.png")
+    sweep = json.loads((tmp_path / "sweep.json").read_text())["rows"]
+    plot_sweep([SweepRow(**{k: r[k] for k in SweepRow.__dataclass_fields__ if k in r}) for r in sweep],
+               tmp_path / "sweep.png")
+    arms = [CompareRow(label=label, file="f.json", concurrency=c, request_rate=None, completed=8, failed=0,
+                       output_throughput=100.0 * c * (1 + i), speedup=None, ttft_p50_ms=None, tpot_mean_ms=5.0 + c,
+                       itl_p50_ms=None, e2e_p50_ms=None, accept_length=None)
+            for i, label in enumerate(["plain", "3/1/4"]) for c in (1, 2, 4, 8)]
+    plot_rows(arms, tmp_path / "compare.png")
+    accepts = [AcceptLength(SpecConfig(s, 1, s + 1), 1.0 + 0.6 * s, "--grid") for s in (1, 3, 5)]
+    plot_plan(make_plan(load_profile(toy_profile(tmp_path / "costs.json")), accepts, batch_sizes=[1, 8]),
+              tmp_path / "plan.png")
+    assert len(made) == 4 and all(p.stat().st_size > 1000 for p in made)
+    assert covered == []

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from draftlab.bench.result import BenchResult, load_result
 from draftlab.errors import DraftlabError
-from draftlab.fsutil import atomic_path
 
 
 @dataclass(frozen=True)
@@ -80,12 +79,9 @@ def compare_results(paths: list[Path], *, baseline: str | None = None, plot: Pat
 
 def plot_rows(rows: list[CompareRow], dest: Path) -> None:
     """Output throughput and TPOT against concurrency, one line per arm, as a PNG."""
-    import matplotlib
+    from draftlab.report.html import figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_t, ax_l) = figures.plt.subplots(1, 2, figsize=(10, 4))
     for label in dict.fromkeys(r.label for r in rows):
         arm = sorted((r for r in rows if r.label == label and r.concurrency is not None), key=lambda r: r.concurrency)
         xs = [r.concurrency for r in arm]
@@ -96,8 +92,5 @@ def plot_rows(rows: list[CompareRow], dest: Path) -> None:
     for ax in (ax_t, ax_l):
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    with atomic_path(dest) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    figures.legend(ax_l)  # one legend for both panels, beside the right one
+    figures.save_png(fig, dest, dpi=120)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from draftlab.fsutil import atomic_path
 
 if TYPE_CHECKING:
     from draftlab.bench.sweep import SweepRow
@@ -14,15 +13,12 @@ if TYPE_CHECKING:
 
 def plot_sweep(rows: list[SweepRow], dest: Path) -> None:
     """Write the two-panel bar chart; a failed entry shows as "failed" where its bar would be."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from draftlab.report.html import figures
 
     batches = sorted({r.batch for r in rows})
     configs = list(dict.fromkeys(r.config for r in rows))
     width = 0.8 / len(configs)
-    fig, (ax_t, ax_a) = plt.subplots(2, 1, figsize=(max(6.0, 0.7 * len(rows) + 2), 7), sharex=True)
+    fig, (ax_t, ax_a) = figures.plt.subplots(2, 1, figsize=(max(6.0, 0.7 * len(rows) + 2), 7), sharex=True)
     in_legend: set[str] = set()
     for j, config in enumerate(configs):
         colour = f"C{j % 10}"
@@ -49,8 +45,5 @@ def plot_sweep(rows: list[SweepRow], dest: Path) -> None:
     for ax in (ax_t, ax_a):
         ax.grid(axis="y", alpha=0.3)
         ax.margins(y=0.15)
-    ax_t.legend(title="steps/topk/draft tokens", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    with atomic_path(dest) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    figures.legend(ax_t, title="steps/topk/draft tokens", fontsize=8)
+    figures.save_png(fig, dest, dpi=120)

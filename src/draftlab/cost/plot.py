@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from draftlab.cost.plan import Plan  # noqa: E402
-from draftlab.fsutil import atomic_path  # noqa: E402
+from draftlab.cost.plan import Plan
+from draftlab.report.html import figures
 
 
 def plot_plan(plan: Plan, dest: str | Path) -> Path:
     """Bars of predicted tok/s per config against the plain-decoding line; best bar highlighted."""
     batch_sizes = sorted(plan.baseline_tokens_per_second)
-    fig, axes = plt.subplots(
+    fig, axes = figures.plt.subplots(
         1, len(batch_sizes), figsize=(max(4.0, 3.2 * len(batch_sizes)), 3.8), squeeze=False
     )
     for ax, b in zip(axes[0], batch_sizes):
@@ -25,16 +20,12 @@ def plot_plan(plan: Plan, dest: str | Path) -> Path:
         colors = ["tab:green" if r is best and r.speedup > 1 else "tab:blue" for r in rows]
         ax.bar([r.label for r in rows], [r.tokens_per_second for r in rows], color=colors)
         base = plan.baseline_tokens_per_second[b]
-        ax.axhline(base, color="tab:red", linestyle="--", label=f"no speculation ({base:.0f})")
-        ax.set_title(f"batch {b}")
+        ax.axhline(base, color="tab:red", linestyle="--")
+        ax.set_title(f"batch {b}: no speculation (dashed) {base:.0f} tok/s", fontsize="medium")
         ax.set_xlabel("steps/topk/num_draft_tokens")
         ax.tick_params(axis="x", labelrotation=45)
-        ax.legend(fontsize="small")
     axes[0][0].set_ylabel("predicted tokens/s")
     fig.suptitle("Predicted throughput per speculation config")
-    fig.tight_layout()
     dest = Path(dest)
-    with atomic_path(dest) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    figures.save_png(fig, dest, dpi=110)
     return dest

@@ -71,6 +71,17 @@ def legend_overlaps(fig: Any) -> list[str]:
     return found
 
 
+def save_png(fig: Any, dest: Any, dpi: int) -> None:
+    """The figure as a PNG at ``dest``, atomically, cropped to what is drawn (a legend beside the axes
+    included), and closed: the commands' own plots (plan, sweep, bench compare, train)."""
+    from draftlab.fsutil import atomic_path
+
+    fig.tight_layout()
+    with atomic_path(dest) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+
+
 def to_svg(fig: Any) -> str:
     """The figure as an ``<svg>`` element, ready to inline (no XML prolog or doctype)."""
     fig.tight_layout()
