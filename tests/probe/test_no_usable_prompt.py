@@ -62,3 +62,20 @@ def test_a_stored_probe_that_measured_nothing_is_not_headlined_as_zero(toy_pair,
     (tmp_path / "old.json").write_text(json.dumps(doc))
     heading = make_report([tmp_path / "old.json"], tmp_path / "r.html").sections[0]["heading"]
     assert "accepts 0.00" not in heading and "nothing measured" in heading
+
+
+def test_a_prompt_near_the_context_is_probed_up_to_it_as_generate_decodes_it(toy_pair, tmp_path, capsys):
+    """2040 of 2048 tokens leave room for 8, fewer than max_new_tokens + steps (11): the probe still runs (it
+    used to fail on the position past the context), that prompt's cycles stop where generate's do, and the
+    other prompt, decoded in the same batch, is untouched."""
+    rows = [{"input_ids": [65] * 2040}, {"input_ids": list(b"import os\nimport sys\n")}]
+    prompts = _write(tmp_path / "p.jsonl", rows)
+    pair = ["--target", str(toy_pair.target_dir), "--drafter", str(toy_pair.drafter_dir), "--prompts", str(prompts)]
+    assert main(["probe", *pair, *FLAGS, "--json"]) == 0
+    probed = json.loads(capsys.readouterr().out)
+    assert main(["generate", *pair, *FLAGS, "--json"]) == 0
+    generated = json.loads(capsys.readouterr().out)
+    assert [r["accept_lengths"] for r in probed["results"]] == [r["accept_lengths"] for r in generated["results"]]
+    near = generated["results"][0]
+    assert 0 < len(near["output_ids"]) <= 8 and sum(probed["results"][0]["accept_lengths"]) <= 8
+    assert sum(near["accept_lengths"]) > len(near["accept_lengths"])  # the drafter accepted something there

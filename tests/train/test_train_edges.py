@@ -112,3 +112,32 @@ def test_a_deepseek_target_never_opens_its_aux_layers_with_layer_0(target_config
     assert scratch_aux_layers(5, first=1) == [1, 2, 3] and scratch_aux_layers(5) == [0, 2, 3]
     with pytest.raises(DraftlabError, match="at least 5 layers"):
         scratch_aux_layers(4, first=1)
+
+
+def test_eval_counts_a_prompt_near_the_context_as_the_probe_does(toy_pair, tmp_path, capsys):
+    """A held-out prompt that fits the context but leaves less than max_new_tokens + steps is measured up to
+    the context (it used to be dropped silently): the eval's accept length is the probe's on the same file."""
+    import json
+
+    import torch
+
+    from draftlab.cli import main
+    from draftlab.engines.sglang_flags import exact_spec_flags
+    from draftlab.models.pair import load_pair
+    from draftlab.train.evaluate import Evaluator
+    from draftlab.vocab.mapping import VocabMapping
+
+    prompts = tmp_path / "held_out.jsonl"
+    prompts.write_text(json.dumps({"input_ids": [65] * 2040}) + "\n" + json.dumps({"prompt": "import os\n"}) + "\n")
+    pair = load_pair(toy_pair.target_dir, toy_pair.drafter_dir)
+    t2d = torch.from_numpy(VocabMapping.from_drafter(toy_pair.drafter_dir).t2d)
+    evaluate = Evaluator(pair.target, toy_pair.target_dir, prompts, exact_spec_flags(3, 1, 4), max_new_tokens=16,
+                         t2d=t2d, ttt_length=3)
+    assert len(evaluate.prompts) == 2 and len(evaluate.continuations[0]) == 8
+    got = evaluate(pair.drafter)["accept_length"]
+    assert main(["probe", "--target", str(toy_pair.target_dir), "--drafter", str(toy_pair.drafter_dir), "--prompts",
+                 str(prompts), "--steps", "3", "--topk", "1", "--num-draft-tokens", "4", "--max-new-tokens", "16",
+                 "--json"]) == 0
+    probed = json.loads(capsys.readouterr().out)
+    assert len(probed["results"]) == 2
+    assert got == probed["mean_accept_length"] and got > 1.0

@@ -31,7 +31,9 @@ from draftlab.models.target_batch import BatchTarget
 def target_continuations(runner: TargetRunner, prompts: list[list[int]], num_tokens: int, *, batch_size: int,
                          temperature: float = 0.0, seed: int | None = None,
                          advance: Callable[[int], None] = lambda n: None) -> list[list[int]]:
-    """``num_tokens`` tokens after each prompt, greedy (temperature 0) or sampled; EOS does not stop them."""
+    """``num_tokens`` tokens after each prompt, greedy (temperature 0) or sampled; EOS does not stop them.
+    A prompt closer than ``num_tokens`` to the target's context gets tokens past it that mean nothing:
+    cut each continuation to the prompt's room."""
     if not prompts or num_tokens < 1:
         return [[] for _ in prompts]
     gen = torch.Generator(device=runner.device)
@@ -57,14 +59,17 @@ def _decode_group(target: BatchTarget, prompts: list[list[int]], num_tokens: int
     target.reset()
     ids, positions, valid = left_pad(prompts, target.device)
     logits = target.forward(ids, positions, new_valid=valid, last_only=True).logits[:, -1]
-    position = positions[:, -1:] + 1
+    # a row that reaches the target's context keeps riding along at its last position: the tokens it
+    # then gets are past what the caller may use (it cuts each row to its room) and affect no other row
+    last = (target.config.max_position_embeddings or 1 << 62) - 1
+    position = (positions[:, -1:] + 1).clamp(max=last)
     picked = []
     for step in range(num_tokens):
         next_ids = _pick(logits, temperature, gen)
         picked.append(next_ids)
         if step + 1 < num_tokens:
             logits = target.forward(next_ids, position, last_only=True).logits[:, -1]
-            position = position + 1
+            position = (position + 1).clamp(max=last)
     return torch.cat(picked, dim=1).tolist()
 
 

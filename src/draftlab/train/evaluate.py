@@ -24,9 +24,13 @@ class Evaluator:
                  max_new_tokens: int, t2d: torch.Tensor, ttt_length: int, batch_size: int = 4) -> None:
         rows = read_prompts(prompts, tokenizer_dir=target_dir, vocab_size=runner.config.vocab_size)
         context = runner.config.max_position_embeddings
-        room = max_new_tokens + flags.steps
-        self.prompts = [r.input_ids for r in rows if context is None or len(r.input_ids) + room <= context]
-        self.continuations = target_continuations(runner, self.prompts, room, batch_size=batch_size)
+        want = max_new_tokens + flags.steps
+        # every prompt shorter than the context counts, its continuation cut to the room it leaves (the
+        # probe's rule), so a long prompt is measured up to the context rather than dropped
+        self.prompts = [r.input_ids for r in rows if context is None or len(r.input_ids) < context]
+        room = [want if context is None else min(want, context - len(p)) for p in self.prompts]
+        decoded = target_continuations(runner, self.prompts, want, batch_size=batch_size)
+        self.continuations = [c[:r] for c, r in zip(decoded, room)]
         self.runner, self.flags, self.max_new_tokens = runner, flags, max_new_tokens
         self.t2d, self.ttt_length, self.batch_size = t2d, ttt_length, batch_size
 
