@@ -43,7 +43,7 @@ def fuse(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | N
     held = _FUSED.get(linears[0])
     if held is not None and _views_of(held[0], [m.weight for m in linears]):
         return held
-    with torch.no_grad():
+    with torch.inference_mode(False), torch.no_grad():  # plain tensors even when called in inference mode
         weight = torch.cat([m.weight for m in linears]).detach()
         bias = None
         if any(m.bias is not None for m in linears):
