@@ -33,7 +33,7 @@ from draftlab.models.static_kv import BatchKV
 from draftlab.models.target_batch import BatchTarget
 from draftlab.spec.plain_decode import plain_decode
 
-VARIANTS = {"unfused": dict(fused=False), "fused": dict(fused=True), "fused+compiled": dict(fused=True, compile=True)}
+VARIANTS = {"unfused": {"fused": False}, "fused": {"fused": True}, "fused+compiled": {"fused": True, "compile": True}}
 
 
 def copy_bandwidth(device: str, gib: float = 4.0) -> float:
@@ -117,7 +117,7 @@ def main() -> None:
                 row |= {"step_ms": round(times[name], 3), "floor_ms": round(floor_ms, 3),
                         "ratio": round(times[name] / floor_ms, 2), "kv_filled_gb": round(filled / 1e9, 3),
                         "kv_read_gb": round(read / 1e9, 3)}
-            except Exception as exc:  # one variant failing (a compile error) must not hide the others
+            except Exception as exc:  # noqa: BLE001 (one variant failing, a compile error, must not hide the others)
                 row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             finally:
                 target = None

@@ -41,19 +41,23 @@ def plain_decode(target: BatchTarget, prompts: list[list[int]], max_new_tokens: 
     done = [False] * len(prompts)
     every = 1 if on_tokens is not None else check_every if eos else None
     chunks, remaining = [tokens], max(caps) - 1
-    while True:
-        if every is not None:
-            _commit(rows, done, torch.cat(chunks, dim=1).tolist(), caps, eos, on_tokens)
-            chunks = []
-        if remaining == 0 or all(done):
-            break
+
+    def read_back() -> None:
+        _commit(rows, done, torch.cat(chunks, dim=1).tolist(), caps, eos, on_tokens)
+        chunks.clear()
+
+    if on_tokens is not None:  # the prefill's token is heard at once
+        read_back()
+    while remaining and not all(done):
         steps = remaining if every is None else min(every, remaining)
         chunks.append(target.decode(tokens, position, steps, temperature=temperature, gen=gen))
         tokens, position, remaining = chunks[-1][:, -1:], position + steps, remaining - steps
         if limit is not None:
             position = position.clamp(max=limit - 1)
-    if every is None:
-        _commit(rows, done, torch.cat(chunks, dim=1).tolist(), caps, eos, on_tokens)
+        if every is not None:
+            read_back()
+    if chunks:
+        read_back()
     return rows
 
 
