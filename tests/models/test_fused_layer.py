@@ -76,3 +76,14 @@ def test_compiled_decode_step_runs_on_cpu_and_decodes_hfs_greedy_tokens() -> Non
     target = BatchTarget(runner, len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
     assert set(fused_layer._compiled) == {"attention_input", "layer_output"}
+
+
+def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
+    """The probe builds its batched target in inference mode; the model must stay usable outside it."""
+    model = tiny_target("llama")
+    with torch.inference_mode():
+        LayerWalk(model, [0], {"all": None})
+    weight = model.model.layers[0].mlp.gate_proj.weight
+    assert isinstance(weight, torch.nn.Parameter) and not weight.is_inference()
+    with torch.no_grad():
+        weight.mul_(1.0)  # an in-place update, refused on an inference tensor outside inference mode
