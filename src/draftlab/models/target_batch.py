@@ -156,7 +156,7 @@ class BatchTarget:
 
     def _hf_decode(self, tokens: torch.Tensor, positions: torch.Tensor, steps: int, temperature: float,
                    gen: torch.Generator | None) -> torch.Tensor:
-        """:meth:`decode` through :meth:`forward` (the HF path: no graphs to replay)."""
+        """:meth:`decode` as one :meth:`forward` per step (the HF path: no graphs to replay)."""
         limit = self.config.max_position_embeddings
         picked = []
         for _ in range(steps):

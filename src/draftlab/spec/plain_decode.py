@@ -36,7 +36,7 @@ def plain_decode(target: BatchTarget, prompts: list[list[int]], max_new_tokens: 
     caps = [max_new_tokens if limit is None else min(max_new_tokens, limit - len(p) + 1) for p in prompts]
     prefill = target.forward(ids, positions, new_valid=valid, last_only=True, max_position=ids.shape[1] - 1)
     tokens = pick_next(prefill.logits[:, -1], temperature, gen)
-    position = positions[:, -1:] + 1
+    position = positions[:, -1:] + 1 if limit is None else (positions[:, -1:] + 1).clamp(max=limit - 1)
     rows: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
     every = 1 if on_tokens is not None else check_every if eos else None
