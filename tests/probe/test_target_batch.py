@@ -28,9 +28,9 @@ def test_batched_pass_matches_single_sequence_pass_with_right_padding(family):
     assert runner.cache_len == 7  # the batched pass left the runner's cache as the last forward made it
 
 
-def test_continuations_read_one_width_so_one_graph_per_shape_serves_every_step(monkeypatch):
-    """Each decode step reads the whole cache: on CUDA, one graph for all 150 steps, not one per 128 slots;
-    the tokens stay the target's greedy ones."""
+def test_continuations_read_only_the_filled_slots_in_read_buckets(monkeypatch):
+    """Each decode step reads its row's filled slots rounded up to the 128-slot read bucket (one CUDA
+    graph per bucket), not the whole cache; the tokens stay the target's greedy ones."""
     from draftlab.models.static_kv import BatchKV
     from draftlab.probe.continuations import target_continuations
 
@@ -41,7 +41,9 @@ def test_continuations_read_one_width_so_one_graph_per_shape_serves_every_step(m
     monkeypatch.setattr(BatchKV, "begin", lambda self, slots, read_end: (widths.append(read_end),
                                                                          begin(self, slots, read_end))[1])
     tokens = target_continuations(runner, prompts, 150, batch_size=2)
-    assert len(widths) == 150 and len(set(widths)) == 1  # the prefill and 149 decode steps
+    slots = 5 + 150 + 64  # the capacity and room for one padded block
+    # the prefill (5 slots) and 149 decode steps, step s writing slot s
+    assert widths == [128] + [min(slots, -(-(s + 1) // 128) * 128) for s in range(5, 154)]
     reference = []
     for prompt in prompts:  # the runner's own batch-1 decode
         runner.reset()

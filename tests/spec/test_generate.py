@@ -50,10 +50,16 @@ def test_greedy_speculative_equals_target_greedy_with_nontrivial_acceptance(toy_
     assert result.mean_accept_length > 1.2
 
 
-def test_no_draft_equals_target_greedy(toy_pair, prompts_file, hf_greedy):
-    result = generate(toy_pair.target_dir, None, prompts_file, no_draft=True, max_new_tokens=NEW)
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_no_draft_equals_target_greedy(toy_pair, prompts_file, hf_greedy, batch_size):
+    """Batch 1 runs the batch-1 decoder, --batch-size the plain batched loop (groups of 3 and 1)."""
+    result = generate(toy_pair.target_dir, None, prompts_file, no_draft=True, max_new_tokens=NEW,
+                      batch_size=batch_size)
     assert [r.output_ids for r in result.results] == hf_greedy
-    assert all(set(r.accept_lengths) <= {1} for r in result.results)
+    assert all(r.accept_lengths == [1] * (len(r.output_ids) - 1) for r in result.results)
+    free = generate(toy_pair.target_dir, None, prompts_file, no_draft=True, max_new_tokens=NEW,
+                    batch_size=batch_size, ignore_eos=True)
+    assert all(len(r.output_ids) == NEW and r.output_ids[:len(h)] == h for r, h in zip(free.results, hf_greedy))
 
 
 def test_json_contract(toy_pair, prompts_file, capsys):

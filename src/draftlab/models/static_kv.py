@@ -112,8 +112,11 @@ class BatchKV:
         """Widen a bool mask over a forward's used slots [..., end] to the slots it reads (``end``
         rounded up to the bucket), hiding the extra ones (they hold zeros or stale entries)."""
         end = allowed.shape[-1]
-        width = min(self.num_slots, -(-end // self.read_bucket) * self.read_bucket)
-        return F.pad(allowed, (0, width - end), value=False)
+        return F.pad(allowed, (0, self.read_width(end) - end), value=False)
+
+    def read_width(self, end: int) -> int:
+        """Slots a forward whose used slots end at ``end`` reads: ``end`` rounded up to the bucket."""
+        return min(self.num_slots, -(-end // self.read_bucket) * self.read_bucket)
 
     def begin(self, slots: torch.Tensor, read_end: int) -> None:
         """Start a forward that writes ``slots`` [n] of every row and reads slots ``0 .. read_end - 1``."""

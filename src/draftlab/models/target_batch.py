@@ -15,6 +15,13 @@ the host's ~1,000 kernel launches, not by the GPU. Other families,
 and a model split across devices, keep the HF path: a ``DynamicCache`` that grows by concatenation,
 aux from the runner's forward hooks (``TargetRunner.hf_pass``). Either way a runner in static mode
 lends its model for these passes, its own static cache untouched.
+
+:meth:`BatchTarget.decode` is plain decoding (one token per row and step) without a host sync: over
+the :class:`BatchKV` a step is the whole pass from token ids to the next token (lm_head, float cast,
+argmax included; sampling takes the float logits) with the mask updated from fixed device buffers,
+one CUDA graph per read bucket on CUDA; the walk's dense layers optionally compiled (``compile``:
+:mod:`draftlab.models.fused_layer`). Position limits are checked on the host from what the caller
+says (``forward``'s ``max_position``), never by reading the device.
 """
 
 from __future__ import annotations
@@ -44,10 +51,11 @@ class BatchTarget:
     """B sequences of one target over a shared, padded KV cache of ``capacity`` slots per row."""
 
     def __init__(self, runner: TargetRunner, batch_size: int, capacity: int, *,
-                 read_bucket: int = BatchKV.READ_BUCKET) -> None:
-        """``read_bucket``: the slot count a forward's reads round up to; each one up to the capacity is
-        a CUDA graph of its own, so a caller that decodes the whole capacity (the probe's continuations)
-        may read all of it every step and capture one graph instead of one per 128 slots."""
+                 read_bucket: int = BatchKV.READ_BUCKET, fused: bool = True, compile: bool = False) -> None:
+        """``read_bucket``: the slot count a forward's reads round up to (each one a CUDA graph of its
+        own). ``fused``: the dense families' layers run with one QKV and one gate_up GEMM
+        (:mod:`draftlab.models.fused_layer`); ``compile``: :meth:`decode`'s steps run those layers'
+        elementwise parts torch.compiled (inside draftlab's own CUDA graphs)."""
         if batch_size < 1:
             raise DraftlabError(f"batch size must be >= 1, got {batch_size}")
         if capacity < 1:
@@ -60,11 +68,19 @@ class BatchTarget:
         model = runner.model
         self._walk: LayerWalk | None = None
         self._kv: BatchKV | None = None
+        self.compile = compile
         if supports(model) and len(model_devices(model)) == 1:
-            self._walk = LayerWalk(model, runner.aux_layers, runner._windows)
+            self._walk = LayerWalk(model, runner.aux_layers, runner._windows, fused=fused)
             self._kv = BatchKV(len(self._walk.layers), batch_size, *self._walk.kv_shape(), capacity,
                                dtype=runner.dtype, device=self.device, read_bucket=read_bucket)
-            self._run_bucket = GraphSteps(self._step) if self.device.type == "cuda" else self._step
+            on_cuda = self.device.type == "cuda"
+            self._run_bucket = GraphSteps(self._step) if on_cuda else self._step
+            # decode's fixed state: which slots each row attends to, and the position in each slot
+            self._valid = torch.zeros(batch_size, self._kv.num_slots, dtype=torch.bool, device=self.device)
+            self._key_positions = torch.zeros(batch_size, self._kv.num_slots, dtype=torch.long, device=self.device)
+            self._slot_ids = torch.arange(self._kv.num_slots, device=self.device)
+            self._decode_steps = {True: GraphSteps(self._greedy_step) if on_cuda else self._greedy_step,
+                                  False: GraphSteps(self._logits_step) if on_cuda else self._logits_step}
         self.reset()
 
     @property
@@ -79,16 +95,21 @@ class BatchTarget:
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, *, tree_mask: torch.Tensor | None = None,
-                new_valid: torch.Tensor | None = None, last_only: bool = False) -> BatchTargetStep:
+                new_valid: torch.Tensor | None = None, last_only: bool = False,
+                max_position: int | None = None) -> BatchTargetStep:
         """Append n entries to every row: ``input_ids``/``positions`` [B, n], ``tree_mask`` [B, n, n]
         bool (None = causal), ``new_valid`` [B, n] False for padding. ``last_only``: logits of the last
-        column only (a left-padded prefill)."""
+        column only (a left-padded prefill). ``max_position``: the largest of ``positions`` when the
+        caller knows it on the host (None reads it back from the device: a sync)."""
         input_ids, positions = input_ids.to(self.device), positions.to(self.device, torch.long)
+        self.check_position(int(positions.max()) if max_position is None else max_position)
+        return self._append(input_ids, positions, tree_mask, new_valid, last_only)
+
+    def _append(self, input_ids: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None,
+                new_valid: torch.Tensor | None, last_only: bool) -> BatchTargetStep:
+        """:meth:`forward` once its positions are known to lie in the context."""
         if new_valid is None:
             new_valid = torch.ones(input_ids.shape, dtype=torch.bool, device=self.device)
-        limit = self.config.max_position_embeddings
-        if limit is not None and int(positions.max()) >= limit:
-            raise DraftlabError(f"position {int(positions.max())} is past the target's context of {limit} tokens")
         n = input_ids.shape[1]
         if self._kv is not None:
             hidden, aux = self._static_forward(input_ids, positions, tree_mask, new_valid)
@@ -97,6 +118,81 @@ class BatchTarget:
             logits, aux = self._hf_forward(input_ids, positions, tree_mask, new_valid, last_only)
         self.slots.append(positions, new_valid)
         return BatchTargetStep(logits=logits, aux=aux)
+
+    def check_position(self, position: int) -> None:
+        """Refuse a position past the target's context (a host-side value: no device read)."""
+        limit = self.config.max_position_embeddings
+        if limit is not None and position >= limit:
+            raise DraftlabError(f"position {position} is past the target's context of {limit} tokens")
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, steps: int, *, temperature: float = 0.0,
+               gen: torch.Generator | None = None) -> torch.Tensor:
+        """``steps`` plain decoding steps of every row: feed ``tokens`` [B, 1] at ``positions`` [B, 1],
+        pick each row's next token (the first argmax at temperature 0, else a sample of
+        softmax(logits / T) drawn with ``gen``), feed it at the next position, and so on. Returns the
+        picked tokens [B, steps] (on the device: nothing is read back); the last column is not fed.
+        Positions past the context are clamped to its last one: the caller stops such rows before
+        (their later tokens are meaningless)."""
+        tokens, positions = tokens.to(self.device), positions.to(self.device, torch.long)
+        start = self.slots.length
+        if self._kv is None:
+            return self._hf_decode(tokens, positions, steps, temperature, gen)
+        self._kv.check(start, steps)
+        self._valid.zero_()
+        self._valid[:, :start].copy_(self.slots.valid)
+        self._key_positions[:, :start].copy_(self.slots.positions)
+        greedy = temperature == 0
+        run = self._decode_steps[greedy]
+        picked = []
+        for slot in range(start, start + steps):
+            read = self._slot_ids[:self._kv.read_width(slot + 1)]
+            out, positions = run(tokens, positions, self._slot_ids[slot:slot + 1], read)
+            tokens = out.clone() if greedy else pick_next(out, temperature, gen)
+            picked.append(tokens)
+        self.slots.append(self._key_positions[:, start:start + steps].clone(),
+                          torch.ones(self.batch_size, steps, dtype=torch.bool, device=self.device))
+        return torch.cat(picked, dim=1)
+
+    def _hf_decode(self, tokens: torch.Tensor, positions: torch.Tensor, steps: int, temperature: float,
+                   gen: torch.Generator | None) -> torch.Tensor:
+        """:meth:`decode` as one :meth:`forward` per step (the HF path: no graphs to replay)."""
+        limit = self.config.max_position_embeddings
+        picked = []
+        for _ in range(steps):
+            logits = self._append(tokens, positions, None, None, True).logits[:, -1]
+            tokens = pick_next(logits, temperature, gen)
+            picked.append(tokens)
+            positions = positions + 1 if limit is None else (positions + 1).clamp(max=limit - 1)
+        return torch.cat(picked, dim=1)
+
+    def _greedy_step(self, ids: torch.Tensor, positions: torch.Tensor, slot: torch.Tensor,
+                     read: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_logits_step` with the argmax taken inside: the next tokens [B, 1] and positions."""
+        logits, positions = self._logits_step(ids, positions, slot, read)
+        return logits.argmax(-1, keepdim=True), positions
+
+    def _logits_step(self, ids: torch.Tensor, positions: torch.Tensor, slot: torch.Tensor,
+                     read: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step: ``ids``/``positions`` [B, 1] written to ``slot`` [1] of every row, reading
+        ``read`` [W] slots (only its length matters: one graph per read bucket). The mask comes from
+        the fixed ``_valid``/``_key_positions`` buffers, updated here. Returns float32 logits [B, V] and
+        the next positions [B, 1] (clamped to the context)."""
+        width = read.shape[0]
+        self._valid.index_fill_(1, slot, True)
+        self._key_positions.index_copy_(1, slot, positions)
+        allowed = self._valid[:, None, :width]
+        masks = {}
+        for kind, window in self.runner._windows.items():
+            near = allowed if window is None else \
+                allowed & (positions[:, :, None] - self._key_positions[:, None, :width] < window)
+            masks[kind] = self._additive(near)
+        self._kv.begin(slot, width)
+        with static_attention(self.runner.model):
+            hidden, _ = self._walk(ids, positions, masks, self._kv, aux=False, compiled=self.compile)
+        logits = self.runner.lm_head(hidden[:, -1]).float()
+        limit = self.config.max_position_embeddings
+        return logits, positions + 1 if limit is None else (positions + 1).clamp(max=limit - 1)
 
     def _static_forward(self, input_ids: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None,
                         new_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,3 +251,11 @@ class BatchTarget:
         out = torch.zeros(allowed.shape, dtype=self.runner.dtype, device=allowed.device)
         out.masked_fill_(~allowed, torch.finfo(self.runner.dtype).min)
         return out[:, None]
+
+
+def pick_next(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) -> torch.Tensor:
+    """[B, V] -> [B, 1]: the argmax (the first maximum) at temperature 0, else a sample of
+    softmax(logits / T) per row drawn with ``gen``."""
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    return torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=gen)

@@ -1,13 +1,15 @@
 """The target's fast path: a static KV cache and one step function run as CUDA graphs per bucket.
 
 The step walks the HF model's own modules (embedding, rotary, decoder layers, final norm, head), so
-the weights and the per-family layer code are HF's; it returns the aux layer outputs explicitly
+the weights are HF's (and the per-family layer code, or its fused equivalent below); it returns the aux layer outputs explicitly
 instead of through hooks, which keeps it capturable. Token counts up to the largest bucket are padded
 to a bucket (padding rows write slots past the new cache length, which the next step overwrites and
 no mask lets through); longer inputs (a prefill) run the same step uncaptured.
 
 :class:`LayerWalk` is that walk over any cache with the HF ``update``; the batched target
 (:mod:`draftlab.models.target_batch`) runs it over a :class:`~draftlab.models.static_kv.BatchKV`.
+Both run the decoder layers as :class:`~draftlab.models.fused_layer.FusedLayer` (fused QKV and
+gate_up GEMMs over the same weights) for the SiLU-gated families, as HF's modules otherwise.
 
 Static mode points the model's attention at draftlab's function over the static cache;
 :meth:`StaticTarget.own_attention` gives the model its own attention back for a pass that does not
@@ -25,6 +27,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_utils import AttentionInterface
 
 from draftlab.errors import DraftlabError
+from draftlab.models.fused_layer import FusedLayer, fusable
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.static_kv import StaticKV, additive, hf_attention
@@ -48,14 +51,19 @@ def cache_keyword(forward: Callable[..., object]) -> str:
 class LayerWalk:
     """The HF model's own modules run by hand over a cache draftlab owns: embedding, rotary, every
     decoder layer (with the mask of its attention kind), final norm. The aux layers' outputs are
-    returned explicitly instead of through hooks, which keeps a step capturable as a CUDA graph."""
+    returned explicitly instead of through hooks, which keeps a step capturable as a CUDA graph.
 
-    def __init__(self, model: PreTrainedModel, aux_layers: list[int], windows: dict[str, int | None]) -> None:
+    ``fused`` (for SiLU-gated models): the decoder layers run as :class:`FusedLayer` (one QKV and one
+    gate_up GEMM each, the same weights' memory) instead of as HF's modules."""
+
+    def __init__(self, model: PreTrainedModel, aux_layers: list[int], windows: dict[str, int | None], *,
+                 fused: bool = True) -> None:
         self.model, self.decoder, self.aux_layers = model, model.get_decoder(), aux_layers
         self.layers = list(self.decoder.layers)
         layer_types = getattr(model.config, "layer_types", None) or ["all"] * len(self.layers)
         self.layer_kinds = [kind if kind in windows else next(iter(windows)) for kind in layer_types]
         self.cache_arg = cache_keyword(self.layers[0].forward)
+        self.fused = [FusedLayer(layer) for layer in self.layers] if fused and fusable(model) else None
 
     def kv_shape(self) -> tuple[int, int]:
         """(kv_heads, head_dim) of the layers' attention."""
@@ -63,20 +71,27 @@ class LayerWalk:
         return attn.k_proj.out_features // attn.head_dim, attn.head_dim
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, masks: dict[str, torch.Tensor],
-                 cache: object) -> tuple[torch.Tensor, torch.Tensor]:
+                 cache: object, *, aux: bool = True,
+                 compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ids/positions [B, n], one mask per attention kind; ``cache`` has the HF ``update``. Returns
-        the final (post-norm) hidden states [B, n, H] and the aux features [B, n, len(aux) * H]."""
+        the final (post-norm) hidden states [B, n, H] and the aux features [B, n, len(aux) * H] (None
+        when ``aux`` is False). ``compiled``: the fused layers' elementwise parts torch.compiled."""
         hidden = self.model.get_input_embeddings()(ids)
-        rope = self.decoder.rotary_emb(hidden, positions)
+        cos, sin = self.decoder.rotary_emb(hidden, positions)
         captured: dict[int, torch.Tensor] = {}
-        wanted = set(self.aux_layers)
+        wanted = set(self.aux_layers) if aux else set()
         for i, layer in enumerate(self.layers):
-            out = layer(hidden, attention_mask=masks[self.layer_kinds[i]], position_ids=positions,
-                        position_embeddings=rope, use_cache=True, **{self.cache_arg: cache})
-            hidden = out[0] if isinstance(out, tuple) else out
+            mask = masks[self.layer_kinds[i]]
+            if self.fused is not None:
+                hidden = self.fused[i](hidden, cos, sin, mask, cache, compiled)
+            else:
+                out = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=(cos, sin),
+                            use_cache=True, **{self.cache_arg: cache})
+                hidden = out[0] if isinstance(out, tuple) else out
             if i in wanted:
                 captured[i] = hidden
-        return self.decoder.norm(hidden), torch.cat([captured[k] for k in self.aux_layers], dim=-1)
+        features = torch.cat([captured[k] for k in self.aux_layers], dim=-1) if aux else None
+        return self.decoder.norm(hidden), features
 
 
 @contextmanager

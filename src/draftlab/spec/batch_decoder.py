@@ -10,6 +10,9 @@ lengths are exactly those of the batch-1 decoder (barring float ties under a dif
 At temperature > 0, as in the batch-1 decoder, every config, chains included, drafts the top-k tree
 and verifies it with the lossless tree sampling walk (SGLang's and vLLM's way).
 
+With no drafter (plain decoding) the loop is :func:`~draftlab.spec.plain_decode.plain_decode`: one
+token per row and step, no host sync inside a step, each token after the prefill's a cycle of 1.
+
 A finished row (EOS or ``max_new_tokens``) keeps riding along until the whole batch is done, as in a
 static batch; its extra tokens are discarded and not counted.
 
@@ -27,16 +30,16 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
-from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.batch_slots import left_pad
+from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
 from draftlab.spec.decoder import max_cache_len, pick_token, trim_commit
+from draftlab.spec.plain_decode import plain_decode
 from draftlab.spec.tree import (
     DraftTree,
     PoolChunk,
-    build_tree,
     draft_top_k,
     organize_draft_results,
     select_top_k,
@@ -105,34 +108,38 @@ class BatchSpeculativeDecoder:
         gen = torch.Generator(device=device)
         gen.manual_seed(seed) if seed is not None else gen.seed()
         eos = set() if ignore_eos else set(self.runner.eos_token_ids)
+        if drafter is None:
+            return self._plain(target, prompts, max_new_tokens, temperature, gen, eos, on_commit)
         limit = self.runner.config.max_position_embeddings
-        depth = self.flags.steps if drafter is not None else 0
+        depth = self.flags.steps
         rows = [RowResult() for _ in prompts]
 
         ids, positions, valid = left_pad(prompts, device)
-        prefill = target.forward(ids, positions, new_valid=valid, last_only=True)
+        prefill = target.forward(ids, positions, new_valid=valid, last_only=True, max_position=ids.shape[1] - 1)
         roots = [pick_token(prefill.logits[i, -1], temperature, gen) for i in range(b)]
         for i, (row, root) in enumerate(zip(rows, roots)):
             report(i, self._commit(row, [root], None, max_new_tokens, eos), None)
-        state = None
-        if drafter is not None:
-            tokens = torch.cat([ids[:, 1:], torch.tensor(roots, device=device)[:, None]], dim=1)
-            out = drafter.forward(tokens, prefill.aux, positions, new_valid=valid)
-            state = (out.logits[:, -1], out.hidden[:, -1])
+        tokens = torch.cat([ids[:, 1:], torch.tensor(roots, device=device)[:, None]], dim=1)
+        out = drafter.forward(tokens, prefill.aux, positions, new_valid=valid)
+        state = (out.logits[:, -1], out.hidden[:, -1])
 
         while not all(r.done for r in rows):
             counts = target.slots.counts()
+            known = counts.tolist()
             for i, row in enumerate(rows):
-                if limit is not None and int(counts[i]) + depth + 1 > limit:
+                if limit is not None and known[i] + depth + 1 > limit:
                     row.done = True  # the next verify would run past the target's context
             if all(r.done for r in rows):
                 break
             trees = self._draft(drafter, roots, state)
             tokens = torch.stack([t.tokens for t in trees])
             verify_positions = counts[:, None] + torch.stack([t.depth for t in trees])
+            deepest = max(known) + depth
             if limit is not None:  # finished rows ride along; keep their positions in range
                 verify_positions = verify_positions.clamp(max=limit - 1)
-            verify = target.forward(tokens, verify_positions, tree_mask=torch.stack([t.mask for t in trees]))
+                deepest = min(deepest, limit - 1)
+            verify = target.forward(tokens, verify_positions, tree_mask=torch.stack([t.mask for t in trees]),
+                                    max_position=deepest)
             walks = [walk_tree(t, verify.logits[i], temperature, gen) for i, t in enumerate(trees)]
             target.keep([w.nodes for w in walks])
             for i, (row, walk) in enumerate(zip(rows, walks)):
@@ -140,9 +147,25 @@ class BatchSpeculativeDecoder:
                     report(i, self._commit(row, walk.tokens, walk.accept_length, max_new_tokens, eos),
                            walk.accept_length)
             roots = [w.tokens[-1] for w in walks]
-            if drafter is not None and not all(r.done for r in rows):
+            if not all(r.done for r in rows):
                 state = self._extend(drafter, walks, verify.aux, counts)
         return rows
+
+    @staticmethod
+    def _plain(target: BatchTarget, prompts: list[list[int]], max_new_tokens: int, temperature: float,
+               gen: torch.Generator, eos: set[int], on_commit: OnCommit | None) -> list[RowResult]:
+        """No drafter: :func:`~draftlab.spec.plain_decode.plain_decode`, each token after the prefill's
+        counted as a cycle that accepted 1 (what a verify of the root alone commits)."""
+        heard = [0] * len(prompts)
+
+        def on_tokens(row: int, tokens: list[int]) -> None:
+            for token in tokens:
+                on_commit(row, [token], 1 if heard[row] else None)
+                heard[row] += 1
+
+        rows = plain_decode(target, prompts, max_new_tokens, temperature=temperature, gen=gen, eos=eos,
+                            on_tokens=on_tokens if on_commit is not None else None)
+        return [RowResult(output_ids=r, accept_lengths=[1] * (len(r) - 1), done=True) for r in rows]
 
     # -- pieces of one cycle ---------------------------------------------------------------------
 
@@ -172,13 +195,10 @@ class BatchSpeculativeDecoder:
         return (out.logits.gather(1, last[:, :, None].expand(-1, -1, out.logits.shape[-1]))[:, 0],
                 out.hidden.gather(1, last[:, :, None].expand(-1, -1, out.hidden.shape[-1]))[:, 0])
 
-    def _draft(self, drafter: BatchDrafter | None, roots: list[int],
-               state: tuple[torch.Tensor, torch.Tensor] | None) -> list[DraftTree]:
+    def _draft(self, drafter: BatchDrafter, roots: list[int],
+               state: tuple[torch.Tensor, torch.Tensor]) -> list[DraftTree]:
         """Every row's tree, drafted with steps - 1 batched drafter passes (SGLang's rule per row)."""
         device = self.runner.device
-        if drafter is None:
-            none = torch.empty(0, dtype=torch.long, device=device)
-            return [build_tree(r, none, none) for r in roots]
         k, steps = self.flags.topk, self.flags.steps
         logits, root_hidden = state
         b = len(roots)

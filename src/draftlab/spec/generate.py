@@ -2,8 +2,10 @@
 
 Batch size 1 runs :class:`~draftlab.spec.decoder.SpeculativeDecoder` at the runtime's fastest settings
 (static caches and CUDA graphs on CUDA); a larger batch runs
-:class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` over consecutive groups of prompts
-(eager, dynamic caches), whose greedy output per prompt is the same.
+:class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` over consecutive groups of prompts (its
+own batched caches: preallocated, with CUDA graphs on CUDA, for the families that have them), whose
+greedy output per prompt is the same. With ``--no-draft`` that is the plain batched loop
+(:func:`~draftlab.spec.plain_decode.plain_decode`), the one the probe's continuations run.
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""The fused layers (one QKV and one gate_up GEMM) keep one copy of the weights, leave HF's own forward
+as it was, and decode the tokens HF's model computes (greedy, float32, CPU) on both static paths:
+the batch-1 StaticTarget and the batched target, eager or with the step compiled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_targets import tiny_target
+
+from draftlab.models.fused_layer import FusedLayer
+from draftlab.models.target import TargetRunner
+from draftlab.models.target_batch import BatchTarget
+from draftlab.models.target_static import FAMILIES, LayerWalk
+from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.spec.plain_decode import plain_decode
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12], [11, 12, 13]]  # longer than mistral's window of 6
+NEW = 20
+
+
+def _no_cache_greedy(family: str, prompt: list[int], n: int) -> list[int]:
+    """HF's own model (a fresh, unfused copy of the same weights), a full forward per token."""
+    model = tiny_target(family)
+    seq = list(prompt)
+    with torch.inference_mode():
+        for _ in range(n):
+            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    return seq[len(prompt):]
+
+
+def _storage_bytes(model: torch.nn.Module) -> int:
+    return sum({p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}.values())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fusing_keeps_one_copy_and_hf_forward_unchanged(family: str) -> None:
+    model = tiny_target(family)
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.inference_mode():
+        before, bytes_before = model(ids).logits, _storage_bytes(model)
+        walk = LayerWalk(model, [0, 2, 4], {"all": None})
+        after = model(ids).logits
+    assert walk.fused is not None and all(isinstance(f, FusedLayer) for f in walk.fused)
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    fused = walk.fused[0]
+    assert attn.q_proj.weight.data_ptr() == fused.qkv.data_ptr()
+    assert attn.v_proj.weight.data_ptr() == fused.qkv[attn.q_proj.out_features + attn.k_proj.out_features].data_ptr()
+    assert mlp.up_proj.weight.data_ptr() == fused.gate_up[mlp.gate_proj.out_features].data_ptr()
+    assert _storage_bytes(model) == bytes_before  # views of the fused weights, not a second copy
+    assert LayerWalk(model, [0], {"all": None}).fused[0].qkv is fused.qkv  # fused once per model
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batched_and_batch_one_static_paths_decode_hfs_greedy_tokens(family: str) -> None:
+    expected = [_no_cache_greedy(family, p, NEW) for p in PROMPTS]
+    model = tiny_target(family)
+    runner = TargetRunner(model, cache="dynamic")
+    target = BatchTarget(runner, len(PROMPTS), 40)
+    assert target._walk.fused is not None
+    assert plain_decode(target, PROMPTS, NEW) == expected
+    static = TargetRunner(model, cache="static", max_len=64)
+    decoder = SpeculativeDecoder(static, None, None)
+    one = [[t for c in decoder.stream(p, max_new_tokens=NEW, ignore_eos=True) for t in c.tokens] for p in PROMPTS]
+    assert one == expected
+
+
+def test_compiled_decode_step_runs_on_cpu_and_decodes_hfs_greedy_tokens() -> None:
+    """``compile`` (the fused layers' elementwise parts through torch.compile) on a tiny model, eager
+    CPU: the same tokens, and the compiled functions are what ran."""
+    from draftlab.models import fused_layer
+
+    expected = [_no_cache_greedy("llama", p, NEW) for p in PROMPTS]
+    runner = TargetRunner(tiny_target("llama"), cache="dynamic")
+    target = BatchTarget(runner, len(PROMPTS), 40, compile=True)
+    assert plain_decode(target, PROMPTS, NEW) == expected
+    assert set(fused_layer._compiled) == {"attention_input", "layer_output"}
+
+
+def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
+    """The probe builds its batched target in inference mode; the model must stay usable outside it."""
+    model = tiny_target("llama")
+    with torch.inference_mode():
+        LayerWalk(model, [0], {"all": None})
+    weight = model.model.layers[0].mlp.gate_proj.weight
+    assert isinstance(weight, torch.nn.Parameter) and not weight.is_inference()
+    with torch.no_grad():
+        weight.mul_(1.0)  # an in-place update, refused on an inference tensor outside inference mode
