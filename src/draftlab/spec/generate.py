@@ -4,8 +4,9 @@ Batch size 1 runs :class:`~draftlab.spec.decoder.SpeculativeDecoder` at the runt
 (static caches and CUDA graphs on CUDA); a larger batch runs
 :class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` over consecutive groups of prompts (its
 own batched caches: preallocated, with CUDA graphs on CUDA, for the families that have them), whose
-greedy output per prompt is the same. With ``--no-draft`` that is the plain batched loop
-(:func:`~draftlab.spec.plain_decode.plain_decode`), the one the probe's continuations run.
+greedy output per prompt is the same. ``--no-draft``, at any batch size (1 included: no token is read
+back per step), runs the plain batched loop (:func:`~draftlab.spec.plain_decode.plain_decode`), the one
+the probe's continuations run.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def generate(
                 f"is {context}; shorten it"
             )
 
-    if batch_size > 1 and cache == "auto":
+    batched = batch_size > 1 or no_draft  # plain decoding runs the batched loop at any batch size
+    if batched and cache == "auto":
         cache = "dynamic"  # the batched decoder keeps its own caches; a static one would sit unused
     max_len = max_cache_len(max((len(r.input_ids) for r in rows), default=1), max_new_tokens, flags)
     if no_draft:
@@ -108,7 +110,7 @@ def generate(
     results, elapsed, group_cycles = [], 0.0, []
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         task = bar.add_task("generating", total=len(rows))
-        if batch_size == 1:
+        if not batched:
             decoder = SpeculativeDecoder(runner, draft_model, flags)
             for index, row in enumerate(rows):
                 start = time.perf_counter()
@@ -122,11 +124,11 @@ def generate(
                 results.append(PromptResult(index, output, lengths, len(lengths)))
                 bar.advance(task)
         else:
-            batched = BatchSpeculativeDecoder(runner, draft_model, flags)
+            decoder = BatchSpeculativeDecoder(runner, draft_model, flags)
             for first in range(0, len(rows), batch_size):
                 group = rows[first:first + batch_size]
                 start = time.perf_counter()
-                done = batched.generate([r.input_ids for r in group], max_new_tokens=max_new_tokens,
+                done = decoder.generate([r.input_ids for r in group], max_new_tokens=max_new_tokens,
                                         temperature=temperature, ignore_eos=ignore_eos, seed=seed)
                 synchronize(runner.device)
                 elapsed += time.perf_counter() - start
