@@ -157,6 +157,9 @@ def test_kernels_for_each_device():
     assert TTTKernels.for_device("cpu", 128, compile=True) == TTTKernels("blocked", True)
     assert TTTKernels.for_device("cuda", 128) == TTTKernels("flex", True)
     assert TTTKernels.for_device("cuda:1", 128, compile=False) == TTTKernels("flex", False)
+    # an MLA drafter's 192-wide heads overflow flex's tiles on an H200: the exact blocked kernel there
+    assert TTTKernels.for_device("cuda", 192) == TTTKernels("blocked", True)
+    assert TTTKernels.for_device("cuda", 8) == TTTKernels("blocked", True)
     assert TTTKernels.for_device("cuda", 8) == TTTKernels("blocked", True)  # under flex's 16-dim minimum
 
 

@@ -58,9 +58,8 @@ class Evaluator:
             ids, mask, attn = pad_batch(chunk, max(len(r.input_ids) for r in chunk))
             step = self.runner.forward_batch(ids)
             batch = make_batch(ids, mask, step.aux, step.hidden, self.runner.lm_head, self.t2d, attn)
-            kernels = TTTKernels.for_device(drafter.lm_head.weight.device, drafter.midlayer.self_attn.head_dim,
-                                             compile=False)
-            result = ttt_loss(drafter, batch, self.ttt_length, kernels=kernels)  # widths vary: nothing to compile
+            # the exact blocked kernel, uncompiled: eval widths vary (flex would compile a kernel per width)
+            result = ttt_loss(drafter, batch, self.ttt_length, kernels=TTTKernels())
             correct += torch.stack(result.step_correct).float().cpu()
             counted += torch.stack(result.step_counted).float().cpu()
         return (correct / counted.clamp(min=1)).tolist()

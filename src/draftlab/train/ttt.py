@@ -119,6 +119,9 @@ def make_batch(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tens
     return TTTBatch(shift_left(input_ids.to(device)), aux, teacher, mask, attention_mask.to(device, torch.bool))
 
 
+FLEX_HEAD_DIMS = (16, 128)  # the head widths flex attention's Triton kernels take on CUDA (see for_device)
+
+
 @dataclass(frozen=True)
 class TTTKernels:
     """How :func:`ttt_loss` runs (the same function either way): the attention kernel, "flex" or
@@ -131,10 +134,13 @@ class TTTKernels:
 
     @classmethod
     def for_device(cls, device: torch.device | str, head_dim: int, compile: bool | None = None) -> TTTKernels:
-        """flex on CUDA (blocked for heads under 16 dims, which its Triton kernels cannot take), blocked
-        elsewhere; compile on CUDA unless ``compile`` says otherwise."""
+        """flex on CUDA for heads of 16 to 128 dims, blocked elsewhere: under 16 its Triton kernels
+        cannot run, and over 128 (an MLA drafter's 192: 128 nope + 64 rope) its default tiles asked an
+        H200 for 346 KB of shared memory against 227 KB (the GPU smoke run, session 10); compile on
+        CUDA unless ``compile`` says otherwise."""
         cuda = torch.device(device).type == "cuda"
-        return cls("flex" if cuda and head_dim >= 16 else "blocked", cuda if compile is None else compile)
+        flex = cuda and FLEX_HEAD_DIMS[0] <= head_dim <= FLEX_HEAD_DIMS[1]
+        return cls("flex" if flex else "blocked", cuda if compile is None else compile)
 
 
 def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: float = STEP_DECAY,
