@@ -49,12 +49,14 @@ def profile_costs(
     extend_tokens: Sequence[int] = (1,),
     warmup: int = 3,
     repeats: int = 10,
+    rounds: int = 3,
     overhead_ms: float = 0.0,
     allreduce: AllReduceCosts | None = None,
     measure_overhead: bool = True,
     progress: bool = True,
 ) -> Profile:
-    """Time every pass at every size (progress bar on stderr) and return the profile. With a drafter
+    """Time every pass at every size (progress bar on stderr; ``repeats`` calls each, over ``rounds``
+    interleaved passes: :func:`draftlab.cost.timing.measure_jobs`) and return the profile. With a drafter
     and ``measure_overhead``, also the decoder's own per-cycle work (:mod:`draftlab.cost.overhead`),
     for which the calibration chains' sizes are measured too."""
     sizes = [*batch_sizes, *verify_tokens, *draft_rows, *extend_tokens]
@@ -80,7 +82,7 @@ def profile_costs(
         for b in batch_sizes
         for t in sorted(set(tokens))
     ]
-    measured = measure_jobs(jobs, device=workload.device, warmup=warmup, repeats=repeats,
+    measured = measure_jobs(jobs, device=workload.device, warmup=warmup, repeats=repeats, rounds=rounds,
                             progress=progress)
     profile = Profile(
         model=workload.model,
