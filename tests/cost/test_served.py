@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from cost_fixtures import profile_doc, write_json
 
 from draftlab.bench.predicted import load_predictions
 from draftlab.cost.plan import make_plan, parse_grid
@@ -11,8 +12,6 @@ from draftlab.cost.schedule import schedule_from_plan
 from draftlab.cost.served import SHORT_TOKENS, ServedCost, calibrate, fit_served
 from draftlab.documents import to_jsonable
 from draftlab.errors import DraftlabError
-
-from cost_fixtures import profile_doc, write_json
 
 
 def test_fit_recovers_a_known_line():

@@ -95,7 +95,11 @@ def measure_served(target: str | Path, prompts: str | Path, batch_sizes: Sequenc
     from draftlab.bench.run import run_bench
     from draftlab.bench.workload import load_prompts
     from draftlab.engines.launch import (
-        REFERENCE, SPEC_MAX_RUNNING_REQUESTS, EngineProcess, LaunchRequest, engine_command,
+        REFERENCE,
+        SPEC_MAX_RUNNING_REQUESTS,
+        EngineProcess,
+        LaunchRequest,
+        engine_command,
     )
 
     loaded = load_prompts(prompts)
