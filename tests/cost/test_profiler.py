@@ -117,12 +117,12 @@ def test_measure_jobs_splits_repeats_over_rounds_and_remeasures_a_spike(monkeypa
 
 
 def test_out_of_line_flags_a_point_above_or_below_both_neighbours():
-    from draftlab.cost.measurement import Measurement, out_of_line
+    from draftlab.cost.outliers import out_of_line
 
-    def pts(values):
-        return [("verify", Measurement(b, 1, v, v, v, v, v, 1)) for b, v in enumerate(values, start=1)]
+    def curve(values):
+        return {"verify": dict(enumerate(values, start=1))}
 
-    assert out_of_line(pts([1.0, 1.1, 1.2, 1.3])) == set()
-    assert out_of_line(pts([1.0, 3.0, 1.2, 1.3])) == {("verify", 2)}
-    assert out_of_line(pts([1.0, 1.1, 0.5, 1.3])) == {("verify", 3)}
-    assert out_of_line(pts([1.0, 1.1, 1.2, 9.0])) == set()  # an end point has one neighbour: left alone
+    assert out_of_line(curve([1.0, 1.1, 1.2, 1.3])) == set()
+    assert out_of_line(curve([1.0, 3.0, 1.2, 1.3])) == {("verify", 2)}
+    assert out_of_line(curve([1.0, 1.1, 0.5, 1.3])) == {("verify", 3)}
+    assert out_of_line(curve([1.0, 1.1, 1.2, 9.0])) == set()  # an end point has one neighbour: left alone

@@ -80,3 +80,30 @@ def test_a_batch_size_not_served_is_refused():
     doc["served"] = [{"batch_size": 1, "step_ms": 10.5, "batch_ms": 30.0, "request_tokens": 65}]
     with pytest.raises(DraftlabError, match="batch size 8 was not measured through draftlab serve"):
         make_plan(profile_from_dict(doc), [], grid=parse_grid("3/1/4:2.0"))
+
+
+def test_the_plan_table_shows_the_served_column():
+    from rich.console import Console
+
+    from draftlab.report.plan import render_plan
+
+    doc = profile_doc()
+    doc["served"] = [{"batch_size": b, "step_ms": 20.0, "batch_ms": 5.0, "request_tokens": 65} for b in (1, 8)]
+    plan = make_plan(profile_from_dict(doc), [], grid=parse_grid("3/1/4:2.0"))
+    console = Console(record=True, width=200)
+    render_plan(plan, console)
+    text = console.export_text()
+    assert "served tok/s" in text and f"{plan.best[8].served_tokens_per_second:.1f}" in text
+
+
+def test_calibrate_times_a_batch_size_out_of_line_again():
+    calls = []
+
+    def timer(b: int, n: int) -> float:  # batch 2 is 3x slower until it is timed again
+        calls.append((b, n))
+        slow = 3.0 if b == 2 and len(calls) <= 18 else 1.0
+        return slow * (5.0 + (n - 1) * b / 2)
+
+    costs = calibrate([1, 2, 3], 64, timer, rounds=3)
+    assert len(calls) == 18 + 6 and set(calls[18:]) == {(2, SHORT_TOKENS), (2, 64)}
+    assert costs[1].step_ms == pytest.approx(1.0) and costs[1].batch_ms == pytest.approx(5.0)

@@ -62,22 +62,3 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
-
-OUT_OF_LINE = 1.25  # a point this many times above (or below 1/this of) both neighbouring batch sizes
-
-
-def out_of_line(points: Sequence[tuple[str, Measurement]]) -> set[tuple[str, int]]:
-    """(section, batch size) pairs whose median stands above :data:`OUT_OF_LINE` x both neighbouring
-    batch sizes' at the same token count, or below both by the same factor. A pass's cost grows
-    smoothly with the batch, so such a point is a burst of load from elsewhere, not the pass."""
-    curves: dict[tuple[str, int], dict[int, float]] = {}
-    for section, m in points:
-        curves.setdefault((section, m.tokens), {})[m.batch_size] = m.median_ms
-    odd = set()
-    for (section, _), by_batch in curves.items():
-        batches = sorted(by_batch)
-        for lo, b, hi in zip(batches, batches[1:], batches[2:]):
-            here, near = by_batch[b], (by_batch[lo], by_batch[hi])
-            if here > OUT_OF_LINE * max(near) or here * OUT_OF_LINE < min(near):
-                odd.add((section, b))
-    return odd

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftlab.cost.outliers import out_of_line
 from draftlab.errors import DraftlabError
 
 SHORT_TOKENS = 8  # the short request of the calibration (new tokens)
@@ -72,18 +73,30 @@ BatchTimer = Callable[[int, int], float]  # (batch size, new tokens) -> ms per s
 def calibrate(batch_sizes: Sequence[int], request_tokens: int, time_batch: BatchTimer, *,
               rounds: int = 3) -> list[ServedCost]:
     """Time every (batch size, request length) with ``time_batch`` in ``rounds`` interleaved passes
-    (every other pass backwards), fit each batch size on the medians."""
+    (every other pass backwards), fit each batch size on the medians. A batch size out of line with
+    its neighbours (:func:`draftlab.cost.outliers.out_of_line`) is timed again, and the calmer of its two
+    measurements (lower long-request median: load only adds time) kept."""
     if request_tokens <= SHORT_TOKENS:
         raise DraftlabError(f"--served needs requests longer than {SHORT_TOKENS} new tokens (--max-new-tokens), "
                             f"got {request_tokens}")
-    points = [(b, n) for b in batch_sizes for n in (SHORT_TOKENS, request_tokens)]
+    lengths = (SHORT_TOKENS, request_tokens)
+    med = _medians([(b, n) for b in batch_sizes for n in lengths], time_batch, rounds)
+    odd = sorted({b for _, b in out_of_line({n: {b: med[b, n] for b in batch_sizes} for n in lengths})})
+    if odd:
+        again = _medians([(b, n) for b in odd for n in lengths], time_batch, rounds)
+        for b in odd:
+            if again[b, request_tokens] < med[b, request_tokens]:
+                med.update({(b, n): again[b, n] for n in lengths})
+    return [fit_served(b, (SHORT_TOKENS, med[b, SHORT_TOKENS]), (request_tokens, med[b, request_tokens]))
+            for b in batch_sizes]
+
+
+def _medians(points: list[tuple[int, int]], time_batch: BatchTimer, rounds: int) -> dict[tuple[int, int], float]:
     samples: dict[tuple[int, int], list[float]] = {p: [] for p in points}
     for r in range(rounds):
         for p in points if r % 2 == 0 else reversed(points):
             samples[p].append(time_batch(*p))
-    med = {p: statistics.median(s) for p, s in samples.items()}
-    return [fit_served(b, (SHORT_TOKENS, med[b, SHORT_TOKENS]), (request_tokens, med[b, request_tokens]))
-            for b in batch_sizes]
+    return {p: statistics.median(s) for p, s in samples.items()}
 
 
 def measure_served(target: str | Path, prompts: str | Path, batch_sizes: Sequence[int], request_tokens: int, *,

@@ -17,7 +17,8 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-from draftlab.cost.measurement import Measurement, Timing, out_of_line
+from draftlab.cost.measurement import Measurement, Timing
+from draftlab.cost.outliers import out_of_line
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import synchronize
 
@@ -74,7 +75,7 @@ def measure_jobs(
     (each pass prepares the job afresh and warms it up), and every other pass runs the list backwards:
     a burst of load from another process then spreads over many points instead of spoiling one, and
     each point is the median of its calls from every round. A batch size whose points stand out of
-    line with both neighbouring batch sizes (:func:`draftlab.cost.measurement.out_of_line`) is
+    line with both neighbouring batch sizes (:func:`draftlab.cost.outliers.out_of_line`) is
     measured once more, and of the two measurements of each of its points the one with the lower
     median is kept (load from elsewhere only adds time)."""
     if rounds < 1:
@@ -86,7 +87,10 @@ def measure_jobs(
     ) as bar:
         task = bar.add_task("profiling", total=len(jobs) * min(rounds, repeats))
         _sample(jobs, range(len(jobs)), samples, device, warmup, repeats, rounds, bar, task)
-        again = out_of_line(_summaries(jobs, samples))
+        curves: dict[tuple[str, int], dict[int, float]] = {}
+        for job, s in zip(jobs, samples):
+            curves.setdefault((job.section, job.tokens), {})[job.batch_size] = statistics.median(s)
+        again = {(section, b) for (section, _), b in out_of_line(curves)}
         redo = [i for i, job in enumerate(jobs) if (job.section, job.batch_size) in again]
         if redo:
             bar.update(task, total=len(jobs) * min(rounds, repeats) + len(redo) * min(rounds, repeats))
