@@ -21,7 +21,8 @@ GPU run (any pair; plan and every server on the device):
 4. One table: median measured tok/s (range), the plan's served prediction, the schedule against the best
    fixed arm with the noise rule of :mod:`draftlab.bench.rounds`.
 
-Prints the commands, then the Markdown table (also written to OUT/table.md; every run in OUT/runs/).
+Prints the commands, then the Markdown table (also written to OUT/table.md; every run in OUT/runs/ and
+OUT/runs.json, the plan's measured costs in OUT/profile.json).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def main() -> None:
          str(prompt_file), *on_device, "--batch-sizes", ",".join(str(c) for c in range(1, top + 1)),
          "--grid", ",".join(f"{k}/1/{k + 1}" for k in CHAINS), "--max-new-tokens", str(args.new_tokens),
          "--context", str(args.prompt_bytes + args.new_tokens // 2), "--repeats", str(args.repeats), "--served",
+         "--save-costs", str(out / "profile.json"),
          "--schedule", "vllm", "--schedule-out", str(schedule_file), "--json"], stdout=plan_json)
     schedule = load_schedule(schedule_file)
     predictions = load_predictions(plan_json).served
