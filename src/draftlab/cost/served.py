@@ -13,12 +13,15 @@ fits, per batch,
     batch time T(N) = batch_ms + (N - 1) x step_ms
 
 ``step_ms`` is the served plain step (the decoder's step with the host work of b streams beside it),
-``batch_ms`` the per-batch cost. A speculative cycle served is ``step_ms + (cycle - decode_ms)``:
-the decoder's extra work for speculating over a plain step, from the profile, with the host work per
-cycle taken as the plain step's (one SSE chunk per row per cycle either way). For requests of N new
-tokens (the calibration's long request) at accept length AL, served tok/s is
-``b x N / (batch_ms + (N - 1) / AL x served cycle)``: the bench's own measure, every request of a
-static batch ending together.
+``batch_ms`` the per-batch cost. A speculative cycle served is the decoder's cycle (from the profile)
+stretched by the factor the server stretches a plain step, ``cycle x step_ms / decode_ms``: the host
+work is not a fixed cost beside the decoder but contention for the interpreter lock and the cores,
+which slows every part of the decoder's (Python-heavy) work alike. Measured: against two 8-concurrency
+sweeps of the toy pair, this put 25 of 32 and 20 of 32 speculative arms within 15% of the measured
+speculative / plain ratio, where adding the plain step's host work once per cycle put 8 and 14
+(benchmarks/RESULTS.md, "Schedule under load"). For requests of N new tokens (the calibration's long
+request) at accept length AL, served tok/s is ``b x N / (batch_ms + (N - 1) / AL x served cycle)``:
+the bench's own measure, every request of a static batch ending together.
 """
 
 from __future__ import annotations
@@ -46,8 +49,8 @@ class ServedCost:
     request_tokens: int  # new tokens per request the prediction is for (the long calibration request)
 
     def cycle_ms(self, cycle_ms: float, decode_ms: float) -> float:
-        """A served speculative cycle: the served step plus what the decoder's cycle adds to a plain step."""
-        return self.step_ms + cycle_ms - decode_ms
+        """A served speculative cycle: the decoder's cycle, slowed as the server slows its plain step."""
+        return cycle_ms * self.step_ms / decode_ms
 
     def tokens_per_second(self, accept_length: float, served_cycle_ms: float) -> float:
         """Output tok/s of static batches of requests of ``request_tokens`` new tokens."""
