@@ -1,23 +1,28 @@
 """Is the plan's per-batch-size schedule at least as fast as the best fixed draft length, under load?
 
 CPU run (the toy pair; about 15 minutes on 2 busy cores):
-    PYTHONPATH=src python benchmarks/schedule_sweep.py --out /tmp/schedule-sweep --max-concurrency 8 \
-        --new-tokens 128 --requests-per-stream 8 --repeats 30
+    PYTHONPATH=src DRAFTLAB_THREADS=1 python benchmarks/schedule_sweep.py --out /tmp/schedule-sweep \
+        --max-concurrency 8 --new-tokens 128 --requests-per-stream 4 --rounds 5 --repeats 30
 GPU run (any pair; plan and every server on the device):
     PYTHONPATH=src python benchmarks/schedule_sweep.py --out /tmp/schedule-sweep --device cuda \
         [--target T --drafter D --dtype bfloat16]
 
-1. ``draftlab plan --target --drafter --prompts --batch-sizes 1..N --grid 1/1/2,2/1/3,3/1/4,4/1/5 --schedule vllm
-   --schedule-out schedule.json --json``: probe each chain, profile the batched passes at every batch
-   size, predict, choose K per batch size (the plan's batch sizes are every concurrency, so no batch
-   falls between planned sizes).
-2. For each concurrency c in 1..N: ``draftlab sweep --engine draftlab --grid "c,0,0,0 c,1,1,2 ... c,4,1,5"
-   --schedule schedule.json --predicted plan.json --num-prompts 3c --warmup c --ignore-eos``: the reference
-   server batches the c requests in flight (static batches of c) on every entry; one sweep per c so every
-   batch is full.
-3. One table: measured and predicted tok/s per arm and concurrency, the schedule against the best fixed K.
+1. ``draftlab plan --target --drafter --prompts --batch-sizes 1..N --grid 1/1/2,2/1/3,3/1/4,4/1/5 --served
+   --schedule vllm --schedule-out schedule.json --json``: probe each chain, profile the batched passes at
+   every batch size, time plain decoding served by ``draftlab serve`` at every batch size (``--served``:
+   :mod:`draftlab.cost.served`), predict the server's tok/s, choose K per batch size by those predictions.
+2. One ``draftlab serve --max-batch 48`` per arm (baseline, K = 1..4 fixed, the schedule), launched as
+   ``draftlab sweep --engine draftlab --schedule`` launches them (every arm batches the requests in flight:
+   static batches of c), all up at once and idle but for the arm being measured.
+3. ``--rounds`` rounds; in each, every concurrency c in 1..N, and at each c every arm in an order that
+   rotates from round to round (:func:`draftlab.bench.rounds.interleaved`): one bench run of c streams x
+   ``--requests-per-stream`` requests after c warm-up requests (``--ignore-eos``, so every batch is full
+   and ends together). Each arm's number is the median of its rounds, with its range.
+4. One table: median measured tok/s (range), the plan's served prediction, the schedule against the best
+   fixed arm with the noise rule of :mod:`draftlab.bench.rounds`.
 
-Prints the commands, then the Markdown table (also written to OUT/table.md).
+Prints the commands, then the Markdown table (also written to OUT/table.md; every run in OUT/runs/ and
+OUT/runs.json, the plan's measured costs in OUT/profile.json).
 """
 
 from __future__ import annotations
@@ -28,12 +33,29 @@ import os
 import shlex
 import subprocess
 import sys
+from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 
+from draftlab.bench.client import BenchConfig
+from draftlab.bench.predicted import Predictions, load_predictions
+from draftlab.bench.rounds import ArmStats, interleaved, noise_band, within_noise
+from draftlab.bench.run import run_bench
+from draftlab.bench.workload import load_prompts
+from draftlab.engines.launch import (
+    REFERENCE,
+    SPEC_MAX_RUNNING_REQUESTS,
+    EngineProcess,
+    LaunchRequest,
+    engine_command,
+)
+from draftlab.engines.schedule import LoadedSchedule, load_schedule
 from draftlab.toy import cached_toy_pair
 from draftlab.toy.corpus import stdlib_text
 
 CHAINS = (1, 2, 3, 4)
+ARMS = ("baseline", *(f"{k}/1/{k + 1}" for k in CHAINS), "schedule")
+BASE_PORT = 30400
 
 
 def run(argv: list[str], stdout: Path | None = None) -> None:
@@ -51,13 +73,32 @@ def prompts(path: Path, n: int, length: int, *, ids: bool) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def arm_k(arm: str, c: int, schedule: LoadedSchedule) -> int:
+    """The draft length an arm runs at concurrency ``c`` (0: plain decoding)."""
+    if arm == "baseline":
+        return 0
+    return schedule.draft_length(c) if arm == "schedule" else int(arm.split("/")[0])
+
+
+def server(arm: str, port: int, target: str, drafter: str, schedule: LoadedSchedule, cap: int,
+           on_device: list[str]) -> LaunchRequest:
+    """The arm's ``draftlab serve``, exactly as ``draftlab sweep --engine draftlab --schedule`` launches it."""
+    k = None if arm in ("baseline", "schedule") else int(arm.split("/")[0])
+    return LaunchRequest(
+        engine=REFERENCE, target=target, drafter=None if arm == "baseline" else drafter,
+        steps=k, topk=1 if k else None, num_draft_tokens=k + 1 if k else None, port=port,
+        max_running_requests=cap, extra_args=("--max-batch", str(cap), *on_device),
+        schedule=schedule if arm == "schedule" else None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--max-concurrency", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompt-bytes", type=int, default=32)
-    ap.add_argument("--requests-per-stream", type=int, default=3, help="measured requests per entry: this x c")
+    ap.add_argument("--requests-per-stream", type=int, default=3, help="measured requests per run: this x c")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds: runs per arm and concurrency")
     ap.add_argument("--repeats", type=int, default=10, help="plan's timed calls per pass")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default=None)
@@ -69,61 +110,80 @@ def main() -> None:
     os.environ["DRAFTLAB_THREADS"] = args.threads
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=False)
+    (out / "runs").mkdir()
     toy = cached_toy_pair() if args.target is None else None
     target = str(args.target or toy.target_dir)
     drafter = str(args.drafter or toy.drafter_dir)
     on_device = ["--device", args.device, *(["--dtype", args.dtype] if args.dtype else [])]
-    py = [sys.executable, "-m", "draftlab"]
+    top = args.max_concurrency
     prompt_file = out / "prompts.jsonl"
-    prompts(prompt_file, args.requests_per_stream * args.max_concurrency, args.prompt_bytes, ids=toy is not None)
-    batches = ",".join(str(c) for c in range(1, args.max_concurrency + 1))
-    grid = ",".join(f"{k}/1/{k + 1}" for k in CHAINS)
-    plan_json, schedule = out / "plan.json", out / "schedule.json"
-    run([*py, "plan", "--target", target, "--drafter", drafter, "--prompts", str(prompt_file), *on_device,
-         "--batch-sizes", batches, "--grid", grid, "--max-new-tokens",
-         str(args.new_tokens), "--context", str(args.prompt_bytes + args.new_tokens // 2), "--repeats", str(args.repeats),
-         "--schedule", "vllm", "--schedule-out", str(schedule), "--json"], stdout=plan_json)
-    rows = []
-    for c in range(1, args.max_concurrency + 1):
-        entries = " ".join([f"{c},0,0,0", *(f"{c},{k},1,{k + 1}" for k in CHAINS)])
-        summary = out / f"sweep-c{c}"
-        run([*py, "sweep", "--engine", "draftlab", "--target", target, "--drafter", drafter, "--prompts",
-             str(prompt_file), "--grid", entries, "--schedule", str(schedule),
-             "--predicted", str(plan_json), "--num-prompts", str(args.requests_per_stream * c), "--warmup", str(c), "--max-tokens",
-             str(args.new_tokens), "--ignore-eos", "--health-timeout", "300", "--out", str(summary), "--json",
-             "--", *on_device],
-            stdout=out / f"sweep-c{c}.json")
-        rows += json.loads((summary / "sweep.json").read_text())["rows"]
-    table = render(rows, json.loads(schedule.read_text()), args.max_concurrency)
+    prompts(prompt_file, args.requests_per_stream * top, args.prompt_bytes, ids=toy is not None)
+    plan_json, schedule_file = out / "plan.json", out / "schedule.json"
+    run([sys.executable, "-m", "draftlab", "plan", "--target", target, "--drafter", drafter, "--prompts",
+         str(prompt_file), *on_device, "--batch-sizes", ",".join(str(c) for c in range(1, top + 1)),
+         "--grid", ",".join(f"{k}/1/{k + 1}" for k in CHAINS), "--max-new-tokens", str(args.new_tokens),
+         "--context", str(args.prompt_bytes + args.new_tokens // 2), "--repeats", str(args.repeats), "--served",
+         "--save-costs", str(out / "profile.json"),
+         "--schedule", "vllm", "--schedule-out", str(schedule_file), "--json"], stdout=plan_json)
+    schedule = load_schedule(schedule_file)
+    predictions = load_predictions(plan_json).served
+    assert predictions is not None, "plan --served wrote no served predictions"
+    loaded = load_prompts(prompt_file)
+    cap = max(SPEC_MAX_RUNNING_REQUESTS, top)
+    runs: list[dict] = []
+    with ExitStack() as stack:
+        urls = {}
+        for i, arm in enumerate(ARMS):
+            command = engine_command(server(arm, BASE_PORT + i, target, drafter, schedule, cap, on_device))
+            print(f"$ {command.shell}  # {arm}", flush=True)
+            proc = stack.enter_context(EngineProcess(command, out / f"server-{i}.log"))
+            proc.start()
+            urls[arm] = (proc, command.base_url)
+        for proc, _ in urls.values():
+            proc.wait_healthy(600)
+        for r, order in enumerate(interleaved(ARMS, args.rounds)):
+            for c in range(1, top + 1):
+                for arm in order:
+                    config = BenchConfig(base_url=urls[arm][1], api="sglang", concurrency=c, max_tokens=args.new_tokens,
+                                         num_prompts=args.requests_per_stream * c, ignore_eos=True, warmup=c, label=arm)
+                    result = run_bench(config, loaded)
+                    (out / "runs" / f"r{r}-c{c}-{arm.replace('/', '_')}.json").write_text(json.dumps(asdict(result)))
+                    runs.append({"round": r, "c": c, "arm": arm, "tps": result.output_throughput,
+                                 "accept_length": result.accept_length, "failed": result.failed})
+                print(f"round {r + 1}/{args.rounds} c={c}: " + ", ".join(
+                    f"{x['arm']} {x['tps']:.0f}" for x in runs if x["round"] == r and x["c"] == c), flush=True)
+    (out / "runs.json").write_text(json.dumps(runs, indent=1))
+    table = render(runs, schedule, predictions, top)
     (out / "table.md").write_text(table)
     print(table)
 
 
-def render(rows: list[dict], schedule: dict, top: int) -> str:
-    """Markdown: one line per concurrency, measured (predicted) tok/s per arm, schedule vs the best fixed K."""
-    arms = ["baseline", *(f"{k}/1/{k + 1}" for k in CHAINS), "schedule"]
-    head = "| c | K sched | " + " | ".join(arms) + " | best fixed | sched / best | worst pred. error |"
-    lines = [head, "|" + "---|" * (len(arms) + 5)]
-    ranges = schedule["num_speculative_tokens_per_batch_size"]
+def render(runs: list[dict], schedule: LoadedSchedule, predicted: Predictions, top: int) -> str:
+    """Markdown: per concurrency, each arm's median tok/s [range] (served prediction), the schedule
+    against the best fixed arm, the noise band and the worst prediction error; then each concurrency's
+    median accept lengths (the schedule's must be its K's fixed arm's: the batch ran the K it was given)."""
+    head = ("| c | K sched | " + " | ".join(ARMS) + " | best fixed | sched / best | noise band | within noise |"
+            " worst pred. error |")
+    lines = [head, "|" + "---|" * (len(ARMS) + 6)]
     for c in range(1, top + 1):
-        by = {r["config"]: r for r in rows if r["batch"] == c}
-        k = next(kk for lo, hi, kk in ranges if lo <= c <= hi) if any(lo <= c <= hi for lo, hi, _ in ranges) \
-            else ranges[-1][2]
-        cells = []
-        for arm in arms:
-            r = by.get(arm)
-            if r is None or r["error"]:
-                cells.append("failed")
-                continue
-            pred = "-" if r["predicted_throughput"] is None else f"{r['predicted_throughput']:.0f}"
-            cells.append(f"{r['output_throughput']:.0f} ({pred})")
-        fixed = [by[a] for a in arms[:-1] if a in by and not by[a]["error"]]
-        best = max(fixed, key=lambda r: r["output_throughput"])
-        sched = by.get("schedule")
-        ratio = "-" if not sched or sched["error"] else f"{sched['output_throughput'] / best['output_throughput']:.3f}"
-        errors = [abs(r["prediction_error"]) for r in by.values() if r.get("prediction_error") is not None]
-        lines.append(f"| {c} | {k} | " + " | ".join(cells) + f" | {best['config']} | {ratio} | "
-                     + (f"{max(errors):.1%}" if errors else "-") + " |")
+        stats = {a: ArmStats.of([x["tps"] for x in runs if x["c"] == c and x["arm"] == a and not x["failed"]])
+                 for a in ARMS}
+        pred = {a: predicted.chain(c, arm_k(a, c, schedule)) for a in ARMS}
+        cells = [f"{s.median:.0f} [{s.low:.0f}-{s.high:.0f}] ({pred[a]:.0f})" for a, s in stats.items()]
+        fixed = [a for a in ARMS if a != "schedule"]
+        best = max(fixed, key=lambda a: stats[a].median)
+        band = noise_band(list(stats.values()))
+        ok = within_noise(stats["schedule"], stats[best], band)
+        errors = [stats[a].median / pred[a] - 1 for a in ARMS]
+        worst = max(errors, key=abs)
+        lines.append(f"| {c} | {schedule.draft_length(c)} | " + " | ".join(cells)
+                     + f" | {best} | {stats['schedule'].median / stats[best].median:.3f} | {band:.1%} | "
+                     + f"{'yes' if ok else 'no'} | {worst:+.1%} |")
+    lines.append("")
+    for c in range(1, top + 1):
+        accept = {a: ArmStats.of([x["accept_length"] or 1.0 for x in runs if x["c"] == c and x["arm"] == a]).median
+                  for a in ARMS}
+        lines.append(f"- c={c}: accept length " + ", ".join(f"{a} {v:.2f}" for a, v in accept.items()))
     return "\n".join(lines) + "\n"
 
 

@@ -69,3 +69,28 @@ def test_negative_overhead_in_a_profile_is_refused(tmp_path):
     path = save_profile(_profile([Overhead(1, -1.0, 0.0, 0.0)]), tmp_path / "p.json")
     with pytest.raises(DraftlabError, match=r"overhead\[0\]\.decode_ms"):
         load_profile(path)
+
+
+def test_a_batch_size_whose_cycles_are_out_of_line_is_fitted_again():
+    """Batch 2's first cycles are slowed 3x by load from elsewhere: its fit is redone and the calm one kept."""
+    from draftlab.cost.profiler import _fit_overheads
+
+    batches = (1, 2, 3)
+    profile = Profile(model=ModelInfo(), verify=[m for b in batches for m in _points(b, range(1, 9), lambda t: 10 + t)],
+                      draft_step=[m for b in batches for m in _points(b, range(1, 5), lambda t: 1.0 + 0.1 * t)],
+                      draft_extend=[m for b in batches for m in _points(b, range(1, 6), lambda t: 2.0)])
+    table = CostTable.of(profile)
+    truth = Overhead(1, decode_ms=0.7, cycle_ms=1.5, draft_step_ms=0.25, tree_ms=0.8)
+    calls: list[int] = []
+
+    def run(batch: int, config: SpecConfig | None) -> CycleSample:
+        calls.append(batch)
+        slow = 3.0 if batch == 2 and calls.count(2) <= 4 else 1.0  # its first fit: 4 runs (plain + 3 configs)
+        if config is None:
+            return CycleSample(slow * (table.decode_pass_ms(batch) + truth.decode_ms), 1.0)
+        return CycleSample(slow * (table.passes_ms(batch, config, 2.0) + truth.of(config)), 2.0)
+
+    fits = _fit_overheads(run, table, batches)
+    assert calls == [1] * 4 + [2] * 4 + [3] * 4 + [2] * 4
+    for fit in fits:
+        assert (fit.decode_ms, fit.cycle_ms, fit.draft_step_ms, fit.tree_ms) == pytest.approx(astuple(truth)[1:])

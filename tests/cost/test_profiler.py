@@ -64,8 +64,10 @@ def test_profile_round_trip_and_plan(tmp_path):
     prof = profile_costs(workload, batch_sizes=[1, 2], verify_tokens=[1, 2, 4],
                          draft_rows=[1], extend_tokens=[1, 2, 3, 4], warmup=1, repeats=3,
                          overhead_ms=0.25, progress=False)
-    assert prepared["verify"] == [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]
-    assert prepared["draft_step"] == [(1, 1), (2, 1)]
+    # Three rounds of one call each, every other round backwards, each preparing its job afresh.
+    order = [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]
+    assert prepared["verify"] == order + order[::-1] + order
+    assert prepared["draft_step"] == [(1, 1), (2, 1), (2, 1), (1, 1), (1, 1), (2, 1)]
     assert all(m.median_ms > 0 and m.repeats == 3 for m in prof.verify + prof.draft_extend)
     assert prof.timer == "perf_counter" and prof.environment["torch"] == torch.__version__
 
@@ -88,3 +90,39 @@ def test_profile_needs_decode_point():
     workload = Workload(model=ModelInfo(), device=CPU, verify=lambda b, t: (lambda: None))
     with pytest.raises(DraftlabError, match="must include 1"):
         profile_costs(workload, batch_sizes=[1], verify_tokens=[2, 4], progress=False)
+
+
+def test_measure_jobs_splits_repeats_over_rounds_and_remeasures_a_spike(monkeypatch):
+    from draftlab.cost import timing
+    from draftlab.cost.timing import Job, measure_jobs
+
+    calls: list[tuple[int, int]] = []  # (batch size, timed calls) per sampling
+
+    def fake_samples(fn, *, device, warmup, repeats):
+        b = fn()
+        calls.append((b, repeats))
+        first_pass = sum(1 for c in calls if c[0] == b) <= 3
+        return [10.0 * b * (5 if b == 3 and first_pass else 1)] * repeats  # batch 3 spikes in its first rounds
+
+    monkeypatch.setattr(timing, "time_samples", fake_samples)
+    jobs = [Job("verify", b, 1, (lambda b=b: (lambda: b))) for b in (1, 2, 3, 4, 5)]
+    out = measure_jobs(jobs, device=CPU, warmup=0, repeats=7, rounds=3, progress=False)
+    first = calls[:15]
+    assert [r for _, r in first] == [3] * 5 + [2] * 5 + [2] * 5  # 7 calls over 3 rounds
+    assert [b for b, _ in first] == [1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5]
+    assert [b for b, _ in calls[15:]] == [3, 3, 3]  # only the out-of-line batch size, measured again
+    m = {p.batch_size: p for p in out["verify"]}
+    assert m[3].repeats == 7 and m[2].repeats == 7
+    assert m[3].median_ms == 30.0  # the calm second measurement replaced the spike
+
+
+def test_out_of_line_flags_a_point_above_or_below_both_neighbours():
+    from draftlab.cost.outliers import out_of_line
+
+    def curve(values):
+        return {"verify": dict(enumerate(values, start=1))}
+
+    assert out_of_line(curve([1.0, 1.1, 1.2, 1.3])) == set()
+    assert out_of_line(curve([1.0, 3.0, 1.2, 1.3])) == {("verify", 2)}
+    assert out_of_line(curve([1.0, 1.1, 0.5, 1.3])) == {("verify", 3)}
+    assert out_of_line(curve([1.0, 1.1, 1.2, 9.0])) == set()  # an end point has one neighbour: left alone

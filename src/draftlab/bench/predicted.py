@@ -3,7 +3,8 @@
 The plan gives tokens per second per (config, batch size) and the baseline per batch size; a sweep
 entry at concurrency B with the same config is its measurement (the bench's output throughput over
 all B requests in flight is the plan's batch-B throughput). A schedule entry is predicted as the
-config its schedule runs at batch B (the baseline where it says 0).
+config its schedule runs at batch B (the baseline where it says 0). A plan made with ``--served`` also
+predicts ``draftlab serve`` itself (``served_*``); a sweep of the batching reference server compares with those.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class Predictions:
     """tok/s by (batch, steps, topk, num_draft_tokens); steps 0 is the baseline."""
 
     tokens_per_second: dict[tuple[int, int, int, int], float]
+    served: Predictions | None = None  # the plan's draftlab serve predictions (plan --served), when it has them
 
     def at(self, batch: int, steps: int, topk: int, num_draft_tokens: int) -> float | None:
         return self.tokens_per_second.get((batch, steps, topk, num_draft_tokens))
@@ -35,13 +37,20 @@ def load_predictions(path: str | Path) -> Predictions:
     """Read ``draftlab plan --json`` output; DraftlabError if it is not one."""
     try:
         doc = jsonio.loads(regular_file(path, "no such file; write one with draftlab plan ... --json > FILE").read_text())
-        table = {(int(b), 0, 0, 0): float(v) for b, v in doc["baseline_tokens_per_second"].items()}
-        for r in doc["configs"]:
-            table[(int(r["batch_size"]), int(r["steps"]), int(r["topk"]), int(r["num_draft_tokens"]))] = float(
-                r["tokens_per_second"])
+        table = _table(doc, "baseline_tokens_per_second", "tokens_per_second")
+        served = None
+        if doc.get("served_baseline_tokens_per_second") is not None:
+            served = Predictions(_table(doc, "served_baseline_tokens_per_second", "served_tokens_per_second"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DraftlabError(f"--predicted: not a readable JSON file ({exc})", path=path) from None
     except (KeyError, TypeError, ValueError, AttributeError):
         raise DraftlabError("--predicted: not a plan (expected draftlab plan --json output with "
                             "baseline_tokens_per_second and configs)", path=path) from None
-    return Predictions(table)
+    return Predictions(table, served)
+
+
+def _table(doc: dict, baseline: str, rate: str) -> dict[tuple[int, int, int, int], float]:
+    table = {(int(b), 0, 0, 0): float(v) for b, v in doc[baseline].items()}
+    for r in doc["configs"]:
+        table[(int(r["batch_size"]), int(r["steps"]), int(r["topk"]), int(r["num_draft_tokens"]))] = float(r[rate])
+    return table

@@ -317,13 +317,17 @@ def _fill(row: SweepRow, bench: BenchResult, log: Path) -> None:
 
 
 def _predict(row: SweepRow, entry: SweepEntry, options: SweepOptions) -> None:
-    """The plan's tok/s for this entry (its schedule's K at this batch for a schedule entry), and the error."""
+    """The plan's tok/s for this entry (its schedule's K at this batch for a schedule entry; on the batching
+    reference server, the plan's served prediction where it has one), and the error."""
     if options.predicted is None:
         return
+    table = options.predicted
+    if options.engine == REFERENCE and options.schedule is not None and table.served is not None:
+        table = table.served  # the batching reference server, as plan --served predicts it
     if entry.schedule and options.schedule is not None:
-        row.predicted_throughput = options.predicted.chain(entry.batch, options.schedule.draft_length(entry.batch))
+        row.predicted_throughput = table.chain(entry.batch, options.schedule.draft_length(entry.batch))
     else:
-        row.predicted_throughput = options.predicted.at(entry.batch, entry.steps, entry.topk, entry.num_draft_tokens)
+        row.predicted_throughput = table.at(entry.batch, entry.steps, entry.topk, entry.num_draft_tokens)
     if row.predicted_throughput and row.output_throughput is not None and row.error is None:
         row.prediction_error = row.output_throughput / row.predicted_throughput - 1
 

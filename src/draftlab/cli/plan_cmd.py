@@ -78,6 +78,7 @@ def plan(
     engine_version: Annotated[Optional[str], typer.Option(help="With --schedule: the engine release to write for (default: the newest draftlab knows).")] = None,
     schedule_out: Annotated[Optional[Path], typer.Option(help="With --schedule: write the schedule to this file (what the engine or draftlab launch --schedule reads).")] = None,
     schedule_max_batch: Annotated[Optional[int], typer.Option(callback=at_least_one, help="With --schedule: the largest batch size the schedule covers (default: the largest planned).")] = None,
+    served: Annotated[bool, typer.Option("--served", help="With --target: also time the target served by draftlab serve (batching, per-token HTTP work, the bench client) at every batch size and predict that server's tok/s for requests of --max-new-tokens (JSON served_*); --schedule then chooses by them.")] = False,
     threads: ThreadsOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -93,7 +94,8 @@ def plan(
     given_engine = [k for k, v in engine.items() if v is not None] + (["what_if"] if what_if else [])
     pair_options = {"max_new_tokens": max_new_tokens, "context": context, "dtype": dtype, "device": device,
                     "temperature": temperature, "seed": seed, "repeats": repeats, "overhead_ms": overhead_ms,
-                    "save_costs": save_costs, "save_probe": save_probe, "threads": threads}
+                    "save_costs": save_costs, "save_probe": save_probe, "threads": threads,
+                    "served": served or None}
     if target is not None or drafter is not None or prompts is not None:
         if costs is not None or probe or profile is not None:
             raise DraftlabError("--target/--drafter/--prompts probe and profile the pair here; drop --costs, "

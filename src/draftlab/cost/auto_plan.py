@@ -13,8 +13,9 @@ automatic choice for Llama) and a wide 6/8/32. Every entry is valid under
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ from draftlab.cost.probes import AcceptLength
 from draftlab.cost.profile import Profile
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
+from draftlab.cost.served import ServedCost, measure_served
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.readable import regular_file
@@ -73,6 +75,7 @@ def auto_plan(
     warmup: int = 3,
     repeats: int = 10,
     overhead_ms: float = 0.0,
+    served: bool = False,
     progress: bool = True,
 ) -> AutoPlan:
     """Probe every config of ``grid`` (default :data:`~draftlab.cost.plan.DEFAULT_GRID`) on
@@ -80,7 +83,9 @@ def auto_plan(
     per-cycle cost to add (an engine's own work between passes, which the timed passes leave out).
     At ``temperature`` > 0 the accept lengths are the probe's estimates for sampled decoding (``seed``
     samples the continuations). ``device`` defaults to CUDA when there is one, else the CPU; ``dtype``
-    to bfloat16 on CUDA, float32 on the CPU."""
+    to bfloat16 on CUDA, float32 on the CPU. With ``served`` the pair's target is also measured through
+    ``draftlab serve`` and the plan predicts the server too (:mod:`draftlab.cost.served`; requests of
+    ``max_new_tokens``)."""
     configs = list(dict.fromkeys(grid if grid is not None else default_grid()))
     if not configs:
         raise DraftlabError("--grid is empty; give configs like 3/1/4,5/4/8")
@@ -111,8 +116,23 @@ def auto_plan(
                             draft_rows=rows, extend_tokens=extend, warmup=warmup, repeats=repeats,
                             overhead_ms=overhead_ms, progress=progress)
     clock.lap("profile_s")
+    if served:
+        profile = replace(profile, served=_measure_served(target, prompts, batch_sizes, max_new_tokens, device, dtype))
+        clock.lap("served_s")
     plan = make_plan(profile, accept, grid=[GridEntry(c) for c in configs], batch_sizes=list(batch_sizes))
     return AutoPlan(plan=plan, profile=profile, probes=probed, accept_lengths=accept, timings=clock.timings())
+
+
+def _measure_served(target: str | Path, prompts: str | Path, batch_sizes: Sequence[int], request_tokens: int,
+                    device: str, dtype: str) -> list[ServedCost]:
+    """:func:`~draftlab.cost.served.measure_served` with the server's log in a temporary file, kept (and
+    named in the error) only if the calibration fails."""
+    with tempfile.NamedTemporaryFile(prefix="draftlab-served-", suffix=".log", delete=False) as f:
+        log = Path(f.name)
+    costs = measure_served(target, prompts, sorted(set(batch_sizes)), request_tokens, device=device, dtype=dtype,
+                           threads=torch.get_num_threads(), log=log)
+    log.unlink(missing_ok=True)
+    return costs
 
 
 def probe_accept_length(config: SpecConfig, result: ProbeResult, prompts: str | Path) -> AcceptLength:

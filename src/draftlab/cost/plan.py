@@ -50,6 +50,8 @@ class ConfigPlan:
     allreduce_ms: float
     overhead_ms: float
     method: str = "eagle3"  # or a model-free method ("ngram", "suffix"): steps is then its k
+    served_cycle_ms: float | None = None  # the cycle as draftlab serve runs it (profile from plan --served)
+    served_tokens_per_second: float | None = None  # draftlab serve's output tok/s (draftlab.cost.served)
 
     @property
     def label(self) -> str:
@@ -78,6 +80,8 @@ class Plan:
     configs: list[ConfigPlan]
     best: dict[int, ConfigPlan]
     verdict: str
+    served_baseline_tokens_per_second: dict[int, float] | None = None  # draftlab serve without speculation
+    served_request_tokens: int | None = None  # new tokens per request the served predictions are for
 
 
 def parse_grid(text: str) -> list[GridEntry]:
@@ -139,6 +143,10 @@ def make_plan(
             "nothing to plan: give --probe results or --grid configs with accept lengths"
         )
     table = CostTable.of(profile)
+    unserved = [b for b in batch_sizes if table.served and b not in table.served]
+    if unserved:
+        raise DraftlabError(f"batch size {unserved[0]} was not measured through draftlab serve (served: "
+                            f"{_join(sorted(table.served))}); re-run plan --served with it in --batch-sizes")
     decode = {b: table.decode_ms(b) for b in batch_sizes}
     rows = [
         _predict(table, e.config, b, decode[b], *_accept_length(e, b, probes))
@@ -155,6 +163,10 @@ def make_plan(
         configs=rows,
         best=best,
         verdict=_verdict(best, decode),
+        served_baseline_tokens_per_second={
+            b: table.served[b].tokens_per_second(1.0, table.served[b].step_ms) for b in batch_sizes
+        } if table.served else None,
+        served_request_tokens=next(iter(table.served.values())).request_tokens if table.served else None,
     )
 
 
@@ -179,7 +191,17 @@ def _predict(
         verify_ms=cycle.verify_ms,
         allreduce_ms=cycle.allreduce_ms,
         overhead_ms=cycle.overhead_ms,
+        **_served(table, b, accept, cycle.total_ms, decode_ms),
     )
+
+
+def _served(table: CostTable, b: int, accept: float, cycle_ms: float, decode_ms: float) -> dict[str, float]:
+    """The served cycle and tok/s (:mod:`draftlab.cost.served`) when the profile measured draftlab serve."""
+    served = table.served.get(b)
+    if served is None:
+        return {}
+    cycle = served.cycle_ms(cycle_ms, decode_ms)
+    return {"served_cycle_ms": cycle, "served_tokens_per_second": served.tokens_per_second(accept, cycle)}
 
 
 def _predict_model_free(table: CostTable, entry: ModelFreeEntry, b: int, decode_ms: float) -> ConfigPlan:
@@ -196,7 +218,7 @@ def _predict_model_free(table: CostTable, entry: ModelFreeEntry, b: int, decode_
         speedup=tps / model.baseline_tokens_per_second(b, decode_ms),
         break_even_accept_length=model.break_even_accept_length(cycle, decode_ms),
         draft_extend_ms=0.0, draft_steps_ms=0.0, verify_ms=verify, allreduce_ms=allreduce,
-        overhead_ms=table.overhead_ms, method=entry.method,
+        overhead_ms=table.overhead_ms, method=entry.method, **_served(table, b, entry.accept_length, cycle, decode_ms),
     )
 
 

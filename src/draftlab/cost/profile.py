@@ -20,8 +20,11 @@
                           "points": [point...]},      # one all-reduce of batch x tokens x hidden
      "overhead_ms": float,           # a fixed per-cycle overhead to assume on top (user-given)
      "overhead": [{"batch_size": int, "decode_ms": float, "cycle_ms": float, "draft_step_ms": float,
-                   "tree_ms": float}]}
+                   "tree_ms": float}],
                                      # the decoder's own work, measured (draftlab.cost.overhead)
+     "served": [{"batch_size": int, "step_ms": float, "batch_ms": float, "request_tokens": int}]}
+                                     # draftlab serve's plain decoding, measured through it
+                                     # (draftlab.cost.served; absent or [] unless plan --served)
 
 Costs between measured token counts are interpolated linearly; batch sizes must be measured.
 """
@@ -39,6 +42,7 @@ from draftlab import jsonio
 from draftlab.cost.model import CycleBreakdown, SpecConfig, cycle_breakdown
 from draftlab.cost.overhead import Overhead
 from draftlab.cost.measurement import Measurement
+from draftlab.cost.served import ServedCost
 from draftlab.errors import DraftlabError
 from draftlab.readable import regular_file
 from draftlab.fsutil import write_json_atomic
@@ -86,6 +90,7 @@ class Profile:
     allreduce: AllReduceCosts | None = None
     overhead_ms: float = 0.0
     overhead: list[Overhead] = field(default_factory=list)
+    served: list[ServedCost] = field(default_factory=list)
     context_tokens: int = 0
     timer: str = "perf_counter"
     warmup: int = 0
@@ -142,6 +147,7 @@ class CostTable:
     allreduce_calls: int
     overhead_ms: float
     overheads: dict[int, Overhead]
+    served: dict[int, ServedCost] = field(default_factory=dict)
 
     @classmethod
     def of(cls, profile: Profile) -> CostTable:
@@ -156,6 +162,7 @@ class CostTable:
             allreduce_calls=0 if ar is None else ar.calls_per_forward,
             overhead_ms=profile.overhead_ms,
             overheads={o.batch_size: o for o in profile.overhead},
+            served={c.batch_size: c for c in profile.served},
         )
 
     def decode_pass_ms(self, batch_size: int) -> float:
@@ -245,6 +252,7 @@ def profile_from_dict(doc: Any, *, source: str | Path = "profile") -> Profile:
         allreduce=allreduce,
         overhead_ms=float(overhead),
         overhead=_overheads(doc.get("overhead") or [], source),
+        served=_served(doc.get("served") or [], source),
         context_tokens=_int({"v": doc.get("context_tokens", 0)}, "v", "context_tokens", source, minimum=0),
         timer=str(doc.get("timer", "")),
         warmup=_int({"v": doc.get("warmup", 0)}, "v", "warmup", source, minimum=0),
@@ -298,6 +306,26 @@ def _overheads(raw: Any, source: str | Path) -> list[Overhead]:
                 raise DraftlabError(f"{where}.{key} is {value!r}; it must be a number >= 0", path=source)
             times[key] = float(value)
         out.append(Overhead(_int(o, "batch_size", where + ".batch_size", source, minimum=1), **times))
+    return out
+
+
+def _served(raw: Any, source: str | Path) -> list[ServedCost]:
+    if not isinstance(raw, list):
+        raise DraftlabError("served must be a list of served costs", path=source)
+    out = []
+    for i, o in enumerate(raw):
+        where = f"served[{i}]"
+        if not isinstance(o, dict):
+            raise DraftlabError(f"{where} must be an object", path=source)
+        times = {}
+        for key in ("step_ms", "batch_ms"):
+            value = o.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise DraftlabError(f"{where}.{key} is {value!r}; it must be a number", path=source)
+            times[key] = float(value)
+        out.append(ServedCost(_int(o, "batch_size", where + ".batch_size", source, minimum=1),
+                              request_tokens=_int(o, "request_tokens", where + ".request_tokens", source, minimum=2),
+                              **times))
     return out
 
 

@@ -18,7 +18,15 @@ import torch
 from rich.console import Console
 
 import draftlab
-from draftlab.cost.overhead import CALIBRATION, CycleRunner, fit_overhead
+from draftlab.cost.model import SpecConfig
+from draftlab.cost.outliers import out_of_line
+from draftlab.cost.overhead import (
+    CALIBRATION,
+    CycleRunner,
+    CycleSample,
+    Overhead,
+    fit_overhead,
+)
 from draftlab.cost.profile import AllReduceCosts, CostTable, ModelInfo, Profile
 from draftlab.cost.timing import Job, measure_jobs, timer_name
 from draftlab.errors import DraftlabError
@@ -49,12 +57,14 @@ def profile_costs(
     extend_tokens: Sequence[int] = (1,),
     warmup: int = 3,
     repeats: int = 10,
+    rounds: int = 3,
     overhead_ms: float = 0.0,
     allreduce: AllReduceCosts | None = None,
     measure_overhead: bool = True,
     progress: bool = True,
 ) -> Profile:
-    """Time every pass at every size (progress bar on stderr) and return the profile. With a drafter
+    """Time every pass at every size (progress bar on stderr; ``repeats`` calls each, over ``rounds``
+    interleaved passes: :func:`draftlab.cost.timing.measure_jobs`) and return the profile. With a drafter
     and ``measure_overhead``, also the decoder's own per-cycle work (:mod:`draftlab.cost.overhead`),
     for which the calibration chains' sizes are measured too."""
     sizes = [*batch_sizes, *verify_tokens, *draft_rows, *extend_tokens]
@@ -80,7 +90,7 @@ def profile_costs(
         for b in batch_sizes
         for t in sorted(set(tokens))
     ]
-    measured = measure_jobs(jobs, device=workload.device, warmup=warmup, repeats=repeats,
+    measured = measure_jobs(jobs, device=workload.device, warmup=warmup, repeats=repeats, rounds=rounds,
                             progress=progress)
     profile = Profile(
         model=workload.model,
@@ -98,12 +108,35 @@ def profile_costs(
     if not calibrate:
         return profile
     table = CostTable.of(profile)
-    overheads = []
     with Console(stderr=True).status("timing the decoder's own cycles", spinner="dots") if progress \
             else nullcontext():
-        for b in batch_sizes:
-            overheads.append(fit_overhead(b, workload.cycles, table.passes_ms, table.decode_ms(b)))
+        overheads = _fit_overheads(workload.cycles, table, batch_sizes)
     return replace(profile, overhead=overheads)
+
+
+def _fit_overheads(cycles: CycleRunner, table: CostTable, batch_sizes: Sequence[int]) -> list[Overhead]:
+    """:func:`~draftlab.cost.overhead.fit_overhead` at every batch size; a batch size whose measured cycles
+    are out of line with its neighbours' (:func:`draftlab.cost.outliers.out_of_line`) is fitted again, and
+    the fit from the calmer cycles (lower total: load only adds time) kept."""
+    def fit(b: int) -> tuple[Overhead, dict[str, float]]:
+        seen: dict[str, float] = {}
+
+        def run(batch: int, config: SpecConfig | None) -> CycleSample:
+            sample = cycles(batch, config)
+            seen["plain" if config is None else config.label] = sample.ms_per_cycle
+            return sample
+        return fit_overhead(b, run, table.passes_ms, table.decode_ms(b)), seen
+
+    fits = {b: fit(b) for b in batch_sizes}
+    curves: dict[str, dict[int, float]] = {}
+    for b, (_, seen) in fits.items():
+        for label, ms in seen.items():
+            curves.setdefault(label, {})[b] = ms
+    for b in sorted({b for _, b in out_of_line(curves)}):
+        again = fit(b)
+        if sum(again[1].values()) < sum(fits[b][1].values()):
+            fits[b] = again
+    return [fits[b][0] for b in batch_sizes]
 
 
 def environment(device: torch.device | None = None) -> dict[str, object]:

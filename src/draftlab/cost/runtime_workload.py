@@ -42,6 +42,7 @@ from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
 from draftlab.spec.decoder import SpeculativeDecoder
 
 CYCLE_TOKENS = 49  # new tokens per prompt when timing real decoder cycles (the first comes from the prefill)
+CYCLE_RUNS = 5  # timed runs of each length (prefill alone, and the full decode), medians taken
 
 
 def runtime_workload(
@@ -120,7 +121,7 @@ def runtime_workload(
 def _decoder_cycles(target: TargetRunner, drafter: Eagle3Drafter | None, batch_size: int,
                     config: SpecConfig | None, prompts: list[list[int]]) -> CycleSample:
     """Time ``generate``'s own decoder over ``CYCLE_TOKENS`` new tokens per prompt, less its prefill
-    (timed alone), per verify cycle: the median of three runs after a warm-up."""
+    (timed alone), per verify cycle: medians of :data:`CYCLE_RUNS` interleaved runs after a warm-up."""
     flags = None if config is None else exact_spec_flags(config.steps, config.topk, config.num_draft_tokens)
     if batch_size == 1:
         single = SpeculativeDecoder(target, drafter, flags)
@@ -142,12 +143,14 @@ def _decoder_cycles(target: TargetRunner, drafter: Eagle3Drafter | None, batch_s
         return time.perf_counter() - start, lengths
 
     run(CYCLE_TOKENS)  # warm-up: graph capture, allocator
-    prefill = statistics.median(seconds(1)[0] for _ in range(3))
-    full = [seconds(CYCLE_TOKENS) for _ in range(3)]
-    lengths = full[0][1]
+    prefills, fulls = [], []
+    for _ in range(CYCLE_RUNS):  # interleaved, so a burst of load from elsewhere hits both kinds alike
+        prefills.append(seconds(1)[0])
+        fulls.append(seconds(CYCLE_TOKENS))
+    lengths = fulls[0][1]
     cycles = max(len(row) for row in lengths)  # rows advance in lockstep: the batch's cycle count
     accepted = [n for row in lengths for n in row]
-    ms = (statistics.median(t for t, _ in full) - prefill) * 1000.0 / cycles
+    ms = (statistics.median(t for t, _ in fulls) - statistics.median(prefills)) * 1000.0 / cycles
     return CycleSample(ms_per_cycle=ms, accept_length=sum(accepted) / len(accepted))
 
 

@@ -61,9 +61,15 @@ def chain_length(row: ConfigPlan) -> int | None:
     return row.steps if row.method == "eagle3" and row.topk == 1 and row.num_draft_tokens == row.steps + 1 else None
 
 
+def _rate(row: ConfigPlan) -> float:
+    """The tok/s a schedule is chosen by: the served prediction where the plan has one (``plan --served``)."""
+    return row.tokens_per_second if row.served_tokens_per_second is None else row.served_tokens_per_second
+
+
 def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
                        max_draft_length: int | None = None) -> BatchSchedule:
-    """The best chain length per planned batch size (0 where none beats plain decoding), as ranges.
+    """The best chain length per planned batch size (0 where none beats plain decoding), as ranges; by
+    the predictions for ``draftlab serve`` when the plan has them.
 
     ``max_draft_length`` caps the choice (the best K at or below it), for engines that bound every
     range by the first one's K.
@@ -78,6 +84,10 @@ def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
         raise DraftlabError(f"the schedule's largest batch size {top} is below the largest planned one "
                             f"({batches[-1]}); raise it or plan fewer batch sizes")
     notes = []
+    served = plan.served_baseline_tokens_per_second
+    if served is not None:
+        notes.append(f"chosen by the predictions for draftlab serve (plan --served: requests of "
+                     f"{plan.served_request_tokens} new tokens)")
     trees = sorted({r.label for r in plan.configs if chain_length(r) is None})
     if trees:
         notes.append(f"tree configs left out (engines schedule chain lengths only): {', '.join(trees)}")
@@ -85,12 +95,12 @@ def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
     for i, b in enumerate(batches):
         lo = 1 if i == 0 else b
         hi = batches[i + 1] - 1 if i + 1 < len(batches) else top
-        base = plan.baseline_tokens_per_second[b]
+        base = plan.baseline_tokens_per_second[b] if served is None else served[b]
         options = [r for r in chains if r.batch_size == b
                    and (max_draft_length is None or r.steps <= max_draft_length)]
-        best = max(options, key=lambda r: r.tokens_per_second, default=None)
-        if best is None or best.tokens_per_second <= base:
+        best = max(options, key=_rate, default=None)
+        if best is None or _rate(best) <= base:
             ranges.append(ScheduleRange(lo, hi, 0, b, base, base))
         else:
-            ranges.append(ScheduleRange(lo, hi, best.steps, b, best.tokens_per_second, base))
+            ranges.append(ScheduleRange(lo, hi, best.steps, b, _rate(best), base))
     return BatchSchedule(ranges, top, notes=notes)

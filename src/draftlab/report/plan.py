@@ -29,19 +29,25 @@ def render_measurements(result: AutoPlan, console: Console) -> None:
 def render_plan(result: Plan, console: Console, plot_path: Path | None = None) -> None:
     """The plan as a table (best config per batch starred), its verdict and the plot's path."""
     table = Table(title="Predicted throughput per speculation config")
-    for col in ("batch", "config", "accept len", "cycle ms", "tok/s", "speedup", "break-even"):
+    served = result.served_baseline_tokens_per_second
+    columns = ("batch", "config", "accept len", "cycle ms", "tok/s", "speedup", "break-even")
+    for col in (*columns, *(["served tok/s"] if served is not None else [])):
         table.add_column(col, justify="left" if col == "config" else "right")
     for b, base in result.baseline_tokens_per_second.items():
         table.add_row(str(b), "baseline", "1.00", f"{result.decode_ms[b]:.2f}",
-                      f"{base:.1f}", "1.00x", "", style="dim")
+                      f"{base:.1f}", "1.00x", "", *([f"{served[b]:.1f}"] if served is not None else []), style="dim")
         for r in (r for r in result.configs if r.batch_size == b):
             star = " *" if r is result.best[b] else ""
             style = "bold green" if star and r.speedup > 1 else ("bold red" if star else None)
             table.add_row("", r.label + star, f"{r.accept_length:.2f}", f"{r.cycle_ms:.2f}",
                           f"{r.tokens_per_second:.1f}", f"{r.speedup:.2f}x",
-                          f"{r.break_even_accept_length:.2f}", style=style)
+                          f"{r.break_even_accept_length:.2f}",
+                          *([f"{r.served_tokens_per_second:.1f}"] if served is not None else []), style=style)
     console.print(table)
     console.print("* best config at that batch size")
+    if served is not None:
+        console.print(f"served tok/s: draftlab serve's output tok/s for requests of {result.served_request_tokens} new "
+                      "tokens (plan --served)")
     console.print(result.verdict)
     if plot_path is not None:
         console.print(f"plot: {plot_path}")

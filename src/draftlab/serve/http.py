@@ -71,6 +71,9 @@ class _Output:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: a stream is many small writes (headers, then a chunk per commit); with Nagle's algorithm
+    # the first chunk waits for the client's delayed ACK of the headers (40 ms on Linux) on every request.
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by default
