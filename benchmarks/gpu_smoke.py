@@ -106,8 +106,10 @@ class Smoke:
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(run, range(len(jobs)), jobs))
 
-    def run(self, pair: str, name: str, argv: list[str], *, expect: int = 0, timeout: int = 600) -> dict | None:
-        """``python -m draftlab argv``; returns its JSON document when it printed one."""
+    def run(self, pair: str, name: str, argv: list[str], *, expect: int = 0, timeout: int = 600,
+            or_refused: str | None = None) -> dict | None:
+        """``python -m draftlab argv``; returns its JSON document when it printed one. ``or_refused``: exit 2
+        with this in its one-line error also passes (an answer that depends on the pair's measured costs)."""
         start = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "draftlab", *argv], capture_output=True, text=True,
                              env=ENV, timeout=timeout)
@@ -118,7 +120,8 @@ class Smoke:
                 doc = json.loads(out.stdout)
             except json.JSONDecodeError:
                 pass
-        self.record(pair, name, out.returncode == expect, seconds, rc=out.returncode,
+        ok = out.returncode == expect or (or_refused is not None and out.returncode == 2 and or_refused in out.stderr)
+        self.record(pair, name, ok, seconds, rc=out.returncode,
                     error=None if out.returncode == expect else out.stderr.strip()[-1500:])
         if isinstance(doc, dict):
             folder = self.root / pair / "results"
@@ -438,10 +441,11 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         run("profile", ["profile", "--target", t, "--drafter", d, "--out", str(work / "profile.json"), *cpu_profile,
                         "--json"]),
         run("plan --target", ["plan", *pair_args, *cuda, *cpu_plan, "--json"]),
-        # the MLA pair's drafter is random: speculation loses, and plan says there is no schedule (exit 2)
+        # where the plan finds that speculation loses at every batch size (the MLA pair's random drafter; the
+        # toy's drafter costs as much as its target on a GPU) it says there is no schedule, exit 2
         lambda: smoke.run(pair, "plan --target --schedule vllm", [
             "plan", *pair_args, *cuda, *cpu_plan, "--batch-sizes", "1,8", "--schedule", "vllm", "--schedule-out",
-            str(work / "schedule.json"), "--json"], expect=2 if pair.endswith(":mla") else 0),
+            str(work / "schedule.json"), "--json"], or_refused="speculation loses at every planned batch size"),
         assess,
         train,
     ]

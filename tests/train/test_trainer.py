@@ -197,3 +197,42 @@ def test_training_curve_equals_the_dense_formulation(toy_pair, data, tmp_path, m
     assert [e["correct"] for e in new_log] == [e["correct"] for e in old_log]
     assert new_log[-1]["loss"] < new_log[0]["loss"]  # it learns
     assert new.final_loss == pytest.approx(old.final_loss, rel=1e-4)
+
+
+def test_flex_kernels_that_do_not_fit_the_gpu_give_way_to_the_blocked_kernel(toy_pair, data, tmp_path, monkeypatch):
+    """On an H200 flex attention's Triton tiles can ask for more shared memory than the GPU has (the GPU smoke
+    run: an MLA drafter's 192-wide heads, and the 8B EAGLE-3.1 drafter at batch 4 x 256). The trainer then
+    reruns the step on the exact blocked kernel and says so: the run equals one on the blocked kernel
+    throughout, bit for bit. Any other error still stops it."""
+    from draftlab.train import trainer as trainer_module
+    from draftlab.train.ttt import TTTKernels
+
+    rows, _ = data
+
+    def triton_refuses():
+        def flex(*args, **kwargs):
+            raise RuntimeError("No valid triton configs. OutOfMemoryError: out of resource: "
+                               "triton_tem_fused_flex_attention_0 Required: 346368 Hardware limit:232448")
+        return flex
+
+    def blocked_run(out):
+        train(_options(toy_pair, rows, out, init=toy_pair.drafter_dir, max_steps=3))
+        return load_file(str(out / "model.safetensors"))
+
+    want = blocked_run(tmp_path / "blocked")
+    monkeypatch.setattr(TTTKernels, "for_device", classmethod(lambda cls, *a, **k: cls("flex", False)))
+    monkeypatch.setattr("draftlab.train.ttt_attention.compiled_flex", triton_refuses)
+    result = train(_options(toy_pair, rows, tmp_path / "fell-back", init=toy_pair.drafter_dir, max_steps=3))
+    got = load_file(str(tmp_path / "fell-back" / "model.safetensors"))
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+    assert any("exact blocked kernel" in note and "out of resource" in note for note in result.notes)
+
+    def broken():
+        def flex(*args, **kwargs):
+            raise RuntimeError("something else went wrong")
+        return flex
+
+    monkeypatch.setattr("draftlab.train.ttt_attention.compiled_flex", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        train(_options(toy_pair, rows, tmp_path / "broken", init=toy_pair.drafter_dir, max_steps=3))
+    assert trainer_module.kernel_unavailable(RuntimeError("x")) is False

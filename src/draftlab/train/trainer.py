@@ -108,6 +108,35 @@ class TrainResult:
 StepHook = Callable[[int], bool]  # called after each optimizer step; True asks the run to stop (tests)
 
 
+def kernel_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says a Triton kernel cannot run on this GPU at these shapes:
+    flex attention's tiles asking for more shared memory than the device has. Nothing was computed."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = str(seen)
+        if "No valid triton configs" in text or "out of resource" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _fall_back_to_blocked(module: nn.Module, kernels: TTTKernels, exc: BaseException) -> TTTKernels:
+    """The same loss on the exact blocked kernel (:mod:`.ttt_attention`), said on stderr: the step is
+    run again from its start (``_step`` zeroes the gradients first)."""
+    from rich.console import Console
+
+    blocked = TTTKernels("blocked", kernels.compile)
+    getattr(module, "module", module).kernels = blocked  # inside DDP or not
+    Console(stderr=True).print(f"[yellow]flex attention does not fit this GPU ({_first_line(exc)}); training on "
+                               "the exact blocked kernel[/yellow]")
+    return blocked
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if "out of resource" in ln or "triton configs" in ln]
+    return (lines[0] if lines else str(exc).splitlines()[0] if str(exc) else type(exc).__name__)[:200]
+
+
 class _TTTModule(nn.Module):
     """The drafter and its TTT loss as one module, so DDP sees the forward it syncs gradients for."""
 
@@ -178,6 +207,7 @@ class _Run:
         self.t2d = self.start.t2d.to(self.device)
         # the eval prompts and flags are inputs too: checked (and their continuations made) before OUT exists
         self.evaluate = self._evaluator() if opts.eval_prompts is not None and world.main else None
+        self.kernel_note: str | None = None  # set when flex attention had to give way to the blocked kernel
 
     # --- set-up ---
 
@@ -273,7 +303,15 @@ class _Run:
         with _stop_on_sigint() as stop, _progress(o.progress and world.main, total, step) as bar:
             while step < total:
                 picked = order.next_rows(len(self.rows), o.batch_size)
-                metrics, batch_tokens = self._step(module, optimizer, params, picked)
+                try:
+                    metrics, batch_tokens = self._step(module, optimizer, params, picked)
+                except Exception as exc:  # noqa: BLE001 (only flex's kernels not fitting the GPU is kept)
+                    if kernels.attention != "flex" or not kernel_unavailable(exc):
+                        raise
+                    kernels = _fall_back_to_blocked(module, kernels, exc)
+                    self.kernel_note = (f"flex attention's kernels do not fit this GPU for these shapes "
+                                        f"({_first_line(exc)}); trained on the exact blocked kernel instead")
+                    metrics, batch_tokens = self._step(module, optimizer, params, picked)
                 scheduler.step()
                 step += 1
                 tokens += batch_tokens
@@ -398,7 +436,8 @@ class _Run:
                            draft_vocab_size=self.start.config.get("draft_vocab_size"),
                            notes=setup_notes(self.target_cfg, self.start, scratch=self.opts.init is None
                                              and self.state is None, opts_aux=self.opts.aux_layers,
-                                             opts_vocab=self.opts.draft_vocab_size))
+                                             opts_vocab=self.opts.draft_vocab_size)
+                           + ([self.kernel_note] if self.kernel_note else []))
 
 
 def make_optimizer(params: list[torch.Tensor], lr: float) -> torch.optim.AdamW:
