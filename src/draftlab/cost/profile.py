@@ -290,43 +290,41 @@ def _points(doc: dict, name: str, raw: Any, source: str | Path) -> list[Measurem
 
 
 def _overheads(raw: Any, source: str | Path) -> list[Overhead]:
-    if not isinstance(raw, list):
-        raise DraftlabError("overhead must be a list of measured overheads", path=source)
     out = []
-    for i, o in enumerate(raw):
-        where = f"overhead[{i}]"
-        if not isinstance(o, dict):
-            raise DraftlabError(f"{where} must be an object", path=source)
-        times = {}
-        for key in ("decode_ms", "cycle_ms", "draft_step_ms", "tree_ms"):
-            if key == "tree_ms" and key not in o:  # profiles written before trees were calibrated
-                continue
-            value = o.get(key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
-                raise DraftlabError(f"{where}.{key} is {value!r}; it must be a number >= 0", path=source)
-            times[key] = float(value)
+    for where, o in _rows(raw, "overhead", "a list of measured overheads", source):
+        keys = ("decode_ms", "cycle_ms", "draft_step_ms", "tree_ms" if "tree_ms" in o else None)  # tree_ms: newer
+        times = {k: _ms(o, k, where, source, non_negative=True) for k in keys if k is not None}
         out.append(Overhead(_int(o, "batch_size", where + ".batch_size", source, minimum=1), **times))
     return out
 
 
 def _served(raw: Any, source: str | Path) -> list[ServedCost]:
-    if not isinstance(raw, list):
-        raise DraftlabError("served must be a list of served costs", path=source)
     out = []
-    for i, o in enumerate(raw):
-        where = f"served[{i}]"
-        if not isinstance(o, dict):
-            raise DraftlabError(f"{where} must be an object", path=source)
-        times = {}
-        for key in ("step_ms", "batch_ms"):
-            value = o.get(key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise DraftlabError(f"{where}.{key} is {value!r}; it must be a number", path=source)
-            times[key] = float(value)
+    for where, o in _rows(raw, "served", "a list of served costs", source):
         out.append(ServedCost(_int(o, "batch_size", where + ".batch_size", source, minimum=1),
                               request_tokens=_int(o, "request_tokens", where + ".request_tokens", source, minimum=2),
-                              **times))
+                              step_ms=_ms(o, "step_ms", where, source, non_negative=False),
+                              batch_ms=_ms(o, "batch_ms", where, source, non_negative=False)))
     return out
+
+
+def _rows(raw: Any, name: str, what: str, source: str | Path) -> list[tuple[str, dict]]:
+    """``raw`` as a list of objects, each with the path an error names (``name[i]``)."""
+    if not isinstance(raw, list):
+        raise DraftlabError(f"{name} must be {what}", path=source)
+    for i, o in enumerate(raw):
+        if not isinstance(o, dict):
+            raise DraftlabError(f"{name}[{i}] must be an object", path=source)
+    return [(f"{name}[{i}]", o) for i, o in enumerate(raw)]
+
+
+def _ms(obj: dict, key: str, where: str, source: str | Path, *, non_negative: bool) -> float:
+    value = obj.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+            or (non_negative and value < 0):
+        raise DraftlabError(f"{where}.{key} is {value!r}; it must be a number" + (" >= 0" if non_negative else ""),
+                            path=source)
+    return float(value)
 
 
 def _object(value: Any, where: str, source: str | Path) -> dict:
