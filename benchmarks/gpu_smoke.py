@@ -295,8 +295,10 @@ def per_prompt(doc: dict | None) -> list[list[int]] | None:
     return None if doc is None else [r["accept_lengths"] for r in doc["results"]]
 
 
-def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path, device: str, workers: int) -> None:
-    """Every command on one pair: independent jobs, run ``workers`` at a time."""
+def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path, device: str, workers: int,
+               only: set[str] | None = None) -> None:
+    """Every command on one pair: independent jobs, run ``workers`` at a time (``only``: the named jobs
+    alone, e.g. ``train``, to re-check one group after a fix; the report is then left out)."""
     t, d = str(target), str(drafter)
     prompts = work / "prompts.jsonl"
     rows = write_prompts(prompts, pair)
@@ -451,9 +453,13 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
     ]
     if pair == "toy":  # the exactness claim, in float32
         jobs.insert(8, probe_equals_generate("3/1/4 float32", [*chain, "--dtype", "float32"], required=True))
+    if only:
+        jobs = [job for job in jobs if job.__name__ in only]
     for job in jobs:
         job.pair = pair
     smoke.jobs(jobs, workers)
+    if only:
+        return
     smoke.job.key = (len(jobs), 0)  # the report's row goes last in the table
     reported = sorted(p for p in (work / "results").glob("*.json") if p.stem.startswith(REPORTED))
     doc = smoke.run(pair, "report", ["report", *map(str, reported), "-o", str(work / "report.html"), "--json"])
@@ -483,6 +489,8 @@ def main() -> int:
     parser.add_argument("--out", help="write the records as JSON here")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: check the script itself")
     parser.add_argument("--workers", type=int, default=4, help="commands run at once")
+    parser.add_argument("--only", help="comma-separated job names (train, assess, vocab, drift, convert, ...): "
+                                       "re-check those groups alone; the full run is what RESULTS records")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_smoke.py needs a CUDA device (or --device cpu to check the script)", file=sys.stderr)
@@ -501,7 +509,8 @@ def main() -> int:
         target, drafter = toy_pair(args.toy) if pair == "toy" else write_random_pair(pair, work / "models", args.device)
         smoke.record(pair, "build pair", True, time.perf_counter() - start)
         try:
-            smoke_pair(smoke, pair, target, drafter, work, args.device, args.workers)
+            smoke_pair(smoke, pair, target, drafter, work, args.device, args.workers,
+                       set(args.only.split(",")) if args.only else None)
         except Exception as exc:  # record and go on to the next pair: the table is the point
             smoke.record(pair, "smoke script", False, 0.0, error=f"{type(exc).__name__}: {exc}")
     if args.out:

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from draftlab.train import soft_ce, ttt_attention
+from draftlab.toy.variants import VARIANT_FLAGS
+from draftlab.train import soft_ce, ttt, ttt_attention
 from draftlab.train.soft_ce import soft_cross_entropy
 from draftlab.train.ttt import TTTBatch, TTTKernels, shift_left, teacher_from_logits, ttt_loss
 from draftlab.train.ttt_attention import BLOCK, TTTLayout, block_lists, compiled_flex, mask_mod_for
@@ -184,3 +185,22 @@ def test_compiled_layer_equals_eager_under_autocast():
     for name, g in eager_grads.items():
         scale = g.abs().max().clamp_min(1e-6)
         assert (compiled_grads[name] - g).abs().max() / scale < 0.1, name
+
+
+@pytest.mark.parametrize("name", ["eagle3", *sorted(VARIANT_FLAGS)])
+def test_attention_inputs_share_autocasts_dtype_for_every_variant(name, monkeypatch):
+    """Flex attention's backward refuses queries, keys and values of mixed dtypes (an H200 run of an
+    EAGLE-3.1 drafter failed on it): under bf16 autocast every TTT step hands the attention bf16 q, k and
+    v, also when ``norm_output`` makes the carried hidden state float32."""
+    seen = []
+
+    def record(q, keys, values, *args):
+        seen.append((q.dtype, keys.dtype, values.dtype))
+        return real(q, keys, values, *args)
+
+    real = ttt.ttt_attention
+    monkeypatch.setattr(ttt, "ttt_attention", record)
+    drafter, _ = tiny_drafter(**VARIANT_FLAGS.get(name, {}))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ttt_loss(drafter, _padded_batch(2, 9, pad=2), 3, kernels=TTTKernels("blocked", False))
+    assert seen == [(torch.bfloat16,) * 3] * 3

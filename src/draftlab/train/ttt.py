@@ -172,7 +172,10 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
     losses, correct, counted = [], [], []
     for i in range(length):
         embeds = drafter.embed_tokens(input_ids[:, i:i + n].to(drafter.embed_tokens.weight.device)).to(device, dtype)
-        q, k, v, residual = project(halves, weights, embeds, hidden, *drafter.rotary(hidden, positions + i))
+        # RoPE in the matmuls' dtype: a norm_output drafter carries a float32 hidden state, whose cos/sin would
+        # make q and k float32 next to a bf16 v (flex attention's backward refuses mixed dtypes)
+        cos, sin = (t.to(compute) for t in drafter.rotary(hidden, positions + i))
+        q, k, v, residual = project(halves, weights, embeds, hidden, cos, sin)
         keys.append(layout.pad(k))
         values.append(layout.pad(v))
         out = ttt_attention(q, layout.stack(keys), layout.stack(values), i, layout, attn.scale, kernels.attention)
