@@ -309,7 +309,10 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
     new = ["--max-new-tokens", "64"]
 
     def run(name: str, argv: list[str]) -> Callable[[], object]:
-        return lambda: smoke.run(pair, name, argv)
+        def job() -> None:
+            smoke.run(pair, name, argv)
+        job.__name__ = name  # what --only selects
+        return job
 
     def vocab() -> None:
         counts = work / "counts.json"
@@ -489,8 +492,9 @@ def main() -> int:
     parser.add_argument("--out", help="write the records as JSON here")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: check the script itself")
     parser.add_argument("--workers", type=int, default=4, help="commands run at once")
-    parser.add_argument("--only", help="comma-separated job names (train, assess, vocab, drift, convert, ...): "
-                                       "re-check those groups alone; the full run is what RESULTS records")
+    parser.add_argument("--only", help="comma-separated jobs (a group: train, assess, vocab, drift, convert, ...; or "
+                                       "one command: 'generate --no-draft'): re-check those alone; the full run is "
+                                       "what RESULTS records")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_smoke.py needs a CUDA device (or --device cpu to check the script)", file=sys.stderr)

@@ -27,6 +27,14 @@ COMMANDS = [
      "draftlab.train.trainer.train", ["--batch-size (now 8)", "--seq-len (now 4096)"]),
     (["profile", "--target", "T", "--out", "P.json", "--batch-sizes", "1,64", "--device", "cpu"],
      "draftlab.models.target.TargetRunner.load", ["--batch-sizes (now 1,64)", "--context (now 256)"]),
+    (["plan", "--target", "T", "--drafter", "D", "--prompts", "p.jsonl", "--batch-sizes", "1,8"],
+     "draftlab.cost.auto_plan.auto_plan", ["--batch-sizes (now 1,8)", "--max-new-tokens (now 128)"]),
+    (["assess", "--target", "T", "--drafter", "D", "--prompts", "p.jsonl", "--out", "A"],
+     "draftlab.assess.run.assess", ["--batch-sizes (now 1,8,32,64)", "--max-new-tokens (now 128)"]),
+    # a command that names no sizes of its own: the entry point's one line (an H200 smoke run's plan
+    # ran out of memory beside other jobs and printed a traceback before plan named its sizes)
+    (["capture", "--target", "T", "--data", "d.jsonl", "--out", "C"],
+     "draftlab.train.capture.capture", ["free the device"]),
 ]
 
 

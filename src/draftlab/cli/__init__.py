@@ -43,6 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     except DraftlabError as exc:
         print(f"draftlab: error: {exc}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as exc:  # memory that ran out where no command named its sizes
+        from draftlab.cli.common import is_out_of_memory
+
+        if not is_out_of_memory(exc):
+            raise
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        print(f"draftlab: error: out of memory ({detail}); free the device (other processes may hold it) or "
+              f"run smaller (see --help for the sizes)", file=sys.stderr)
+        return 2
     except aborts:
         print("draftlab: interrupted", file=sys.stderr)
         return 130

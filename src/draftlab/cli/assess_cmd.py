@@ -17,6 +17,7 @@ from draftlab.cli.common import (
     checked,
     console,
     emit_json,
+    lower_on_oom,
     non_negative,
     parse_ints,
     positive,
@@ -92,12 +93,13 @@ def assess_command(
         raise DraftlabError("--grid: assess measures every accept length; drop the ':AL' parts")
     numbers = {"baseline_tps": baseline_tps, "decode_ms": decode_ms, "spec_tps": spec_tps, "cycle_ms": cycle_ms,
                "accept_length": accept_length, "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
-    result = assess(drafter, target, prompts, out, old_target=old_target, engine=engine,
-                    engine_version=engine_version, grid=None if entries is None else [e.config for e in entries],
-                    batch_sizes=parse_ints("--batch-sizes", batch_sizes), costs=costs, max_new_tokens=max_new_tokens,
-                    ngram=ngram_options, model_free=[m.strip() for m in model_free.split(",") if m.strip() not in ("", "none")],
-                    engine_numbers={k: v for k, v in numbers.items() if v is not None}, engine_batch_size=batch_size,
-                    dtype=dtype, device=device, progress=not json_out)
+    with lower_on_oom(batch_sizes=batch_sizes, max_new_tokens=max_new_tokens):
+        result = assess(drafter, target, prompts, out, old_target=old_target, engine=engine,
+                        engine_version=engine_version, grid=None if entries is None else [e.config for e in entries],
+                        batch_sizes=parse_ints("--batch-sizes", batch_sizes), costs=costs, max_new_tokens=max_new_tokens,
+                        ngram=ngram_options, model_free=[m.strip() for m in model_free.split(",") if m.strip() not in ("", "none")],
+                        engine_numbers={k: v for k, v in numbers.items() if v is not None}, engine_batch_size=batch_size,
+                        dtype=dtype, device=device, progress=not json_out)
     if json_out:
         from draftlab.assess.run import assess_document
 

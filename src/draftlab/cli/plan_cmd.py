@@ -22,6 +22,7 @@ from draftlab.cli.common import (
     checked,
     console,
     emit_json,
+    lower_on_oom,
     non_negative,
     parse_ints,
     positive,
@@ -174,8 +175,10 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
     use_threads(options.pop("threads", None))
     if "context" in options:
         options["context_tokens"] = options.pop("context")
-    result = auto_plan(target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],
-                       batch_sizes=batch_sizes, **options)
+    with lower_on_oom(batch_sizes=",".join(map(str, batch_sizes)) if batch_sizes else "all profiled",
+                      max_new_tokens=options.get("max_new_tokens") or "128"):
+        result = auto_plan(target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],
+                           batch_sizes=batch_sizes, **options)
     if save_costs is not None:
         save_profile(result.profile, save_costs)
     if save_probe is not None:
