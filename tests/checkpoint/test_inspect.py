@@ -112,3 +112,32 @@ def test_inspect_json_names_the_variant_attention_and_what_draftlab_cannot_compu
     assert main(["inspect", str(plain)]) == 0
     shown = capsys.readouterr().out
     assert "eagle3" in shown and "unsupported" in shown and "my_note" in shown
+
+
+def test_mla_drafter_ids_are_read_for_a_deepseek_kimi_target(tmp_path, capsys):
+    """An MLA drafter serves DeepSeek/Kimi targets only, so inspect reads its SGLang ids by their rule
+    (first id not 1: verbatim, inputs of layers) without being told; the given target agrees."""
+    from builders import k2_mla_pair
+
+    drafter, target = k2_mla_pair(tmp_path)  # eagle_config ids [2, 30, 58]
+    alone = inspect_checkpoint(drafter)
+    assert alone.aux_layers == [1, 29, 57] and alone.aux_family_from == "drafter" and not alone.aux_other_readings
+    given = inspect_checkpoint(drafter, target=target)
+    assert given.aux_layers == [1, 29, 57] and (given.aux_family, given.aux_family_from) == ("deepseek", "target")
+
+
+def test_llama_drafter_for_a_deepseek_target_says_the_reading_depends_on_the_target(tmp_path, target_configs,
+                                                                                  capsys):
+    """A Llama-architecture drafter can serve a Kimi target (AQ-MedAI's): without --target inspect says
+    which family it assumed and what a DeepSeek/Kimi target's SGLang would capture; with it, that."""
+    drafter, target = make_pair(tmp_path, target_configs["deepseek_v3"],
+                                eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 6]})
+    alone = inspect_checkpoint(drafter)
+    assert alone.aux_layers == [2, 4, 6] and alone.aux_family_from == "assumed"
+    assert alone.aux_other_readings == {"deepseek": [1, 3, 5]}
+    assert main(["inspect", str(drafter)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Llama-like target" in out and "deepseek target: [1, 3, 5]" in out and "--target" in out
+    assert main(["inspect", str(drafter), "--target", str(target), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["aux_layers"] == [1, 3, 5] and doc["aux_family"] == "deepseek" and doc["aux_other_readings"] == {}

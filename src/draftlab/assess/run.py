@@ -138,7 +138,7 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
     clock = Clock()
     with atomic_dir(out) as tmp, _steps(progress) as step:
         step("inspect and check")
-        inspected = inspect_checkpoint(drafter, engine=engine)
+        inspected = inspect_checkpoint(drafter, engine=engine, target=target)
         checked = check_pair(drafter, target, engine=engine, engine_version=engine_version)
         fixed, run_on = None, Path(drafter)
         if not checked.ok and checked.fixable:

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftlab.checkpoint.configs import drafter_config, is_drafter, target_config
+from draftlab.checkpoint.configs import TargetConfig, drafter_config, is_drafter, target_config
 from draftlab.checkpoint.d2t import validate_d2t
 from draftlab.checkpoint.reader import Checkpoint, open_checkpoint
 from draftlab.checkpoint.variants import unknown_keys, unsupported
 from draftlab.engines import aux_layers, default_aux_layers
-from draftlab.engines.releases import release
+from draftlab.engines.releases import release, target_family
 
 
 @dataclass
@@ -57,6 +57,10 @@ class DrafterSummary(Summary):
     aux_layers: list[int] | None  # canonical ids the engine captures; None: the default, which needs L
     aux_source: str  # the config field read, or "default"
     aux_default_rule: str
+    aux_rule: str  # how the release read the ids, in words
+    aux_family: str  # the target family the ids were read for: "deepseek", "gpt_oss", "llama" or "other"
+    aux_family_from: str  # "target" (--target), "drafter" (an MLA drafter serves DeepSeek/Kimi) or "assumed"
+    aux_other_readings: dict[str, list[int]]  # with the family assumed: other families' readings that differ
     max_position_embeddings: int | None
     rope_theta: float | None
     rope_scaling: dict[str, Any] | None
@@ -83,17 +87,20 @@ class DrafterSummary(Summary):
 InspectResult = TargetSummary | DrafterSummary
 
 
-def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_layers: int | None = None) -> InspectResult:
+def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_layers: int | None = None,
+                       target: str | Path | None = None) -> InspectResult:
     """Describe the checkpoint at ``path``; for a drafter, as ``engine`` will load it.
 
-    ``num_target_layers`` lets a drafter's default aux layers be resolved to layer indices.
+    ``num_target_layers`` lets a drafter's default aux layers be resolved to layer indices; ``target``
+    (a target folder) gives them and the family whose rules SGLang reads the ids by.
     """
     release(engine)  # refuse an unknown engine before reading files
     ckpt = open_checkpoint(path)
     common = dict(path=Path(path), format=ckpt.format, num_parameters=ckpt.num_parameters, dtype=ckpt.dtype,
                   num_tensors=len(ckpt.tensors), size_on_disk=ckpt.size_on_disk)
     if is_drafter(ckpt):
-        return _drafter(ckpt, engine, num_target_layers, common)
+        target_cfg = None if target is None else target_config(open_checkpoint(target))
+        return _drafter(ckpt, engine, num_target_layers, common, target_cfg)
     t = target_config(ckpt)
     moe = None if t.num_experts is None else {
         "num_experts": t.num_experts, "experts_per_token": t.experts_per_token,
@@ -106,10 +113,22 @@ def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_laye
         moe=moe, rope_theta=t.rope.theta, rope_scaling=t.rope.scaling)
 
 
-def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, common: dict[str, Any]) -> DrafterSummary:
+def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, common: dict[str, Any],
+             target: TargetConfig | None) -> DrafterSummary:
     d = drafter_config(ckpt)
-    aux = aux_layers(engine, d, num_target_layers or 0)
+    if target is not None:
+        num_target_layers = num_target_layers or target.num_layers
+        family, family_from = target_family(target.model_type), "target"
+    elif d.variant.mla is not None:  # the engines serve MLA drafters for DeepSeek/Kimi targets only
+        family, family_from = "deepseek", "drafter"
+    else:
+        family, family_from = "llama", "assumed"
+    aux = aux_layers(engine, d, num_target_layers or 0, target=target, family=family)
     layers = aux.layers if aux.source != "default" or num_target_layers else None
+    others = {} if family_from != "assumed" or layers is None else {
+        other: read.layers for other in ("deepseek", "gpt_oss")
+        if (read := aux_layers(engine, d, num_target_layers or 0, family=other)).layers != layers
+        and min(read.layers) >= 0}  # a reading that starts below layer 0 is no drafter for that family
     names = ckpt.tensors
     d2t_name = next((n for n in ("d2t", "model.d2t") if n in names), None)
     t2d_name = next((n for n in ("t2d", "model.t2d") if n in names), None)
@@ -129,7 +148,8 @@ def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, commo
         kind="drafter", layout=d.layout, architecture=d.architecture, **common, engine=engine,
         weight_naming=naming, hidden_size=d.hidden_size, target_hidden_size=d.target_hidden_size,
         vocab_size=d.vocab_size, draft_vocab_size=d.draft_vocab_size, num_layers=d.num_layers,
-        aux_layers=layers, aux_source=aux.source, aux_default_rule=rule,
+        aux_layers=layers, aux_source=aux.source, aux_default_rule=rule, aux_rule=aux.rule, aux_family=family,
+        aux_family_from=family_from, aux_other_readings=others,
         max_position_embeddings=d.max_position_embeddings, rope_theta=d.rope.theta, rope_scaling=d.rope.scaling,
         has_d2t=d2t_name is not None, has_t2d=t2d_name is not None,
         d2t_valid=(not problems) if d2t_name else None, d2t_problems=problems,

@@ -24,12 +24,15 @@ def inspect(
     path: Annotated[Path, typer.Argument(help="Checkpoint folder, or a weights file beside its config.json.")],
     engine: EngineOpt = "sglang",
     target_layers: Annotated[Optional[int], typer.Option(help="Target layer count, to resolve default aux layers.")] = None,
+    target: Annotated[Optional[Path], typer.Option("--target", "-t", help="A drafter's target folder: its depth, "
+                                                   "and its family (SGLang reads DeepSeek/Kimi and gpt-oss ids by "
+                                                   "their own rules).")] = None,
     json_out: JsonOption = False,
 ) -> int:
     """What a checkpoint is (target or drafter), from headers and config only."""
     from draftlab.checkpoint.summary import inspect_checkpoint
 
-    result = inspect_checkpoint(path, engine=engine, num_target_layers=target_layers)
+    result = inspect_checkpoint(path, engine=engine, num_target_layers=target_layers, target=target)
     if json_out:
         emit_json(result)
     else:

@@ -97,15 +97,16 @@ def _configured(rel: Release, drafter: DrafterConfig, num_layers: int | None, fa
 
 
 def aux_layers(engine: str, drafter: DrafterConfig, num_target_layers: int, *, target: TargetConfig | None = None,
-               version: str | None = None, runner: str | None = None) -> AuxLayers:
+               version: str | None = None, runner: str | None = None, family: str | None = None) -> AuxLayers:
     """Which target layers ``engine`` (at ``version``, default the newest) captures for ``drafter``.
 
     ``target`` gives the family (SGLang's DeepSeek/Kimi and gpt-oss rules) and whether it is MoE (vLLM's
-    default runner); ``runner`` ("V1" or "MRV2") overrides that default.
+    default runner); ``family`` stands in for it when the target is not at hand; ``runner`` ("V1" or
+    "MRV2") overrides the default runner.
     """
     rel = release(engine, version)
     runner = runner or runner_of(rel, target)
-    found = _configured(rel, drafter, num_target_layers, _family(target), runner)
+    found = _configured(rel, drafter, num_target_layers, family or _family(target), runner)
     if found is not None:
         return found
     return AuxLayers(default_aux_layers(num_target_layers), "default", None,

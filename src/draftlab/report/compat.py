@@ -79,6 +79,17 @@ def render_inspect(result: InspectResult, console: Console) -> None:
     for key, value in rows:
         table.add_row(key, str(value))
     console.print(table)
+    if isinstance(result, DrafterSummary):
+        console.print(f"aux ids {_aux_reading(result)}")
+
+
+def _aux_reading(result: DrafterSummary) -> str:
+    """For which target family the ids were read, and what the others would capture instead."""
+    family = {"target": f"read for the given {result.aux_family} target",
+              "drafter": "read for a DeepSeek/Kimi target (an MLA drafter)",
+              "assumed": "read for a Llama-like target (no --target)"}[result.aux_family_from]
+    others = "; ".join(f"a {name} target: {layers}" for name, layers in result.aux_other_readings.items())
+    return f"{family}; {others} (pass --target)" if others else family
 
 
 def render_check(result: CheckResult, console: Console) -> None:
