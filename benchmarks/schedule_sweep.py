@@ -8,9 +8,11 @@ GPU run (any pair; plan and every server on the device):
         [--target T --drafter D --dtype bfloat16]
 
 1. ``draftlab plan --target --drafter --prompts --batch-sizes 1..N --grid 1/1/2,2/1/3,3/1/4,4/1/5 --served
-   --schedule vllm --schedule-out schedule.json --json``: probe each chain, profile the batched passes at
-   every batch size, time plain decoding served by ``draftlab serve`` at every batch size (``--served``:
-   :mod:`draftlab.cost.served`), predict the server's tok/s, choose K per batch size by those predictions.
+   --save-costs --save-probe --json``: probe each chain, profile the batched passes at every batch size,
+   time plain decoding served by ``draftlab serve`` at every batch size (``--served``:
+   :mod:`draftlab.cost.served`), predict the server's tok/s; then ``plan --costs --probe --schedule vllm``
+   chooses K per batch size by those predictions (where speculation loses at every batch size plan says
+   so and writes no schedule: the schedule arm then serves without a drafter).
 2. One ``draftlab serve --max-batch 48`` per arm (baseline, K = 1..4 fixed, the schedule), launched as
    ``draftlab sweep --engine draftlab --schedule`` launches them (every arm batches the requests in flight:
    static batches of c), all up at once and idle but for the arm being measured.
@@ -73,19 +75,36 @@ def prompts(path: Path, n: int, length: int, *, ids: bool) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def arm_k(arm: str, c: int, schedule: LoadedSchedule) -> int:
+def plan_schedule(costs: Path, probes: Path, sizes: str, out: Path) -> LoadedSchedule | None:
+    """The schedule ``plan --schedule vllm`` chooses from the measured costs and probes; None where it
+    finds that speculation loses at every batch size (then the schedule arm serves without a drafter,
+    as the refusal says to)."""
+    argv = [sys.executable, "-m", "draftlab", "plan", "--costs", str(costs), "--probe", str(probes),
+            "--batch-sizes", sizes, "--schedule", "vllm", "--schedule-out", str(out), "--json"]
+    print("$ " + shlex.join(argv), flush=True)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode == 2 and "speculation loses at every" in done.stderr:
+        print(done.stderr.strip(), flush=True)
+        return None
+    if done.returncode:
+        raise SystemExit(done.stderr)
+    return load_schedule(out)
+
+
+def arm_k(arm: str, c: int, schedule: LoadedSchedule | None) -> int:
     """The draft length an arm runs at concurrency ``c`` (0: plain decoding)."""
-    if arm == "baseline":
+    if arm == "baseline" or (arm == "schedule" and schedule is None):
         return 0
     return schedule.draft_length(c) if arm == "schedule" else int(arm.split("/")[0])
 
 
-def server(arm: str, port: int, target: str, drafter: str, schedule: LoadedSchedule, cap: int,
+def server(arm: str, port: int, target: str, drafter: str, schedule: LoadedSchedule | None, cap: int,
            on_device: list[str]) -> LaunchRequest:
     """The arm's ``draftlab serve``, exactly as ``draftlab sweep --engine draftlab --schedule`` launches it."""
     k = None if arm in ("baseline", "schedule") else int(arm.split("/")[0])
+    plain = arm == "baseline" or (arm == "schedule" and schedule is None)
     return LaunchRequest(
-        engine=REFERENCE, target=target, drafter=None if arm == "baseline" else drafter,
+        engine=REFERENCE, target=target, drafter=None if plain else drafter,
         steps=k, topk=1 if k else None, num_draft_tokens=k + 1 if k else None, port=port,
         max_running_requests=cap, extra_args=("--max-batch", str(cap), *on_device),
         schedule=schedule if arm == "schedule" else None)
@@ -119,13 +138,14 @@ def main() -> None:
     prompt_file = out / "prompts.jsonl"
     prompts(prompt_file, args.requests_per_stream * top, args.prompt_bytes, ids=toy is not None)
     plan_json, schedule_file = out / "plan.json", out / "schedule.json"
+    costs, probes = out / "profile.json", out / "probes.json"
+    sizes = ",".join(str(c) for c in range(1, top + 1))
     run([sys.executable, "-m", "draftlab", "plan", "--target", target, "--drafter", drafter, "--prompts",
-         str(prompt_file), *on_device, "--batch-sizes", ",".join(str(c) for c in range(1, top + 1)),
+         str(prompt_file), *on_device, "--batch-sizes", sizes,
          "--grid", ",".join(f"{k}/1/{k + 1}" for k in CHAINS), "--max-new-tokens", str(args.new_tokens),
          "--context", str(args.prompt_bytes + args.new_tokens // 2), "--repeats", str(args.repeats), "--served",
-         "--save-costs", str(out / "profile.json"),
-         "--schedule", "vllm", "--schedule-out", str(schedule_file), "--json"], stdout=plan_json)
-    schedule = load_schedule(schedule_file)
+         "--save-costs", str(costs), "--save-probe", str(probes), "--json"], stdout=plan_json)
+    schedule = plan_schedule(costs, probes, sizes, schedule_file)
     predictions = load_predictions(plan_json).served
     assert predictions is not None, "plan --served wrote no served predictions"
     loaded = load_prompts(prompt_file)
@@ -158,7 +178,7 @@ def main() -> None:
     print(table)
 
 
-def render(runs: list[dict], schedule: LoadedSchedule, predicted: Predictions, top: int) -> str:
+def render(runs: list[dict], schedule: LoadedSchedule | None, predicted: Predictions, top: int) -> str:
     """Markdown: per concurrency, each arm's median tok/s [range] (served prediction), the schedule
     against the best fixed arm, the noise band and the worst prediction error; then each concurrency's
     median accept lengths (the schedule's must be its K's fixed arm's: the batch ran the K it was given)."""
@@ -176,7 +196,7 @@ def render(runs: list[dict], schedule: LoadedSchedule, predicted: Predictions, t
         ok = within_noise(stats["schedule"], stats[best], band)
         errors = [stats[a].median / pred[a] - 1 for a in ARMS]
         worst = max(errors, key=abs)
-        lines.append(f"| {c} | {schedule.draft_length(c)} | " + " | ".join(cells)
+        lines.append(f"| {c} | {arm_k('schedule', c, schedule)} | " + " | ".join(cells)
                      + f" | {best} | {stats['schedule'].median / stats[best].median:.3f} | {band:.1%} | "
                      + f"{'yes' if ok else 'no'} | {worst:+.1%} |")
     lines.append("")
