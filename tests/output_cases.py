@@ -27,7 +27,7 @@ OUTPUTS = {
     "launch --log-file", "sweep --out", "probe --profile-out", "assess --out",
 }
 INPUTS = {
-    "inspect path", "check drafter", "check --target", "convert drafter", "convert --target",
+    "inspect path", "inspect --target", "check drafter", "check --target", "convert drafter", "convert --target",
     "profile --target", "profile --drafter", "plan --target", "plan --drafter", "plan --prompts", "plan --costs",
     "plan --probe", "plan --profile", "vocab count --data", "vocab count --tokenizer", "vocab coverage source",
     "vocab coverage --counts", "vocab coverage --tokenizer", "vocab compare a", "vocab compare b",

@@ -47,6 +47,13 @@ def test_warm_start_keeps_the_variant_and_trains_its_norms(toy_pair, data, tmp_p
     for engine in ("sglang", "vllm"):
         result = check_pair(tmp_path / "out", toy_pair.target_dir, engine)
         assert result.ok, [f.code for f in result.findings if f.severity == "error"]
+    # norm_output's two meanings: a flat config cannot say which, so check warns on the init; the trained
+    # output says it fed norm(out) forward, as this trainer does and the engines serve
+    def warned(path) -> bool:
+        return "norm-output-meaning" in {f.code for f in check_pair(path, toy_pair.target_dir, "sglang").findings}
+
+    assert not warned(tmp_path / "out")
+    assert warned(init) is ("norm_output" in VARIANT_FLAGS[name])
 
 
 def test_from_scratch_builds_eagle3_1(toy_pair, data, tmp_path):

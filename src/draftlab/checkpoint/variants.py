@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from draftlab.errors import DraftlabError
@@ -43,7 +43,7 @@ UNDERSTOOD_KEYS = frozenset({
     "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "draft_vocab_size", "rms_norm_eps",
     "hidden_act", "attention_bias", "mlp_bias", "max_position_embeddings", "rope_theta", "rope_scaling",
     "rope_parameters", "tie_word_embeddings", "norm_before_residual", "norm_before_fc", "fc_norm", "use_aux_norm",
-    "norm_output", "eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states",
+    "norm_output", "eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states", "draftlab",
     "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
     # MLA dimensions and DeepSeek's RoPE
     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
@@ -83,6 +83,9 @@ _FUNCTIONAL_NAME = re.compile(r"norm|moe|expert|router|residual|(^|_)fc(_|$)|gat
 _EXPERT_TENSOR = re.compile(r"(^|\.)(experts|shared_experts)\.|\.mlp\.gate\.|\.mlp\.(gate|up|down)_weight$")
 # The flags a new drafter of each named variant is written with (``train --variant``).
 NEW_DRAFTER_FLAGS: dict[str, dict[str, bool]] = {"eagle3": {}, "eagle3.1": {"fc_norm": True, "norm_output": True}}
+# What ``draftlab train`` adds to a norm_output drafter's config: it trained the engines' meaning (the
+# next draft step gets norm(out)), which SpecForge v0.3's flat configs cannot say (``check`` warns there)
+TRAINED_KEY, NORM_OUTPUT_TRAINED = "draftlab", "next draft step receives norm(out)"
 _LEGACY_FC_NORM = {"aux_norm_low": 0, "aux_norm_mid": 1, "aux_norm_high": 2}
 
 
@@ -109,6 +112,8 @@ class Variant:
     fc_norm: bool
     norm_output: bool
     mla: MlaDims | None
+    # the config says norm_output was trained in the engines' meaning (not part of what it computes)
+    norm_output_declared: bool = field(default=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -135,7 +140,9 @@ def read_variant(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Variant
                       qk_nope_head_dim=_positive(layer, "qk_nope_head_dim"),
                       qk_rope_head_dim=_positive(layer, "qk_rope_head_dim"),
                       v_head_dim=_positive(layer, "v_head_dim"))
-    return Variant(norm_before_fc, fc_norm, _flag(config.get("norm_output")), mla)
+    trained = config.get(TRAINED_KEY)
+    declared = isinstance(trained, dict) and trained.get("norm_output") == NORM_OUTPUT_TRAINED
+    return Variant(norm_before_fc, fc_norm, _flag(config.get("norm_output")), mla, declared)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -97,7 +97,7 @@ def norm_output(pair: Pair) -> Iterator[Finding]:
                       + ("" if not flat else " (a SpecForge v0.3 drafter's norm_output: true is plain EAGLE-3, "
                                              "which this release computes)"),
                       _where_read(pair, "norm_output"))
-    elif flat:
+    elif flat and not pair.drafter.variant.norm_output_declared:
         yield Finding("norm-output-meaning", "warning", "norm_output",
                       f"{rel.name} reads norm_output: true as EAGLE-3.1 does: the next draft step gets norm(out) "
                       "(logits come from norm(out) either way); in SpecForge before PR #879 (v0.3) the same key meant "

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from draftlab.checkpoint import DrafterConfig
+from draftlab.checkpoint.variants import NORM_OUTPUT_TRAINED, TRAINED_KEY
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, write_json_atomic
 from draftlab.models.devices import parse_dtype
@@ -36,6 +37,9 @@ def export_drafter(out: Path, drafter: Eagle3Drafter, t2d: torch.Tensor, config:
     tensors["t2d"] = t2d.detach().cpu().to(torch.bool).contiguous()
     with atomic_path(out / "model.safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
+    if config.get("norm_output") is True:  # this trainer feeds norm(out) forward, as the engines serve it
+        ours = config.get(TRAINED_KEY) if isinstance(config.get(TRAINED_KEY), dict) else {}
+        config = {**config, TRAINED_KEY: {**ours, "norm_output": NORM_OUTPUT_TRAINED}}
     write_json_atomic(out / "config.json", config)
 
 
