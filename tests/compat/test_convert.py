@@ -207,7 +207,8 @@ def test_variant_flags_and_tensors_carried_both_ways(tmp_path, target_configs):
     assert spec.check.ok and [f.code for f in spec.check.findings if f.severity != "info"] == []
     back = convert_drafter(tmp_path / "spec", "specforge", tmp_path / "back", target=target)
     assert meaning(drafter) == meaning(tmp_path / "spec") == meaning(tmp_path / "back")
-    assert meaning(drafter)["variant"] == {"norm_before_fc": True, "fc_norm": True, "norm_output": True, "mla": None}
+    assert meaning(drafter)["variant"] == {"norm_before_fc": True, "fc_norm": True, "norm_output": True, "mla": None,
+                                         "norm_output_declared": False}
     kept = stored_tensor_bytes(drafter)
     assert {spec.renamed.get(k, k): v for k, v in kept.items()} == stored_tensor_bytes(tmp_path / "spec")
     assert stored_tensor_bytes(tmp_path / "back") == kept and "input_norm.weight" in kept
