@@ -36,7 +36,8 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path, monkeypatch
     assert [r.label for r in plan.configs] == ["1/1/2", "3/1/4", "5/1/6", "3/4/8"]
     chain = next(r for r in plan.configs if r.label == "3/1/4")
     assert chain.accept_length == demo.probe.mean_accept_length  # same prompts, config and length as the probe
-    assert demo.plan.profile.overhead[0].batch_size == 1 and chain.overhead_ms > 0
+    # the measured overhead is a difference of timings, clamped at 0: a loaded machine can make it 0
+    assert demo.plan.profile.overhead[0].batch_size == 1 and chain.overhead_ms >= 0
     assert demo.plan_checked.mean_accept_length == chain.accept_length  # generate agrees with the probe
     assert "Predicted throughput per speculation config" in text and "draftlab generate measures" in " ".join(text.split())
     assert [c["what"].split(",")[0] for c in demo.plan_checks] == ["draftlab generate", "the served A/B at concurrency 1"]
