@@ -7,6 +7,14 @@ Random weights accept almost nothing, so the tokens/s measured here are at accep
 script also prints the break-even accept length (cycle time / plain decode step time): a trained
 drafter pays off when its mean accept length is above it.
 
+The decoder is the one ``generate`` runs at batch 1, set up as ``load_pair`` sets it up (the target's
+static cache and CUDA graphs on CUDA, and a static drafter cache beside it). Each cycle is also put
+against the floor of its parts (issue 27): the verify reads the target's weights and the KV cache
+filled so far once, and each of the ``steps`` drafter passes (the extend over the accepted tokens,
+then ``steps - 1`` draft passes) reads the drafter's own weights once (the embedding is the target's,
+gathered by rows); floor = those bytes over the device-to-device copy bandwidth measured in the same
+run. The plain step's floor is the target's read alone.
+
     python benchmarks/spec_cycle.py --device cuda --dtype bfloat16
     python benchmarks/spec_cycle.py --device cpu --tiny          # a few seconds, checks the script
 """
@@ -24,6 +32,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from decode_profile import copy_bandwidth  # noqa: E402
 
 from draftlab.checkpoint import DrafterConfig  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
@@ -57,6 +67,8 @@ def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.
             if not name.startswith("embed_tokens") and p.dim() == 2:
                 p.normal_(0.0, p.shape[1] ** -0.5)
     drafter = drafter.place(dtype, device, keep_embedding=True).eval()
+    if target.max_len is not None:  # as load_pair: a static target gets a static drafter cache
+        drafter.use_static_cache(target.max_len)
     return target, drafter
 
 
@@ -106,6 +118,20 @@ def run(decoder: SpeculativeDecoder, prompt: list[int], new_tokens: int, device:
             "draft_extend_ms": timer.ms("draft_extend")}
 
 
+def weight_bytes(module: torch.nn.Module, skip: str | None = None) -> int:
+    return sum(p.numel() * p.element_size() for n, p in module.named_parameters() if skip is None or skip not in n)
+
+
+def floors_ms(target: TargetRunner, drafter: Eagle3Drafter, context: int, bandwidth: float) -> tuple[float, float]:
+    """(the target's verify, one drafter pass) at their HBM floors, ms: bytes read / copy bandwidth."""
+    cfg = target.model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    dtype_bytes = next(target.model.parameters()).element_size()
+    kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * dtype_bytes * context
+    verify = (weight_bytes(target.model) + kv) / bandwidth * 1e3
+    return verify, weight_bytes(drafter, skip="embed_tokens") / bandwidth * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -122,24 +148,36 @@ def main() -> None:
     prompt = torch.randint(0, shape["vocab_size"], (args.prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
 
     decoders = {"baseline": SpeculativeDecoder(target, None, None)}
+    steps_of = {"baseline": 0}
     for spec in args.configs.split(","):
         steps, topk, n = (int(v) for v in spec.split("/"))
         decoders[spec] = SpeculativeDecoder(target, drafter, resolve_spec_flags(steps, topk, n))
+        steps_of[spec] = steps
     for decoder in decoders.values():  # warm every path up before measuring any
         run(decoder, prompt, args.new_tokens, device)
     rows = {name: run(decoder, prompt, args.new_tokens, device) for name, decoder in decoders.items()}
+    bandwidth = copy_bandwidth(args.device, gib=4.0 if device.type == "cuda" else 0.25)
+    verify_floor, pass_floor = floors_ms(target, drafter, args.prompt_len + args.new_tokens // 2, bandwidth)
     for name, row in rows.items():
         row["break_even_accept_length"] = row["cycle_ms"] / rows["baseline"]["cycle_ms"]
+        row["floor_ms"] = verify_floor + steps_of[name] * pass_floor
+        row["x_floor"] = row["cycle_ms"] / row["floor_ms"]
     if args.json:
-        print(json.dumps({"device": str(device), "dtype": args.dtype, "tiny": args.tiny, "rows": rows}, indent=2))
+        print(json.dumps({"device": str(device), "dtype": args.dtype, "tiny": args.tiny, "copy_bandwidth": bandwidth,
+                          "verify_floor_ms": verify_floor, "drafter_pass_floor_ms": pass_floor, "rows": rows},
+                         indent=2))
         return
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{'Llama-3.1-8B shape' if not args.tiny else 'tiny'} {args.dtype} on {name}, "
           f"prompt {args.prompt_len}, {args.new_tokens} new tokens")
-    print(f"{'config':>10} {'cycle ms':>9} {'draft':>8} {'verify':>8} {'extend':>8} {'tok/s':>8} {'AL':>5} {'break-even AL':>14}")
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s: verify floor {verify_floor:.3f} ms, drafter pass floor "
+          f"{pass_floor:.3f} ms")
+    print(f"{'config':>10} {'cycle ms':>9} {'draft':>8} {'verify':>8} {'extend':>8} {'tok/s':>8} {'AL':>5} "
+          f"{'break-even AL':>14} {'floor ms':>9} {'x floor':>8}")
     for spec, r in rows.items():
         print(f"{spec:>10} {r['cycle_ms']:9.2f} {r['draft_ms']:8.2f} {r['verify_ms']:8.2f} {r['draft_extend_ms']:8.2f} "
-              f"{r['tokens_per_second']:8.1f} {r['mean_accept_length']:5.2f} {r['break_even_accept_length']:14.2f}")
+              f"{r['tokens_per_second']:8.1f} {r['mean_accept_length']:5.2f} {r['break_even_accept_length']:14.2f} "
+              f"{r['floor_ms']:9.3f} {r['x_floor']:8.2f}")
 
 
 if __name__ == "__main__":
