@@ -141,3 +141,5 @@ def test_llama_drafter_for_a_deepseek_target_says_the_reading_depends_on_the_tar
     assert main(["inspect", str(drafter), "--target", str(target), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["aux_layers"] == [1, 3, 5] and doc["aux_family"] == "deepseek" and doc["aux_other_readings"] == {}
+    assert main(["inspect", str(drafter), "--target", str(drafter)]) == 2  # a drafter is no target
+    assert "--target must be the target model" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from draftlab.checkpoint.reader import Checkpoint, open_checkpoint
 from draftlab.checkpoint.variants import unknown_keys, unsupported
 from draftlab.engines import aux_layers, default_aux_layers
 from draftlab.engines.releases import release, target_family
+from draftlab.errors import DraftlabError
 
 
 @dataclass
@@ -99,8 +100,7 @@ def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_laye
     common = dict(path=Path(path), format=ckpt.format, num_parameters=ckpt.num_parameters, dtype=ckpt.dtype,
                   num_tensors=len(ckpt.tensors), size_on_disk=ckpt.size_on_disk)
     if is_drafter(ckpt):
-        target_cfg = None if target is None else target_config(open_checkpoint(target))
-        return _drafter(ckpt, engine, num_target_layers, common, target_cfg)
+        return _drafter(ckpt, engine, num_target_layers, common, None if target is None else _target(target))
     t = target_config(ckpt)
     moe = None if t.num_experts is None else {
         "num_experts": t.num_experts, "experts_per_token": t.experts_per_token,
@@ -111,6 +111,13 @@ def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_laye
         max_position_embeddings=t.max_position_embeddings, attention=t.attention,
         num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads, head_dim=t.head_dim,
         moe=moe, rope_theta=t.rope.theta, rope_scaling=t.rope.scaling)
+
+
+def _target(path: str | Path) -> TargetConfig:
+    ckpt = open_checkpoint(path)
+    if is_drafter(ckpt):
+        raise DraftlabError("is an EAGLE-3 drafter; --target must be the target model", path=path)
+    return target_config(ckpt)
 
 
 def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, common: dict[str, Any],
