@@ -87,3 +87,27 @@ def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
     assert isinstance(weight, torch.nn.Parameter) and not weight.is_inference()
     with torch.no_grad():
         weight.mul_(1.0)  # an in-place update, refused on an inference tensor outside inference mode
+
+
+def test_decode_goes_on_without_compile_where_torch_compile_cannot_build(monkeypatch, capsys) -> None:
+    """A machine where torch.compile fails (no Triton, no C compiler: here a backend that raises) still
+    decodes, without the compiled parts: HF's tokens, ``compile`` off afterwards, one warning line.
+    Any other error is not taken for it."""
+    from draftlab.models import fused_layer
+
+    def no_compiler(gm, example_inputs):
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+
+    monkeypatch.setattr(fused_layer, "_compiled_fn", lambda fn: torch.compile(fn, backend=no_compiler))
+    expected = [_no_cache_greedy("llama", p, NEW) for p in PROMPTS]
+    target = BatchTarget(TargetRunner(tiny_target("llama"), cache="dynamic"), len(PROMPTS), 40, compile=True)
+    assert plain_decode(target, PROMPTS, NEW) == expected
+    assert target.compile is False
+    err = capsys.readouterr().err
+    assert err.count("torch.compile cannot build the decode step") == 1 and "C compiler" in err
+
+    broken = BatchTarget(TargetRunner(tiny_target("llama"), cache="dynamic"), len(PROMPTS), 40, compile=True)
+    monkeypatch.setattr(broken, "_greedy_step", lambda *a: (_ for _ in ()).throw(ValueError("a real bug")))
+    broken._decode_steps = broken._step_runners()
+    with pytest.raises(ValueError, match="a real bug"):
+        plain_decode(broken, PROMPTS, NEW)

@@ -30,11 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from rich.console import Console
 from transformers import DynamicCache
 
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import BatchSlots, gather_slots, pad_block
 from draftlab.models.devices import model_devices
+from draftlab.models.fused_layer import compile_failed
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.static_kv import BatchKV
@@ -80,9 +82,33 @@ class BatchTarget:
             self._valid = torch.zeros(batch_size, self._kv.num_slots, dtype=torch.bool, device=self.device)
             self._key_positions = torch.zeros(batch_size, self._kv.num_slots, dtype=torch.long, device=self.device)
             self._slot_ids = torch.arange(self._kv.num_slots, device=self.device)
-            self._decode_steps = {True: GraphSteps(self._greedy_step) if on_cuda else self._greedy_step,
-                                  False: GraphSteps(self._logits_step) if on_cuda else self._logits_step}
+            self._decode_steps = self._step_runners()
         self.reset()
+
+    def _step_runners(self) -> dict[bool, object]:
+        """The decode steps, greedy (True) and with logits (False): CUDA graphs of them on CUDA."""
+        on_cuda = self.device.type == "cuda"
+        return {True: GraphSteps(self._greedy_step) if on_cuda else self._greedy_step,
+                False: GraphSteps(self._logits_step) if on_cuda else self._logits_step}
+
+    def _decode_step(self, greedy: bool, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step. Where torch.compile cannot build the layers' elementwise parts (it fails on
+        the first call, before a graph is captured), decoding goes on without them, exact and slower,
+        and says so once; the failed step wrote only what its rerun writes again."""
+        try:
+            return self._decode_steps[greedy](*inputs)
+        except Exception as exc:
+            if not (self.compile and compile_failed(exc)):
+                raise
+            root = exc  # what the compiler itself said, under dynamo's wrapping
+            while (inner := root.__cause__ or getattr(root, "inner_exception", None)) is not None:
+                root = inner
+            detail = (str(root).strip().splitlines() or [type(root).__name__])[0][:160]
+        self.compile = False
+        self._decode_steps = self._step_runners()
+        Console(stderr=True).print(f"[yellow]torch.compile cannot build the decode step here ({detail}); decoding "
+                                   "without it (the same tokens, slower)[/]", highlight=False, soft_wrap=True)
+        return self._decode_steps[greedy](*inputs)
 
     @property
     def static(self) -> bool:
@@ -144,11 +170,10 @@ class BatchTarget:
         self._valid[:, :start].copy_(self.slots.valid)
         self._key_positions[:, :start].copy_(self.slots.positions)
         greedy = temperature == 0
-        run = self._decode_steps[greedy]
         picked = []
         for slot in range(start, start + steps):
             read = self._slot_ids[:self._kv.read_width(slot + 1)]
-            out, positions = run(tokens, positions, self._slot_ids[slot:slot + 1], read)
+            out, positions = self._decode_step(greedy, tokens, positions, self._slot_ids[slot:slot + 1], read)
             tokens = out.clone() if greedy else pick_next(out, temperature, gen)
             picked.append(tokens)
         self.slots.append(self._key_positions[:, start:start + steps].clone(),
