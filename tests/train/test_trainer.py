@@ -236,3 +236,26 @@ def test_flex_kernels_that_do_not_fit_the_gpu_give_way_to_the_blocked_kernel(toy
     with pytest.raises(RuntimeError, match="something else"):
         train(_options(toy_pair, rows, tmp_path / "broken", init=toy_pair.drafter_dir, max_steps=3))
     assert trainer_module.kernel_unavailable(RuntimeError("x")) is False
+
+
+def test_a_machine_where_torch_compile_cannot_build_trains_uncompiled(toy_pair, data, tmp_path, monkeypatch):
+    """No Triton or C compiler (here a torch.compile backend that raises): the trainer reruns the first
+    step uncompiled on the blocked kernel and says so; the run equals an uncompiled one bit for bit."""
+    from draftlab.train import ttt
+    from draftlab.train.ttt import TTTKernels
+
+    rows, _ = data
+
+    def no_compiler(gm, example_inputs):
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+
+    def run(out):
+        result = train(_options(toy_pair, rows, out, init=toy_pair.drafter_dir, max_steps=3))
+        return result, load_file(str(out / "model.safetensors"))
+
+    _, want = run(tmp_path / "eager")
+    monkeypatch.setattr(TTTKernels, "for_device", classmethod(lambda cls, *a, **k: cls("blocked", True)))
+    monkeypatch.setattr(ttt, "_compiled", lambda fn: torch.compile(fn, backend=no_compiler))
+    result, got = run(tmp_path / "fell-back")
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+    assert any("torch.compile cannot build" in note and "C compiler" in note for note in result.notes)

@@ -118,17 +118,6 @@ def _compiled_fn(fn: Callable[..., object]) -> Callable[..., object]:
     return _compiled[fn.__name__]
 
 
-def compile_failed(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it wraps) is torch.compile failing to build a function (no Triton or no
-    C compiler on this machine, say): raised by dynamo or inductor, before anything ran compiled."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if type(seen).__module__.startswith(("torch._dynamo", "torch._inductor")):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 class FusedLayer:
     """One decoder layer of llama, mistral, qwen2 or qwen3 with fused QKV and gate_up GEMMs, over any
     cache with the HF ``update``."""

@@ -1,4 +1,5 @@
-"""Which fused attention kernels a pass may use: cuDNN's only where shapes recur.
+"""Which fused attention kernels a pass may use (cuDNN's only where shapes recur), and whether
+torch.compile can build kernels on this machine at all.
 
 On Hopper GPUs PyTorch prefers cuDNN's attention when a mask is given, and cuDNN builds an execution
 plan for every new shape it meets: about 15-20 ms of host time per new key length on an H200. A pass
@@ -24,3 +25,22 @@ ALLOWED = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBacken
 def attention_kernels() -> AbstractContextManager[None]:
     """For the duration, scaled-dot-product attention may use the flash, memory-efficient or math kernel."""
     return sdpa_kernel(ALLOWED)
+
+
+def compile_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is torch.compile failing to build a function (no Triton or no
+    C compiler on this machine, say): raised by dynamo or inductor, before anything ran compiled."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__module__.startswith(("torch._dynamo", "torch._inductor")):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def compiler_message(exc: BaseException) -> str:
+    """The first line of what the compiler itself said, under dynamo's wrapping of it."""
+    root = exc
+    while (inner := root.__cause__ or getattr(root, "inner_exception", None)) is not None:
+        root = inner
+    return (str(root).strip().splitlines() or [type(root).__name__])[0][:160]

@@ -36,9 +36,8 @@ from transformers import DynamicCache
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import BatchSlots, gather_slots, pad_block
 from draftlab.models.devices import model_devices
-from draftlab.models.fused_layer import compile_failed
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
-from draftlab.models.kernels import attention_kernels
+from draftlab.models.kernels import attention_kernels, compile_failed, compiler_message
 from draftlab.models.static_kv import BatchKV
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_static import LayerWalk, static_attention, supports
@@ -100,10 +99,7 @@ class BatchTarget:
         except Exception as exc:
             if not (self.compile and compile_failed(exc)):
                 raise
-            root = exc  # what the compiler itself said, under dynamo's wrapping
-            while (inner := root.__cause__ or getattr(root, "inner_exception", None)) is not None:
-                root = inner
-            detail = (str(root).strip().splitlines() or [type(root).__name__])[0][:160]
+            detail = compiler_message(exc)
         self.compile = False
         self._decode_steps = self._step_runners()
         Console(stderr=True).print(f"[yellow]torch.compile cannot build the decode step here ({detail}); decoding "

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from rich.console import Console
 from torch import nn
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
@@ -37,6 +38,7 @@ from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 from draftlab.models.devices import parse_device, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter, refuse_unsupported
+from draftlab.models.kernels import compile_failed, compiler_message
 from draftlab.train import checkpoints
 from draftlab.train.data import (
     DataOrder, TrainRow, feature_rows, pad_batch, pad_features, target_tokenizer, tokenized_rows,
@@ -120,16 +122,18 @@ def kernel_unavailable(exc: BaseException) -> bool:
     return False
 
 
-def _fall_back_to_blocked(module: nn.Module, kernels: TTTKernels, exc: BaseException) -> TTTKernels:
-    """The same loss on the exact blocked kernel (:mod:`.ttt_attention`), said on stderr: the step is
-    run again from its start (``_step`` zeroes the gradients first)."""
-    from rich.console import Console
-
-    blocked = TTTKernels("blocked", kernels.compile)
-    getattr(module, "module", module).kernels = blocked  # inside DDP or not
-    Console(stderr=True).print(f"[yellow]flex attention does not fit this GPU ({_first_line(exc)}); training on "
-                               "the exact blocked kernel[/yellow]")
-    return blocked
+def _fallback(kernels: TTTKernels, exc: BaseException) -> tuple[TTTKernels, str] | None:
+    """The kernels to rerun a step on when ``exc`` says this machine cannot run the current ones, and
+    why; None for any other error. flex tiles that do not fit the GPU give way to the exact blocked
+    kernel (still compiled); a torch.compile that cannot build at all (no Triton or C compiler) to the
+    blocked kernel uncompiled. Either computes the same loss."""
+    if kernels.attention == "flex" and kernel_unavailable(exc):
+        why = f"flex attention's kernels do not fit this GPU for these shapes ({_first_line(exc)})"
+        return TTTKernels("blocked", kernels.compile), f"{why}; trained on the exact blocked kernel instead"
+    if kernels.compile and compile_failed(exc):
+        why = f"torch.compile cannot build the TTT layer here ({compiler_message(exc)})"
+        return TTTKernels("blocked", False), f"{why}; trained uncompiled on the exact blocked kernel instead"
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -305,13 +309,8 @@ class _Run:
                 picked = order.next_rows(len(self.rows), o.batch_size)
                 try:
                     metrics, batch_tokens = self._step(module, optimizer, params, picked)
-                except Exception as exc:  # noqa: BLE001 (only flex's kernels not fitting the GPU is kept)
-                    if kernels.attention != "flex" or not kernel_unavailable(exc):
-                        raise
-                    kernels = _fall_back_to_blocked(module, kernels, exc)
-                    self.kernel_note = (f"flex attention's kernels do not fit this GPU for these shapes "
-                                        f"({_first_line(exc)}); trained on the exact blocked kernel instead")
-                    metrics, batch_tokens = self._step(module, optimizer, params, picked)
+                except Exception as exc:  # noqa: BLE001 (only kernels this machine cannot run are kept)
+                    metrics, batch_tokens, kernels = self._rerun_step(module, optimizer, params, picked, kernels, exc)
                 scheduler.step()
                 step += 1
                 tokens += batch_tokens
@@ -342,6 +341,23 @@ class _Run:
 
             plot_training(log, self.out / PLOT_FILE)
         return self._result(step, tokens, rate, log, interrupted)
+
+    def _rerun_step(self, module: nn.Module, optimizer: torch.optim.Optimizer, params: list[torch.Tensor],
+                    picked: list[int], kernels: TTTKernels, exc: Exception) -> tuple[dict[str, Any], int, TTTKernels]:
+        """After a step failed with ``exc``: when :func:`_fallback` has kernels this machine can run, the
+        step again from its start on them (``_step`` zeroes the gradients first), said on stderr and in
+        the result's notes; else ``exc`` itself. A fallback that fails the same way falls back again."""
+        while True:
+            found = _fallback(kernels, exc)
+            if found is None:
+                raise exc
+            kernels, self.kernel_note = found
+            getattr(module, "module", module).kernels = kernels  # inside DDP or not
+            Console(stderr=True).print(f"[yellow]{self.kernel_note}[/yellow]", highlight=False)
+            try:
+                return (*self._step(module, optimizer, params, picked), kernels)
+            except Exception as again:  # noqa: BLE001 (judged by _fallback on the next turn)
+                exc = again
 
     def _step(self, module: nn.Module, optimizer: torch.optim.Optimizer, params: list[torch.Tensor],
               picked: list[int]) -> tuple[dict[str, Any], int]:
