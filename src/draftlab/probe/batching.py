@@ -32,19 +32,29 @@ def auto_batch_size(runner: TargetRunner, drafter: Eagle3Drafter, configs: list[
     return max(1, min(MAX_BATCH, count, fits))
 
 
+def cache_bytes_per_token(runner: TargetRunner) -> int:
+    """Bytes the target's own KV cache holds per token, all layers: measured by a two-token forward, since
+    what an MLA target (DeepSeek-V3, Kimi) caches depends on the transformers release (each head's key
+    and value, or from 5.2x the compressed latent, a fraction of that) and its config's head_dim counts
+    neither."""
+    device = runner.model.get_input_embeddings().weight.device
+    with torch.inference_mode():
+        cache = runner.model(torch.zeros(1, 2, dtype=torch.long, device=device), use_cache=True).past_key_values
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers if layer.keys is not None) // 2
+
+
 def row_bytes(runner: TargetRunner, drafter: Eagle3Drafter, configs: list[SpecFlags], length: int) -> int:
     """Peak bytes one sequence of ``length`` tokens adds in the probe's largest phase."""
     cfg = runner.model.config
     size = torch.finfo(runner.dtype).bits // 8
-    hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
+    hidden = cfg.hidden_size
     intermediate = getattr(cfg, "intermediate_size", 4 * hidden)
-    kv_heads = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
-    head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
-    cache = 2 * layers * kv_heads * head_dim * (length + BUCKETS[-1]) * size
+    cache = cache_bytes_per_token(runner) * (length + BUCKETS[-1])
     aux = len(runner.aux_layers)
     target_pass = length * ((aux + 8) * hidden + 3 * intermediate) * size
     logits = min(length, 512) * cfg.vocab_size * size * 2  # a chunk of the target's argmax
     draft_vocab = drafter.lm_head.out_features
-    drafting = max(flags.topk * length * (2 * draft_vocab * (size + 4) + 4 * flags.steps * hidden * size)
+    draft_kv = 2 * drafter.config.num_key_value_heads * drafter.config.head_dim * size  # an MLA drafter's: 128 heads
+    drafting = max(flags.topk * length * (2 * draft_vocab * (size + 4) + flags.steps * (4 * hidden * size + draft_kv))
                    for flags in configs)
     return max(cache, target_pass + logits, drafting) + aux * hidden * length * size

@@ -1,0 +1,37 @@
+"""The probe's automatic batch size rests on an estimate of one sequence's memory; its KV-cache term is
+what the target's own cache holds per token, which for an MLA target no config field gives (its
+head_dim is the rope width; transformers caches each head's key and value, or the compressed latent)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DeepseekV3ForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from draftlab.models.target import TargetRunner
+from draftlab.probe.batching import cache_bytes_per_token
+from draftlab.toy import mla
+
+
+def _hf_cache_bytes_per_token(model: torch.nn.Module, tokens: int = 12) -> float:
+    """What HF's own forward caches (keys and values, every layer), per token."""
+    with torch.inference_mode():
+        cache = model(torch.arange(tokens)[None], use_cache=True).past_key_values
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers) / tokens
+
+
+def _llama() -> torch.nn.Module:
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8))
+
+
+@pytest.mark.parametrize("build", [_llama, lambda: DeepseekV3ForCausalLM(mla.target_config())], ids=["llama", "mla"])
+def test_cache_estimate_is_what_the_target_caches(build):
+    model = build().eval()
+    estimate = cache_bytes_per_token(TargetRunner(model, cache="dynamic", aux_layers=[0, 1, 2]))
+    assert estimate == _hf_cache_bytes_per_token(model, tokens=12)
+
+
+def test_llama_cache_is_its_config_arithmetic():
+    """Against the config: 2 (key, value) x 3 layers x 2 kv heads x 8 dims x 4 bytes."""
+    assert cache_bytes_per_token(TargetRunner(_llama().eval(), cache="dynamic", aux_layers=[0, 1, 2])) == 2 * 3 * 2 * 8 * 4
