@@ -34,9 +34,9 @@ def auto_batch_size(runner: TargetRunner, drafter: Eagle3Drafter, configs: list[
 
 def cache_bytes_per_token(runner: TargetRunner) -> int:
     """Bytes the target's own KV cache holds per token, all layers: measured by a two-token forward, since
-    what an MLA target (DeepSeek-V3, Kimi) caches depends on the transformers release (each head's key
-    and value, or from 5.2x the compressed latent, a fraction of that) and its config's head_dim counts
-    neither."""
+    what an MLA target (DeepSeek-V3, Kimi) caches depends on the transformers release (5.25 caches the
+    compressed latent; expanded keys and values are several times that) and its config's head_dim (the
+    rope width) gives neither."""
     device = runner.model.get_input_embeddings().weight.device
     with torch.inference_mode():
         cache = runner.model(torch.zeros(1, 2, dtype=torch.long, device=device), use_cache=True).past_key_values
