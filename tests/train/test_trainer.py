@@ -204,7 +204,7 @@ def test_flex_kernels_that_do_not_fit_the_gpu_give_way_to_the_blocked_kernel(toy
     run: an MLA drafter's 192-wide heads, and the 8B EAGLE-3.1 drafter at batch 4 x 256). The trainer then
     reruns the step on the exact blocked kernel and says so: the run equals one on the blocked kernel
     throughout, bit for bit. Any other error still stops it."""
-    from draftlab.train import trainer as trainer_module
+    from draftlab.models.kernels import kernel_unavailable
     from draftlab.train.ttt import TTTKernels
 
     rows, _ = data
@@ -235,7 +235,7 @@ def test_flex_kernels_that_do_not_fit_the_gpu_give_way_to_the_blocked_kernel(toy
     monkeypatch.setattr("draftlab.train.ttt_attention.compiled_flex", broken)
     with pytest.raises(RuntimeError, match="something else"):
         train(_options(toy_pair, rows, tmp_path / "broken", init=toy_pair.drafter_dir, max_steps=3))
-    assert trainer_module.kernel_unavailable(RuntimeError("x")) is False
+    assert kernel_unavailable(RuntimeError("x")) is False
 
 
 def test_a_machine_where_torch_compile_cannot_build_trains_uncompiled(toy_pair, data, tmp_path, monkeypatch):

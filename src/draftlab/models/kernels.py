@@ -1,5 +1,5 @@
 """Which fused attention kernels a pass may use (cuDNN's only where shapes recur), and whether
-torch.compile can build kernels on this machine at all.
+torch.compile and Triton can build kernels here (for the decode's and the trainer's fallbacks).
 
 On Hopper GPUs PyTorch prefers cuDNN's attention when a mask is given, and cuDNN builds an execution
 plan for every new shape it meets: about 15-20 ms of host time per new key length on an H200. A pass
@@ -15,6 +15,7 @@ pass runs inside :func:`attention_kernels`, whose kernels need no per-shape set-
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -27,15 +28,24 @@ def attention_kernels() -> AbstractContextManager[None]:
     return sdpa_kernel(ALLOWED)
 
 
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps (its cause, else its context), outermost first."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
 def compile_failed(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it wraps) is torch.compile failing to build a function (no Triton or no
     C compiler on this machine, say): raised by dynamo or inductor, before anything ran compiled."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if type(seen).__module__.startswith(("torch._dynamo", "torch._inductor")):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(type(e).__module__.startswith(("torch._dynamo", "torch._inductor")) for e in _chain(exc))
+
+
+def kernel_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says a Triton kernel cannot run on this GPU at these shapes:
+    flex attention's tiles asking for more shared memory than the device has. Nothing was computed."""
+    return any("No valid triton configs" in str(e) or "out of resource" in str(e) for e in _chain(exc))
 
 
 def compiler_message(exc: BaseException) -> str:

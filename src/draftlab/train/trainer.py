@@ -38,7 +38,7 @@ from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 from draftlab.models.devices import parse_device, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter, refuse_unsupported
-from draftlab.models.kernels import compile_failed, compiler_message
+from draftlab.models.kernels import compile_failed, compiler_message, kernel_unavailable
 from draftlab.train import checkpoints
 from draftlab.train.data import (
     DataOrder, TrainRow, feature_rows, pad_batch, pad_features, target_tokenizer, tokenized_rows,
@@ -108,18 +108,6 @@ class TrainResult:
 
 
 StepHook = Callable[[int], bool]  # called after each optimizer step; True asks the run to stop (tests)
-
-
-def kernel_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it wraps) says a Triton kernel cannot run on this GPU at these shapes:
-    flex attention's tiles asking for more shared memory than the device has. Nothing was computed."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        text = str(seen)
-        if "No valid triton configs" in text or "out of resource" in text:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _fallback(kernels: TTTKernels, exc: BaseException) -> tuple[TTTKernels, str] | None:
