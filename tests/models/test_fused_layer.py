@@ -75,7 +75,7 @@ def test_compiled_decode_step_runs_on_cpu_and_decodes_hfs_greedy_tokens() -> Non
     runner = TargetRunner(tiny_target("llama"), cache="dynamic")
     target = BatchTarget(runner, len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
-    assert set(fused_layer._compiled) == {"attention_input", "layer_output"}
+    assert set(fused_layer._compiled) == {("attention_input", True), ("layer_output", True)}
 
 
 def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
@@ -98,7 +98,7 @@ def test_decode_goes_on_without_compile_where_torch_compile_cannot_build(monkeyp
     def no_compiler(gm, example_inputs):
         raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
 
-    monkeypatch.setattr(fused_layer, "_compiled_fn", lambda fn: torch.compile(fn, backend=no_compiler))
+    monkeypatch.setattr(fused_layer, "_compiled_fn", lambda fn, fixed=True: torch.compile(fn, backend=no_compiler))
     expected = [_no_cache_greedy("llama", p, NEW) for p in PROMPTS]
     target = BatchTarget(TargetRunner(tiny_target("llama"), cache="dynamic"), len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
@@ -111,3 +111,44 @@ def test_decode_goes_on_without_compile_where_torch_compile_cannot_build(monkeyp
     broken._decode_steps = broken._step_runners()
     with pytest.raises(ValueError, match="a real bug"):
         plain_decode(broken, PROMPTS, NEW)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cache_free_walk_gives_hfs_hidden_states_and_aux(family: str, monkeypatch) -> None:
+    """``forward_batch`` on the fast path's device walks the fused layers causally, with no cache: the
+    final hidden states and aux features of HF's own pass, right-padded rows included. A window
+    shorter than the pass (mistral's 6 here) keeps HF's pass."""
+    from draftlab.models import target as target_module
+
+    torch.manual_seed(0)
+    short, long = torch.randint(0, 97, (2, 6)), torch.randint(0, 97, (2, 9))
+    hf = TargetRunner(tiny_target(family), aux_layers=[0, 2, 3], cache="dynamic")
+    wanted = [hf.forward_batch(batch) for batch in (short, long)]  # on the CPU: HF's pass
+    monkeypatch.setattr(target_module, "STATIC_BY_DEFAULT", ("cpu",))
+    runner = TargetRunner(tiny_target(family), aux_layers=[0, 2, 3], cache="dynamic")
+    for batch, want in zip((short, long), wanted):
+        got = runner.forward_batch(batch)
+        torch.testing.assert_close(got.aux, want.aux, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-5)
+    walked = runner._causal_walk(long.shape[1]) is not None
+    assert walked == (family != "mistral") and runner._causal_walk(short.shape[1]) is not None
+
+
+def test_compiled_cache_free_walk_takes_each_width(monkeypatch) -> None:
+    """Compiled (as in training), the walk serves batches of changing widths with HF's results, through
+    the dynamic-shape compiled functions, not the decode step's fixed-shape ones."""
+    from draftlab.models import fused_layer
+    from draftlab.models import target as target_module
+
+    hf = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3], cache="dynamic")
+    torch.manual_seed(1)
+    batches = [torch.randint(0, 97, (2, width)) for width in (7, 12, 5)]
+    wanted = [hf.forward_batch(batch) for batch in batches]  # on the CPU: HF's pass
+    monkeypatch.setattr(target_module, "STATIC_BY_DEFAULT", ("cpu",))
+    monkeypatch.setattr(fused_layer, "_compiled", {})
+    runner = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3], cache="dynamic")
+    for batch, want in zip(batches, wanted):
+        got = runner.forward_batch(batch, compiled=True)
+        torch.testing.assert_close(got.aux, want.aux, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-5)
+    assert set(fused_layer._compiled) == {("attention_input", False), ("layer_output", False)}

@@ -74,8 +74,9 @@ def train_command(
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
     compile_layer: Annotated[Optional[bool], typer.Option(
-        "--compile/--no-compile", help="Run the drafter's layer through torch.compile (default: on CUDA only; "
-                                       "flex attention is compiled on CUDA either way).")] = None,
+        "--compile/--no-compile", help="Run the drafter's layer and the target's dense layers through "
+                                       "torch.compile (default: on CUDA only; flex attention is compiled on "
+                                       "CUDA either way).")] = None,
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:

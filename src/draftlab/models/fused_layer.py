@@ -14,6 +14,11 @@ as in the rest of the walk. The elementwise work lies in two pure functions over
 (default inductor mode: no cudagraphs of its own, the callers capture theirs). The weights are
 arguments, so one compiled function serves every layer of a shape; attention (a cache read whose
 width varies) stays outside, uncompiled.
+
+Without a cache the layer is a plain causal pass (the probe's and the trainer's target pass over
+whole sequences): attention is SDPA's causal kernel with HF's arguments (``is_causal``,
+``enable_gqa``), and its compiled functions take any sequence width (dynamic shapes), since every
+training batch has its own.
 """
 
 from __future__ import annotations
@@ -108,14 +113,16 @@ def layer_output(residual: torch.Tensor, attended: torch.Tensor, o_proj: torch.T
     return hidden + F.linear(F.silu(gate) * up, down, down_bias)
 
 
-_compiled: dict[str, Callable[..., object]] = {}
+_compiled: dict[tuple[str, bool], Callable[..., object]] = {}
 
 
-def _compiled_fn(fn: Callable[..., object]) -> Callable[..., object]:
-    """``fn`` through torch.compile, made once per process (shapes fixed: a decode step's recur)."""
-    if fn.__name__ not in _compiled:
-        _compiled[fn.__name__] = torch.compile(fn, dynamic=False, fullgraph=True)
-    return _compiled[fn.__name__]
+def _compiled_fn(fn: Callable[..., object], fixed: bool = True) -> Callable[..., object]:
+    """``fn`` through torch.compile, made once per process. ``fixed``: for shapes that recur (a decode
+    step's); else sizes that change between calls are compiled as dynamic on their second value."""
+    key = (fn.__name__, fixed)
+    if key not in _compiled:
+        _compiled[key] = torch.compile(fn, dynamic=False if fixed else None, fullgraph=True)
+    return _compiled[key]
 
 
 class FusedLayer:
@@ -134,19 +141,25 @@ class FusedLayer:
         self.norms = layer.input_layernorm, layer.post_attention_layernorm
         self.qk_norms = (attn.q_norm, attn.k_norm) if hasattr(attn, "q_norm") else None
 
-    def __call__(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                 cache: object, compiled: bool = False) -> torch.Tensor:
+    def __call__(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
+                 cache: object | None, compiled: bool = False) -> torch.Tensor:
         """hidden [B, n, H] -> the layer's output; ``mask`` additive [B or 1, 1, n, S] over the slots
-        the cache's ``update`` returns. ``compiled``: the elementwise parts through torch.compile."""
-        first = _compiled_fn(attention_input) if compiled else attention_input
-        last = _compiled_fn(layer_output) if compiled else layer_output
+        the cache's ``update`` returns. ``cache`` None: a causal pass over the n tokens alone (``mask``
+        unused). ``compiled``: the elementwise parts through torch.compile."""
+        fixed = cache is not None
+        first = _compiled_fn(attention_input, fixed) if compiled else attention_input
+        last = _compiled_fn(layer_output, fixed) if compiled else layer_output
         q_norm, k_norm = self.qk_norms or (None, None)
         q, k, v = first(hidden, self.norms[0].weight, self.norms[0].variance_epsilon, self.qkv, self.qkv_bias,
                         None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
                         0.0 if q_norm is None else q_norm.variance_epsilon, cos, sin, self.heads, self.kv_heads,
                         self.head_dim)
-        k, v = cache.update(k, v, self.index)
-        attended = gqa_attention(q, k, v, mask, self.scaling).transpose(1, 2).reshape(*hidden.shape[:2], -1)
+        if cache is None:
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=True)
+        else:
+            k, v = cache.update(k, v, self.index)
+            attended = gqa_attention(q, k, v, mask, self.scaling)
+        attended = attended.transpose(1, 2).reshape(*hidden.shape[:2], -1)
         return last(hidden, attended, self.o_proj.weight, self.o_proj.bias, self.norms[1].weight,
                     self.norms[1].variance_epsilon, self.gate_up, self.gate_up_bias, self.down_proj.weight,
                     self.down_proj.bias)

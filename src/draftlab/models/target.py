@@ -36,7 +36,8 @@ from draftlab.errors import DraftlabError
 from draftlab.models.devices import model_devices, offloaded, parse_device, parse_dtype
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import apply_window, attention_mask, new_token_mask, to_additive
-from draftlab.models.target_static import StaticTarget, cache_keyword, supports
+from draftlab.models.fused_layer import fusable
+from draftlab.models.target_static import LayerWalk, StaticTarget, cache_keyword, supports
 
 CACHES = ("auto", "dynamic", "static")
 DEFAULT_MAX_LEN = 4096
@@ -88,6 +89,7 @@ class TargetRunner:
                                 "device map runs with the dynamic cache (cache auto or dynamic)")
         self.cache = cache
         self._static: StaticTarget | None = None
+        self._walk: LayerWalk | None = None  # the cache-free fused walk, made by the first forward_batch
         if cache == "static":
             if graphs and not on_cuda:
                 raise DraftlabError("CUDA graphs need the target on a CUDA device")
@@ -194,21 +196,43 @@ class TargetRunner:
     __call__ = forward
 
     @torch.no_grad()
-    def forward_batch(self, input_ids: torch.Tensor) -> BatchStep:
+    def forward_batch(self, input_ids: torch.Tensor, *, compiled: bool = False) -> BatchStep:
         """One cache-free causal pass over ``input_ids`` [B, L], leaving the KV cache alone.
 
         Rows may be right-padded: a pad after a row's real tokens is never attended by them. Logits
         are left to the caller (``lm_head`` over the hidden states, in chunks: [B, L, V] is large).
-        In static mode the pass runs on the model's own attention, not the batch-1 static one.
+        Where the static cache runs by default (CUDA), the dense families walk their fused layers
+        (:meth:`LayerWalk.causal`; ``compiled``: their elementwise parts through torch.compile, worth
+        its compile time over many passes, as in training); otherwise the HF model runs on its own
+        attention (in static mode too: the batch-1 static cache is left alone).
         """
         input_ids = input_ids.to(self.device)
         limit = self.config.max_position_embeddings
         if limit is not None and input_ids.shape[1] > limit:
             raise DraftlabError(f"{input_ids.shape[1]} tokens are past the target's context of {limit} tokens")
+        walk = self._causal_walk(input_ids.shape[1])
+        if walk is not None:
+            hidden, aux = walk.causal(input_ids, compiled=compiled)
+            return BatchStep(hidden=hidden, aux=aux)
         with self.hf_pass() as captured:
             out = self.model.get_decoder()(input_ids=input_ids, use_cache=False)
         aux = torch.cat([captured[k].to(self.device) for k in self.aux_layers], dim=-1)
         return BatchStep(hidden=out.last_hidden_state, aux=aux)
+
+    def _causal_walk(self, length: int) -> LayerWalk | None:
+        """The fused walk for a cache-free pass of ``length`` tokens, made once, when this runner's
+        device takes the fast path by default and its model is one dense, SiLU-gated family on one
+        device with no sliding window shorter than the pass; else None (the HF pass)."""
+        if self.device.type not in STATIC_BY_DEFAULT or not supports(self.model) or not fusable(self.model):
+            return None
+        if any(window is not None and window < length for window in self._windows.values()):
+            return None
+        if self._walk is None:
+            if len(model_devices(self.model)) != 1:
+                return None
+            self._walk = self._static.walk if self._static is not None else \
+                LayerWalk(self.model, self.aux_layers, self._windows)
+        return self._walk
 
     def keep(self, indices: torch.Tensor) -> None:
         """Of the entries the last forward appended, keep ``indices`` (in that order) right after the prefix."""

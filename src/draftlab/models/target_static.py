@@ -70,8 +70,8 @@ class LayerWalk:
         attn = self.layers[0].self_attn
         return attn.k_proj.out_features // attn.head_dim, attn.head_dim
 
-    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, masks: dict[str, torch.Tensor],
-                 cache: object, *, aux: bool = True,
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, masks: dict[str, torch.Tensor | None],
+                 cache: object | None, *, aux: bool = True,
                  compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ids/positions [B, n], one mask per attention kind; ``cache`` has the HF ``update``. Returns
         the final (post-norm) hidden states [B, n, H] and the aux features [B, n, len(aux) * H] (None
@@ -92,6 +92,14 @@ class LayerWalk:
                 captured[i] = hidden
         features = torch.cat([captured[k] for k in self.aux_layers], dim=-1) if aux else None
         return self.decoder.norm(hidden), features
+
+    def causal(self, ids: torch.Tensor, *, compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """A cache-free causal pass over ids [B, L] (the fused layers only; no sliding window in reach):
+        the final hidden states and the aux features, as :meth:`__call__` returns them."""
+        if self.fused is None:
+            raise DraftlabError("the cache-free walk needs the fused layers (a SiLU-gated target)")
+        positions = torch.arange(ids.shape[1], device=ids.device)[None].expand(ids.shape[0], -1)
+        return self(ids, positions, dict.fromkeys(self.layer_kinds), None, compiled=compiled)
 
 
 @contextmanager

@@ -87,7 +87,7 @@ class TrainOptions:
     device: str | None = None
     device_map: str | None = None
     progress: bool = False
-    compile: bool | None = None  # the TTT layer through torch.compile; None: on CUDA only (ttt.TTTKernels)
+    compile: bool | None = None  # the TTT layer and the target's pass through torch.compile; None: on CUDA only
 
 
 @dataclass
@@ -119,7 +119,7 @@ def _fallback(kernels: TTTKernels, exc: BaseException) -> tuple[TTTKernels, str]
         why = f"flex attention's kernels do not fit this GPU for these shapes ({_first_line(exc)})"
         return TTTKernels("blocked", kernels.compile), f"{why}; trained on the exact blocked kernel instead"
     if kernels.compile and compile_failed(exc):
-        why = f"torch.compile cannot build the TTT layer here ({compiler_message(exc)})"
+        why = f"torch.compile cannot build the TTT layer or the target's pass here ({compiler_message(exc)})"
         return TTTKernels("blocked", False), f"{why}; trained uncompiled on the exact blocked kernel instead"
     return None
 
@@ -360,7 +360,7 @@ class _Run:
         optimizer.zero_grad(set_to_none=True)
         for a in range(o.grad_accum):
             chunk = rows[(a * world.size + world.rank) * size:][:size]
-            batch = self._batch(chunk, width)
+            batch = self._batch(chunk, width, getattr(module, "module", module).kernels.compile)
             sync = nullcontext() if a == o.grad_accum - 1 or world.size == 1 else module.no_sync()
             with sync:
                 with self._autocast():
@@ -378,13 +378,15 @@ class _Run:
                    "accuracy_by_step": (correct / counted.clamp(min=1)).tolist()}
         return metrics, sum(len(r.input_ids) for r in rows)
 
-    def _batch(self, rows: list[TrainRow], width: int):
+    def _batch(self, rows: list[TrainRow], width: int, compiled: bool):
+        """The rows padded to ``width``, with their features (captured, or from the target's pass,
+        ``compiled`` as the drafter's layer is)."""
         ids, mask, attn = pad_batch(rows, width)
         if rows[0].aux is not None:
             aux, final = pad_features(rows, width)
             aux, final = aux.to(self.device), final.to(self.device)
         else:
-            step = self.runner.forward_batch(ids)
+            step = self.runner.forward_batch(ids, compiled=compiled)
             aux, final = step.aux, step.hidden
         return make_batch(ids.to(self.device), mask.to(self.device), aux, final, self.heads.lm_head, self.t2d,
                           attn.to(self.device))
