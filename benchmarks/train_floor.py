@@ -72,7 +72,7 @@ def draftlab_step(runner, drafter, t2d, optimizer, params, n: int, ttt: int, ker
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        out = runner.forward_batch(ids)
+        out = runner.forward_batch(ids, compiled=kernels.compile)  # as Trainer._batch runs it
         batch = make_batch(ids, mask, out.aux, out.hidden, runner.lm_head, t2d)
         with autocast:
             loss = ttt_loss(drafter, batch, ttt, kernels=kernels).loss
@@ -118,7 +118,7 @@ def draftlab_rows(args, device: torch.device, kernels_for) -> list[dict]:
             step = draftlab_step(runner, drafter, t2d, optimizer, params, n, args.ttt_length, kernels, device)
             row.update(timed(step, args.warmup, args.repeats, device))
             row["tokens_per_second"] = round(n / row["step_s"], 1)
-            row["target_forward_s"] = target_forward_s(runner, n, device)
+            row["target_forward_s"] = target_forward_s(runner, n, device, kernels.compile)
         except Exception as e:  # noqa: BLE001 - one failed length must not cost the others
             row["error"] = _error(e)
         if args.profile and n == args.seq_lens[0] and device.type == "cuda" and "error" not in row:
@@ -132,13 +132,13 @@ def draftlab_rows(args, device: torch.device, kernels_for) -> list[dict]:
     return rows
 
 
-def target_forward_s(runner, n: int, device: torch.device) -> float:
-    """The target's batched pass alone (the part of the step both implementations share), mean of 3."""
+def target_forward_s(runner, n: int, device: torch.device, compiled: bool) -> float:
+    """The target's batched pass alone (the step's first part; the plain step runs HF's), mean of 3."""
     ids = torch.randint(0, runner.config.vocab_size, (1, n), device=device)
     synchronize(device)
     start = time.perf_counter()
     for _ in range(3):
-        runner.forward_batch(ids)
+        runner.forward_batch(ids, compiled=compiled)
     synchronize(device)
     return round((time.perf_counter() - start) / 3, 4)
 
