@@ -36,9 +36,9 @@ def cache_bytes_per_token(runner: TargetRunner) -> int:
     """Bytes the target's own KV cache holds per token, all layers: measured by a two-token forward, since
     what an MLA target (DeepSeek-V3, Kimi) caches depends on the transformers release (5.25 caches the
     compressed latent; expanded keys and values are several times that) and its config's head_dim (the
-    rope width) gives neither."""
+    rope width) gives neither. The forward is HF's on its own attention (a static runner lends it)."""
     device = runner.model.get_input_embeddings().weight.device
-    with torch.inference_mode():
+    with torch.inference_mode(), runner.hf_pass():
         cache = runner.model(torch.zeros(1, 2, dtype=torch.long, device=device), use_cache=True).past_key_values
     return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers if layer.keys is not None) // 2
 
