@@ -75,7 +75,7 @@ def test_compiled_decode_step_runs_on_cpu_and_decodes_hfs_greedy_tokens() -> Non
     runner = TargetRunner(tiny_target("llama"), cache="dynamic")
     target = BatchTarget(runner, len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
-    assert set(fused_layer._compiled) == {("attention_input", True), ("layer_output", True)}
+    assert set(fused_layer._compiled) == {("attention_input", True, False), ("layer_output", True, False)}
 
 
 def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
@@ -89,16 +89,20 @@ def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
         weight.mul_(1.0)  # an in-place update, refused on an inference tensor outside inference mode
 
 
+def _no_compiler(fn, fixed=True, tuned=False):
+    """torch.compile as on a machine without a C compiler: it fails when the function first runs."""
+    def backend(gm, example_inputs):
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+    return torch.compile(fn, backend=backend)
+
+
 def test_decode_goes_on_without_compile_where_torch_compile_cannot_build(monkeypatch, capsys) -> None:
     """A machine where torch.compile fails (no Triton, no C compiler: here a backend that raises) still
     decodes, without the compiled parts: HF's tokens, ``compile`` off afterwards, one warning line.
     Any other error is not taken for it."""
     from draftlab.models import fused_layer
 
-    def no_compiler(gm, example_inputs):
-        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
-
-    monkeypatch.setattr(fused_layer, "_compiled_fn", lambda fn, fixed=True: torch.compile(fn, backend=no_compiler))
+    monkeypatch.setattr(fused_layer, "_compiled_fn", _no_compiler)
     expected = [_no_cache_greedy("llama", p, NEW) for p in PROMPTS]
     target = BatchTarget(TargetRunner(tiny_target("llama"), cache="dynamic"), len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
@@ -151,4 +155,26 @@ def test_compiled_cache_free_walk_takes_each_width(monkeypatch) -> None:
         got = runner.forward_batch(batch, compiled=True)
         torch.testing.assert_close(got.aux, want.aux, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-5)
-    assert set(fused_layer._compiled) == {("attention_input", False), ("layer_output", False)}
+    assert set(fused_layer._compiled) == {("attention_input", False, False), ("layer_output", False, False)}
+
+
+def test_batch_one_static_step_compiled_and_without_a_compiler(monkeypatch, capsys) -> None:
+    """The batch-1 static target (generate's verify) runs its bucketed steps with the layers' parts
+    compiled (the default on CUDA): HF's greedy tokens. Where torch.compile cannot build, it goes on
+    without them: the same tokens, ``compile`` off, one warning line."""
+    from draftlab.models import fused_layer
+
+    expected = [_no_cache_greedy("llama", p, NEW) for p in PROMPTS]
+
+    def decode(runner: TargetRunner) -> list[list[int]]:
+        decoder = SpeculativeDecoder(runner, None, None)
+        return [[t for c in decoder.stream(p, max_new_tokens=NEW, ignore_eos=True) for t in c.tokens] for p in PROMPTS]
+
+    compiled = TargetRunner(tiny_target("llama"), cache="static", max_len=64, compile=True)
+    assert decode(compiled) == expected and compiled._static.compile
+    monkeypatch.setattr(fused_layer, "_compiled_fn", _no_compiler)
+    broken = TargetRunner(tiny_target("llama"), cache="static", max_len=64, compile=True)
+    assert decode(broken) == expected
+    assert broken._static.compile is False
+    err = capsys.readouterr().err
+    assert err.count("torch.compile cannot build the target's step") == 1 and "C compiler" in err

@@ -9,7 +9,6 @@ on every prompt, chain and tree; probe equals generate; and the same drafter run
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest

@@ -1,5 +1,5 @@
 """Which fused attention kernels a pass may use (cuDNN's only where shapes recur), and whether
-torch.compile and Triton can build kernels here (for the decode's and the trainer's fallbacks).
+torch.compile and Triton can build kernels here (for the decode steps' and the trainer's fallbacks).
 
 On Hopper GPUs PyTorch prefers cuDNN's attention when a mask is given, and cuDNN builds an execution
 plan for every new shape it meets: about 15-20 ms of host time per new key length on an H200. A pass
@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
+from rich.console import Console
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ALLOWED = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -54,3 +55,9 @@ def compiler_message(exc: BaseException) -> str:
     while (inner := root.__cause__ or getattr(root, "inner_exception", None)) is not None:
         root = inner
     return (str(root).strip().splitlines() or [type(root).__name__])[0][:160]
+
+
+def say_uncompiled(what: str, exc: BaseException) -> None:
+    """The one line a step that goes on without torch.compile prints (``exc``: why it could not build)."""
+    Console(stderr=True).print(f"[yellow]torch.compile cannot build {what} here ({compiler_message(exc)}); "
+                               "running it without (the same tokens, slower)[/]", highlight=False, soft_wrap=True)

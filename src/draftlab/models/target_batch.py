@@ -30,14 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from rich.console import Console
 from transformers import DynamicCache
 
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import BatchSlots, gather_slots, pad_block
 from draftlab.models.devices import model_devices
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
-from draftlab.models.kernels import attention_kernels, compile_failed, compiler_message
+from draftlab.models.kernels import attention_kernels, compile_failed, say_uncompiled
 from draftlab.models.static_kv import BatchKV
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_static import LayerWalk, static_attention, supports
@@ -57,7 +56,8 @@ class BatchTarget:
         """``read_bucket``: the slot count a forward's reads round up to (each one a CUDA graph of its
         own). ``fused``: the dense families' layers run with one QKV and one gate_up GEMM
         (:mod:`draftlab.models.fused_layer`); ``compile``: :meth:`decode`'s steps run those layers'
-        elementwise parts torch.compiled (inside draftlab's own CUDA graphs); None: on CUDA."""
+        elementwise parts torch.compiled, their GEMMs autotuned on CUDA (inside draftlab's own CUDA
+        graphs; a decode runs one shape for hundreds of steps); None: on CUDA."""
         if batch_size < 1:
             raise DraftlabError(f"batch size must be >= 1, got {batch_size}")
         if capacity < 1:
@@ -99,11 +99,9 @@ class BatchTarget:
         except Exception as exc:
             if not (self.compile and compile_failed(exc)):
                 raise
-            detail = compiler_message(exc)
+            say_uncompiled("the decode step", exc)
         self.compile = False
         self._decode_steps = self._step_runners()
-        Console(stderr=True).print(f"[yellow]torch.compile cannot build the decode step here ({detail}); decoding "
-                                   "without it (the same tokens, slower)[/]", highlight=False, soft_wrap=True)
         return self._decode_steps[greedy](*inputs)
 
     @property
@@ -211,7 +209,8 @@ class BatchTarget:
             masks[kind] = self._additive(near)
         self._kv.begin(slot, width)
         with static_attention(self.runner.model):
-            hidden, _ = self._walk(ids, positions, masks, self._kv, aux=False, compiled=self.compile)
+            hidden, _ = self._walk(ids, positions, masks, self._kv, aux=False, compiled=self.compile,
+                                   tuned=self.compile)
         logits = self.runner.lm_head(hidden[:, -1]).float()
         limit = self.config.max_position_embeddings
         return logits, positions + 1 if limit is None else (positions + 1).clamp(max=limit - 1)

@@ -29,7 +29,7 @@ from transformers.modeling_utils import AttentionInterface
 from draftlab.errors import DraftlabError
 from draftlab.models.fused_layer import FusedLayer, fusable
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
-from draftlab.models.kernels import attention_kernels
+from draftlab.models.kernels import attention_kernels, compile_failed, say_uncompiled
 from draftlab.models.static_kv import StaticKV, additive, hf_attention
 
 ATTENTION = "draftlab_static"
@@ -71,11 +71,12 @@ class LayerWalk:
         return attn.k_proj.out_features // attn.head_dim, attn.head_dim
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, masks: dict[str, torch.Tensor | None],
-                 cache: object | None, *, aux: bool = True,
-                 compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 cache: object | None, *, aux: bool = True, compiled: bool = False,
+                 tuned: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ids/positions [B, n], one mask per attention kind; ``cache`` has the HF ``update``. Returns
         the final (post-norm) hidden states [B, n, H] and the aux features [B, n, len(aux) * H] (None
-        when ``aux`` is False). ``compiled``: the fused layers' elementwise parts torch.compiled."""
+        when ``aux`` is False). ``compiled``: the fused layers' elementwise parts torch.compiled;
+        ``tuned``: their GEMMs autotuned as well."""
         hidden = self.model.get_input_embeddings()(ids)
         cos, sin = self.decoder.rotary_emb(hidden, positions)
         captured: dict[int, torch.Tensor] = {}
@@ -83,7 +84,7 @@ class LayerWalk:
         for i, layer in enumerate(self.layers):
             mask = masks[self.layer_kinds[i]]
             if self.fused is not None:
-                hidden = self.fused[i](hidden, cos, sin, mask, cache, compiled)
+                hidden = self.fused[i](hidden, cos, sin, mask, cache, compiled, tuned)
             else:
                 out = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=(cos, sin),
                             use_cache=True, **{self.cache_arg: cache})
@@ -118,7 +119,9 @@ class StaticTarget:
     """Runs steps of ``model`` over a :class:`StaticKV` of ``max_len`` entries."""
 
     def __init__(self, model: PreTrainedModel, aux_layers: list[int], windows: dict[str, int | None],
-                 *, max_len: int, graphs: bool, compile: bool) -> None:
+                 *, max_len: int, graphs: bool, compile: bool | None = None) -> None:
+        """``compile``: the bucketed steps run the fused layers' elementwise parts torch.compiled
+        (None: on CUDA); a longer step (a prefill, whose shape does not recur) runs them eager."""
         if not supports(model):
             raise DraftlabError(f"the static cache supports the families {', '.join(FAMILIES)}; this target is "
                                 f"{getattr(model.config, 'model_type', '?')!r} (use the dynamic cache)")
@@ -130,18 +133,37 @@ class StaticTarget:
         self.hf_attention = model.config._attn_implementation  # the model's own, for own_attention()
         model.config._attn_implementation = ATTENTION
         self.dtype = embed.dtype
-        step = torch.compile(self.step, dynamic=False) if compile else self.step
-        self.run_bucket = GraphSteps(step) if graphs else step
+        self.compile = embed.device.type == "cuda" if compile is None else compile
+        self.graphs = graphs
+        self.run_bucket = GraphSteps(self.step) if graphs else self.step
 
     def step(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
              tree: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One forward of b tokens written to ``slots``; tree [b, b] bool. Returns float32 logits [b, V]
-        and the aux features [b, len(aux) * hidden]."""
+        """One bucketed forward of b tokens written to ``slots``; tree [b, b] bool. Returns float32
+        logits [b, V] and the aux features [b, len(aux) * hidden]."""
+        return self._forward(ids, positions, slots, tree, self.compile)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, tree: torch.Tensor,
+                 compiled: bool) -> tuple[torch.Tensor, torch.Tensor]:
         self.kv.begin(slots, positions)
         masks = {kind: additive(self.kv.allowed(slots, positions, tree, window), self.dtype)
                  for kind, window in self.windows.items()}
-        hidden, aux = self.walk(ids[None], positions[None], masks, self.kv)
+        hidden, aux = self.walk(ids[None], positions[None], masks, self.kv, compiled=compiled)
         return self.model.get_output_embeddings()(hidden)[0].float(), aux[0]
+
+    def _bucket_step(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A bucketed step. Where torch.compile cannot build the layers' parts (it fails on the first
+        call, before a graph is captured), the steps go on without them, exact and slower, and say so
+        once; the failed step wrote only what its rerun writes again."""
+        try:
+            return self.run_bucket(*inputs)
+        except Exception as exc:
+            if not (self.compile and compile_failed(exc)):
+                raise
+            say_uncompiled("the target's step", exc)
+        self.compile = False
+        self.run_bucket = GraphSteps(self.step) if self.graphs else self.step
+        return self.run_bucket(*inputs)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
                 cached: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,7 +177,7 @@ class StaticTarget:
         if b is None:
             slots = torch.arange(cached, cached + n, device=device)
             with attention_kernels():  # a long step's shape does not recur
-                return self.step(input_ids, positions, slots, tree)
+                return self._forward(input_ids, positions, slots, tree, False)
         if b > n:
             pad = b - n
             input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])
@@ -164,7 +186,7 @@ class StaticTarget:
             square[:n, :n] = tree
             tree = square
         slots = torch.arange(cached, cached + b, device=device)
-        logits, aux = self.run_bucket(input_ids, positions, slots, tree)
+        logits, aux = self._bucket_step(input_ids, positions, slots, tree)
         return logits[:n].clone(), aux[:n].clone()
 
     def keep(self, start: int, indices: torch.Tensor) -> None:
