@@ -8,7 +8,7 @@ builder) and, for each batch size, decodes ``--new`` tokens after that many rand
 regenerate`` and ``generate --no-draft --batch-size`` run) in three variants of the
 :class:`~draftlab.models.target_batch.BatchTarget`: ``unfused`` (HF's layers, separate q/k/v and
 gate/up GEMMs, in the CUDA graphs), ``fused`` (one QKV and one gate_up GEMM per layer) and
-``fused+compiled`` (their elementwise parts torch.compiled, their GEMMs autotuned: the CUDA default).
+``fused+compiled`` (their elementwise parts torch.compiled: the default on CUDA).
 For each it prints ms per decode step
 (the decode's wall clock over its steps, the prefill excluded by timing a one-token run and
 subtracting), the floor (weights + the KV cache the step's rows have filled, on average, over the

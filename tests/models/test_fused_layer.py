@@ -75,7 +75,7 @@ def test_compiled_decode_step_runs_on_cpu_and_decodes_hfs_greedy_tokens() -> Non
     runner = TargetRunner(tiny_target("llama"), cache="dynamic")
     target = BatchTarget(runner, len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
-    assert set(fused_layer._compiled) == {("attention_input", True, False), ("layer_output", True, False)}
+    assert set(fused_layer._compiled) == {("attention_input", True), ("layer_output", True)}
 
 
 def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
@@ -89,7 +89,7 @@ def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
         weight.mul_(1.0)  # an in-place update, refused on an inference tensor outside inference mode
 
 
-def _no_compiler(fn, fixed=True, tuned=False):
+def _no_compiler(fn, fixed=True):
     """torch.compile as on a machine without a C compiler: it fails when the function first runs."""
     def backend(gm, example_inputs):
         raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
@@ -155,7 +155,7 @@ def test_compiled_cache_free_walk_takes_each_width(monkeypatch) -> None:
         got = runner.forward_batch(batch, compiled=True)
         torch.testing.assert_close(got.aux, want.aux, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-5)
-    assert set(fused_layer._compiled) == {("attention_input", False, False), ("layer_output", False, False)}
+    assert set(fused_layer._compiled) == {("attention_input", False), ("layer_output", False)}
 
 
 def test_batch_one_static_step_compiled_and_without_a_compiler(monkeypatch, capsys) -> None:

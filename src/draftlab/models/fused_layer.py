@@ -113,20 +113,19 @@ def layer_output(residual: torch.Tensor, attended: torch.Tensor, o_proj: torch.T
     return hidden + F.linear(F.silu(gate) * up, down, down_bias)
 
 
-_compiled: dict[tuple[str, bool, bool], Callable[..., object]] = {}
+_compiled: dict[tuple[str, bool], Callable[..., object]] = {}
 
 
-def _compiled_fn(fn: Callable[..., object], fixed: bool = True, tuned: bool = False) -> Callable[..., object]:
+def _compiled_fn(fn: Callable[..., object], fixed: bool = True) -> Callable[..., object]:
     """``fn`` through torch.compile, made once per process. ``fixed``: for shapes that recur (a decode
     step's); else sizes that change between calls are compiled as dynamic on their second value.
-    ``tuned``: inductor times cuBLAS against its Triton GEMMs for each shape and keeps the fastest
-    (``max-autotune-no-cudagraphs``): at batch 1 on an H200 the 8B shape's GEMMs read their weights
-    at 1.05x the copy floor against cuBLAS's 1.16x (benchmarks/gemv_floor.py), for seconds of tuning
-    per shape on the first call (inductor keeps the choices on disk)."""
-    key = (fn.__name__, fixed, tuned)
+
+    Inductor's default mode: its ``max-autotune`` GEMMs read the 8B shape's weights at batch 1 at
+    1.05x the copy floor against cuBLAS's 1.16x (benchmarks/gemv_floor.py), but their tuning took
+    15-28 s of every probe's and generate's start on an H200 for 0.2 ms per step (RESULTS.md)."""
+    key = (fn.__name__, fixed)
     if key not in _compiled:
-        mode = "max-autotune-no-cudagraphs" if tuned else None
-        _compiled[key] = torch.compile(fn, dynamic=False if fixed else None, fullgraph=True, mode=mode)
+        _compiled[key] = torch.compile(fn, dynamic=False if fixed else None, fullgraph=True)
     return _compiled[key]
 
 
@@ -147,14 +146,13 @@ class FusedLayer:
         self.qk_norms = (attn.q_norm, attn.k_norm) if hasattr(attn, "q_norm") else None
 
     def __call__(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                 cache: object | None, compiled: bool = False, tuned: bool = False) -> torch.Tensor:
+                 cache: object | None, compiled: bool = False) -> torch.Tensor:
         """hidden [B, n, H] -> the layer's output; ``mask`` additive [B or 1, 1, n, S] over the slots
         the cache's ``update`` returns. ``cache`` None: a causal pass over the n tokens alone (``mask``
-        unused). ``compiled``: the parts around attention through torch.compile; ``tuned``: their
-        GEMMs autotuned too (on CUDA, for a step whose shape recurs many times)."""
-        fixed, tuned = cache is not None, tuned and hidden.is_cuda
-        first = _compiled_fn(attention_input, fixed, tuned) if compiled else attention_input
-        last = _compiled_fn(layer_output, fixed, tuned) if compiled else layer_output
+        unused). ``compiled``: the parts around attention through torch.compile."""
+        fixed = cache is not None
+        first = _compiled_fn(attention_input, fixed) if compiled else attention_input
+        last = _compiled_fn(layer_output, fixed) if compiled else layer_output
         q_norm, k_norm = self.qk_norms or (None, None)
         q, k, v = first(hidden, self.norms[0].weight, self.norms[0].variance_epsilon, self.qkv, self.qkv_bias,
                         None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,

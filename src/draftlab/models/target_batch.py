@@ -56,8 +56,7 @@ class BatchTarget:
         """``read_bucket``: the slot count a forward's reads round up to (each one a CUDA graph of its
         own). ``fused``: the dense families' layers run with one QKV and one gate_up GEMM
         (:mod:`draftlab.models.fused_layer`); ``compile``: :meth:`decode`'s steps run those layers'
-        elementwise parts torch.compiled, their GEMMs autotuned on CUDA (inside draftlab's own CUDA
-        graphs; a decode runs one shape for hundreds of steps); None: on CUDA."""
+        elementwise parts torch.compiled (inside draftlab's own CUDA graphs); None: on CUDA."""
         if batch_size < 1:
             raise DraftlabError(f"batch size must be >= 1, got {batch_size}")
         if capacity < 1:
@@ -209,8 +208,7 @@ class BatchTarget:
             masks[kind] = self._additive(near)
         self._kv.begin(slot, width)
         with static_attention(self.runner.model):
-            hidden, _ = self._walk(ids, positions, masks, self._kv, aux=False, compiled=self.compile,
-                                   tuned=self.compile)
+            hidden, _ = self._walk(ids, positions, masks, self._kv, aux=False, compiled=self.compile)
         logits = self.runner.lm_head(hidden[:, -1]).float()
         limit = self.config.max_position_embeddings
         return logits, positions + 1 if limit is None else (positions + 1).clamp(max=limit - 1)

@@ -71,12 +71,11 @@ class LayerWalk:
         return attn.k_proj.out_features // attn.head_dim, attn.head_dim
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, masks: dict[str, torch.Tensor | None],
-                 cache: object | None, *, aux: bool = True, compiled: bool = False,
-                 tuned: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 cache: object | None, *, aux: bool = True,
+                 compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ids/positions [B, n], one mask per attention kind; ``cache`` has the HF ``update``. Returns
         the final (post-norm) hidden states [B, n, H] and the aux features [B, n, len(aux) * H] (None
-        when ``aux`` is False). ``compiled``: the fused layers' elementwise parts torch.compiled;
-        ``tuned``: their GEMMs autotuned as well."""
+        when ``aux`` is False). ``compiled``: the fused layers' elementwise parts torch.compiled."""
         hidden = self.model.get_input_embeddings()(ids)
         cos, sin = self.decoder.rotary_emb(hidden, positions)
         captured: dict[int, torch.Tensor] = {}
@@ -84,7 +83,7 @@ class LayerWalk:
         for i, layer in enumerate(self.layers):
             mask = masks[self.layer_kinds[i]]
             if self.fused is not None:
-                hidden = self.fused[i](hidden, cos, sin, mask, cache, compiled, tuned)
+                hidden = self.fused[i](hidden, cos, sin, mask, cache, compiled)
             else:
                 out = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=(cos, sin),
                             use_cache=True, **{self.cache_arg: cache})
