@@ -215,8 +215,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--positions", default="64,256,1024", help="positions for the cost-vs-position check")
     parser.add_argument("--paths", default="eager,fast", help="eager, fast or both")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="the fast step's layer parts through torch.compile (default: on CUDA)")
+    parser.add_argument("--compile", action="store_true", help="the fast step's layer parts through torch.compile")
     parser.add_argument("--check-tokens", type=int, default=32, help="greedy tokens compared fast vs eager")
     parser.add_argument("--spec-tokens", type=int, default=128, help="tokens per speculative run (0: skip)")
     parser.add_argument("--verify-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[1, 4, 8, 16, 64])

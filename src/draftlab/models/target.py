@@ -61,11 +61,11 @@ class TargetRunner:
     """Runs one sequence (batch size 1) of a target model over its own KV cache."""
 
     def __init__(self, model: PreTrainedModel, *, aux_layers: list[int] | None = None, cache: str = "auto",
-                 max_len: int | None = None, graphs: bool | None = None, compile: bool | None = None) -> None:
+                 max_len: int | None = None, graphs: bool | None = None, compile: bool = False) -> None:
         """``cache``: "dynamic", "static" or "auto" (static on CUDA when the family supports it).
         Static only: ``max_len`` cached entries (default 4096; at most the context), ``graphs`` CUDA
         graphs per bucket (default on CUDA), ``compile`` the fused layers' elementwise parts through
-        torch.compile in the bucketed steps (default on CUDA)."""
+        torch.compile in the bucketed steps (see :class:`StaticTarget`)."""
         if cache not in CACHES:
             raise DraftlabError(f"unknown cache {cache!r}; choose {', '.join(CACHES)}")
         self.model = model.eval()
@@ -109,7 +109,7 @@ class TargetRunner:
     def load(cls, path: str | Path, *, aux_layers: list[int] | None = None, dtype: str = "float32",
              device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False,
              cache: str = "auto", max_len: int | None = None, graphs: bool | None = None,
-             compile: bool | None = None) -> TargetRunner:
+             compile: bool = False) -> TargetRunner:
         """Load a local Hugging Face folder (never the network): onto ``device``, or split across the GPUs
         by ``device_map`` (e.g. "auto", through accelerate; ``device`` is then unused). A split target
         takes its inputs on the device of its input embedding (``self.device``) and returns there."""

@@ -118,9 +118,12 @@ class StaticTarget:
     """Runs steps of ``model`` over a :class:`StaticKV` of ``max_len`` entries."""
 
     def __init__(self, model: PreTrainedModel, aux_layers: list[int], windows: dict[str, int | None],
-                 *, max_len: int, graphs: bool, compile: bool | None = None) -> None:
-        """``compile``: the bucketed steps run the fused layers' elementwise parts torch.compiled
-        (None: on CUDA); a longer step (a prefill, whose shape does not recur) runs them eager."""
+                 *, max_len: int, graphs: bool, compile: bool = False) -> None:
+        """``compile``: the bucketed steps run the fused layers' elementwise parts torch.compiled; a
+        longer step (a prefill, whose shape does not recur) runs them eager. Off by default: on an
+        H200 it takes the 8B verify from 9.3 to 7.8 ms, but in bfloat16 the toy pair's probe then
+        matched generate on 6 of 8 prompts instead of 8 (the probe's continuations are compiled at
+        other shapes, whose float32 intermediates round differently; benchmarks/RESULTS.md)."""
         if not supports(model):
             raise DraftlabError(f"the static cache supports the families {', '.join(FAMILIES)}; this target is "
                                 f"{getattr(model.config, 'model_type', '?')!r} (use the dynamic cache)")
@@ -132,7 +135,7 @@ class StaticTarget:
         self.hf_attention = model.config._attn_implementation  # the model's own, for own_attention()
         model.config._attn_implementation = ATTENTION
         self.dtype = embed.dtype
-        self.compile = embed.device.type == "cuda" if compile is None else compile
+        self.compile = compile
         self.graphs = graphs
         self.run_bucket = GraphSteps(self.step) if graphs else self.step
 
