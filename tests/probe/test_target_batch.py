@@ -53,3 +53,30 @@ def test_continuations_read_only_the_filled_slots_in_read_buckets(monkeypatch):
             row.append(int(runner.forward(torch.tensor([row[-1]])).logits[-1].argmax()))
         reference.append(row)
     assert tokens == reference
+
+
+def test_continuations_compile_only_decodes_long_enough_to_pay(monkeypatch):
+    """torch.compile's set-up costs seconds a process: the continuations compile the layers' parts on
+    CUDA only when their groups' steps add up to COMPILE_PAYS_AFTER, never on the CPU."""
+    import draftlab.probe.continuations as continuations
+    from draftlab.models.target_batch import COMPILE_PAYS_AFTER, BatchTarget, compile_pays
+    from draftlab.probe.continuations import target_continuations
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert not compile_pays(COMPILE_PAYS_AFTER - 1, cuda) and compile_pays(COMPILE_PAYS_AFTER, cuda)
+    assert not compile_pays(10 * COMPILE_PAYS_AFTER, cpu)
+
+    planned: list[int] = []
+    monkeypatch.setattr(continuations, "compile_pays", lambda steps, device: not planned.append(steps))
+    built: list[bool] = []
+
+    class Recording(BatchTarget):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self.compile)
+            self.compile = False  # what was asked is recorded; the decode itself need not compile here
+
+    monkeypatch.setattr(continuations, "BatchTarget", Recording)
+    runner = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3])
+    target_continuations(runner, [[5, 6, 7], [8, 9], [10, 11, 12, 13]], 6, batch_size=2)
+    assert planned == [2 * 6] and built == [True]  # two groups of two rows, six steps each

@@ -42,6 +42,17 @@ from draftlab.models.target import TargetRunner
 from draftlab.models.target_static import LayerWalk, static_attention, supports
 
 
+COMPILE_PAYS_AFTER = 2000
+"""Decode steps from which torch.compile's layer parts pay for their set-up. On an H200 they cost
+about 3.4 s more per process (the toy pair's probe, inductor's on-disk cache warm) and save 1.4 ms a
+step on the 8B shape at batch 1, 2.4 ms at batch 64 (benchmarks/RESULTS.md, "Decode at the HBM floor")."""
+
+
+def compile_pays(steps: int, device: torch.device) -> bool:
+    """Whether a decode of ``steps`` steps in all should compile its layers' parts (CUDA only)."""
+    return device.type == "cuda" and steps >= COMPILE_PAYS_AFTER
+
+
 @dataclass
 class BatchTargetStep:
     logits: torch.Tensor  # [B, n, V] float32 (n = 1 with last_only)

@@ -9,7 +9,9 @@ on CUDA with no host sync, reading the cache's filled part rounded up to a read 
 bucket); for others over HF's dynamic cache. So the runner's own mode (a target loaded for the static
 runtime included) never matters here. Prompts are grouped by length (less padding) and every group
 has the same batch size (the last one filled up with copies), so a group reuses the cache and graphs
-of the one before. They run past EOS: the reference decoder counts a cycle's full accept length even when
+of the one before; the layers' parts are compiled only when the groups' steps add up to enough to
+pay for it (:func:`~draftlab.models.target_batch.compile_pays`: a regenerate, not a probe's 64
+prompts). They run past EOS: the reference decoder counts a cycle's full accept length even when
 it commits tokens after an EOS or past ``max_new_tokens``, so the walk needs the target's tokens a
 few steps beyond both.
 """
@@ -24,7 +26,7 @@ import torch
 
 from draftlab.errors import DraftlabError
 from draftlab.models.target import TargetRunner
-from draftlab.models.target_batch import BatchTarget
+from draftlab.models.target_batch import BatchTarget, compile_pays
 from draftlab.spec.plain_decode import plain_decode
 
 
@@ -42,7 +44,8 @@ def target_continuations(runner: TargetRunner, prompts: list[list[int]], num_tok
     width = min(batch_size, len(prompts))
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     longest = max(len(p) for p in prompts)
-    target = BatchTarget(runner, width, longest + num_tokens)
+    groups = -(-len(prompts) // width)
+    target = BatchTarget(runner, width, longest + num_tokens, compile=compile_pays(groups * num_tokens, runner.device))
     out: dict[int, list[int]] = {}
     for start in range(0, len(order), width):
         group = order[start:start + width]
