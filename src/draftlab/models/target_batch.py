@@ -42,10 +42,11 @@ from draftlab.models.target import TargetRunner
 from draftlab.models.target_static import LayerWalk, static_attention, supports
 
 
-COMPILE_PAYS_AFTER = 2000
-"""Decode steps from which torch.compile's layer parts pay for their set-up. On an H200 they cost
-about 3.4 s more per process (the toy pair's probe, inductor's on-disk cache warm) and save 1.4 ms a
-step on the 8B shape at batch 1, 2.4 ms at batch 64 (benchmarks/RESULTS.md, "Decode at the HBM floor")."""
+COMPILE_PAYS_AFTER = 3000
+"""Decode steps from which torch.compile's layer parts pay for their set-up. On an H200 the probe's
+compile and capture took 5.9 s against 1.0 s uncompiled on the 8B shape (3.4 s more on the toy pair,
+inductor's on-disk cache warm), and compiling saves 1.4 ms a step at batch 1, 2.4 ms at batch 64
+(benchmarks/RESULTS.md, "Decode at the HBM floor", session 12)."""
 
 
 def compile_pays(steps: int, device: torch.device) -> bool:
