@@ -18,7 +18,8 @@
      multiplied).
 
 Prints one JSON object per measurement and a Markdown table: each part, its floor, the ratio, and the
-probe's speed-up over generate.
+probe's speed-up over generate. Then (``--no-phases`` skips it) the probe's own pass split into the
+target's pass, its argmax and the drafts, timed in this process, with the drafts' kernel profile.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def main() -> None:
     parser.add_argument("--generate-prompts", type=int, default=4, help="prompts batch-1 generate decodes")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--out", default=None, help="also write the result here as JSON")
+    parser.add_argument("--no-phases", dest="phases", action="store_false",
+                        help="skip timing the probe pass's parts in this process")
     args = parser.parse_args()
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     dtype = getattr(torch, args.dtype)
@@ -149,8 +152,52 @@ def main() -> None:
           f"| total, load excluded | {probe_s:.2f} | {result['floor_s']:.2f} | {result['ratio']:.2f}x |\n\n"
           f"batch-1 generate, same flags: {generated['tokens_per_second']:.1f} tok/s, {generate_s:.1f} s for the "
           f"same tokens: the probe is {result['speedup_over_generate']:.1f}x faster")
+    if args.phases:
+        result["phases"] = phases(target, drafter, args, batch)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+def phases(target: Path, drafter: Path, args: argparse.Namespace, batch: int) -> dict:
+    """The probe's own pass split into its parts, in this process on one batch of random sequences as
+    long as the probe's (prompt + continuation): the target's cache-free pass, its argmax over every
+    position, and the drafts of the config; each timed after a warm-up, then the CUDA kernels of the
+    drafts under torch.profiler. What the CLI's ``probe_s`` does not show."""
+    from draftlab.engines.sglang_flags import SpecFlags
+    from draftlab.models.pair import load_pair
+    from draftlab.probe.drafts import accepted_drafts
+    from draftlab.probe.probe import _argmax
+
+    pair = load_pair(target, drafter, dtype=args.dtype, device=args.device)
+    device = pair.target.device
+    flags = SpecFlags(args.steps, 1, args.steps + 1, "explicit")
+    width = args.prompt_len + args.new
+    tokens = torch.randint(0, DRAFT_VOCAB[args.pair], (batch, width), generator=torch.Generator().manual_seed(1))
+    truth = torch.cat([tokens, torch.full((batch, args.steps + 1), -1)], dim=1)
+    parts: dict[str, float] = {}
+
+    def timed(name: str, fn):
+        for _ in range(2):
+            synchronize(device)
+            start = time.perf_counter()
+            out = fn()
+            synchronize(device)
+            parts[name] = round(time.perf_counter() - start, 4)
+        return out
+
+    with torch.inference_mode():
+        step = timed("target pass", lambda: pair.target.forward_batch(tokens))
+        timed("target argmax", lambda: _argmax(pair.target.lm_head, step.hidden))
+        timed("drafts", lambda: accepted_drafts(pair.drafter, tokens, step.aux, truth, flags))
+        print(json.dumps({"phases_s": parts, "batch": batch, "width": width}), flush=True)
+        if device.type == "cuda":
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                accepted_drafts(pair.drafter, tokens, step.aux, truth, flags)
+                synchronize(device)
+            print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=15,
+                                            max_name_column_width=60), flush=True)
+    return parts
 
 
 if __name__ == "__main__":

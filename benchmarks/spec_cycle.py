@@ -141,6 +141,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--configs", default="3/1/4,5/1/6,5/4/8", help="steps/topk/num_draft_tokens, comma separated")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="then torch.profiler over 16 plain steps and 16 cycles of the first config: where the "
+                             "time between the floor and the cycle goes (kernels by device time, ops by host time)")
     args = parser.parse_args()
     device, dtype = parse_device(args.device), parse_dtype(args.dtype)
     shape = TINY if args.tiny else LLAMA_8B
@@ -178,6 +181,27 @@ def main() -> None:
         print(f"{spec:>10} {r['cycle_ms']:9.2f} {r['draft_ms']:8.2f} {r['verify_ms']:8.2f} {r['draft_extend_ms']:8.2f} "
               f"{r['tokens_per_second']:8.1f} {r['mean_accept_length']:5.2f} {r['break_even_accept_length']:14.2f} "
               f"{r['floor_ms']:9.3f} {r['x_floor']:8.2f}")
+    if args.profile:
+        first = next(name for name in decoders if name != "baseline")
+        for name in ("baseline", first):
+            profile_cycles(decoders[name], prompt, device, name)
+
+
+def profile_cycles(decoder: SpeculativeDecoder, prompt: list[int], device: torch.device, name: str) -> None:
+    """Kernels by device time and operators by host time over 16 cycles (the prefill included)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in decoder.stream(prompt, max_new_tokens=16, ignore_eos=True):
+            pass
+        synchronize(device)
+    averages = prof.key_averages()
+    print(f"\n{name}: kernels by device time")
+    print(averages.table(sort_by="self_device_time_total" if device.type == "cuda" else "self_cpu_time_total",
+                         row_limit=15, max_name_column_width=60))
+    print(f"{name}: operators by host time")
+    print(averages.table(sort_by="cpu_time_total", row_limit=15, max_name_column_width=60))
 
 
 if __name__ == "__main__":
