@@ -62,6 +62,28 @@ def test_no_draft_equals_target_greedy(toy_pair, prompts_file, hf_greedy, batch_
     assert all(len(r.output_ids) == NEW and r.output_ids[:len(h)] == h for r, h in zip(free.results, hf_greedy))
 
 
+def test_no_draft_compiles_only_when_its_steps_pay_for_it(toy_pair, prompts_file, hf_greedy, monkeypatch):
+    """torch.compile's set-up costs seconds: plain decoding asks for it by the steps the groups will take
+    in all (here 2 groups x NEW), and the batched target gets that answer."""
+    import draftlab.spec.generate as generate_module
+    from draftlab.models.target_batch import BatchTarget
+
+    asked: list[int] = []
+    monkeypatch.setattr(generate_module, "compile_pays", lambda steps, device: not asked.append(steps))
+    built: list[bool] = []
+    original = BatchTarget.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        built.append(self.compile)
+        self.compile = False  # recorded; this test's decode need not compile
+
+    monkeypatch.setattr(BatchTarget, "__init__", recording)
+    result = generate(toy_pair.target_dir, None, prompts_file, no_draft=True, max_new_tokens=NEW, batch_size=3)
+    assert asked == [2 * NEW] and built == [True, True]  # the group of three, then the last one alone
+    assert [r.output_ids for r in result.results] == hf_greedy
+
+
 def test_json_contract(toy_pair, prompts_file, capsys):
     code = main(["generate", "--target", str(toy_pair.target_dir), "--drafter", str(toy_pair.drafter_dir),
                  "--prompts", str(prompts_file), "--steps", "3", "--topk", "1", "--num-draft-tokens", "4",

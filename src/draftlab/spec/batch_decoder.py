@@ -71,10 +71,14 @@ class RowResult:
 class BatchSpeculativeDecoder:
     """EAGLE-3 speculative decoding of several prompts in one batch (SGLang's tree, lossless walks)."""
 
-    def __init__(self, target: TargetRunner, drafter: Eagle3Drafter | None, flags: SpecFlags | None) -> None:
+    def __init__(self, target: TargetRunner, drafter: Eagle3Drafter | None, flags: SpecFlags | None, *,
+                 compile: bool | None = None) -> None:
+        """``compile``: the batched target's plain decode steps with the layers' parts torch.compiled
+        (:class:`~draftlab.models.target_batch.BatchTarget`; None: on CUDA, for a decoder that lives
+        long, as the server's)."""
         if drafter is not None and flags is None:
             raise DraftlabError("speculative decoding needs flags (steps, topk, num_draft_tokens)")
-        self.runner, self.drafter_model, self.flags = target, drafter, flags
+        self.runner, self.drafter_model, self.flags, self.compile = target, drafter, flags, compile
         self._caches: tuple[BatchTarget, BatchDrafter | None] | None = None
 
     def caches(self, batch_size: int, capacity: int) -> tuple[BatchTarget, BatchDrafter | None]:
@@ -84,7 +88,7 @@ class BatchSpeculativeDecoder:
         if held is None or held[0].batch_size != batch_size or held[0].capacity < capacity:
             held = self._caches = None  # let the old buffers go before the new ones are allocated
             drafter = None if self.drafter_model is None else BatchDrafter(self.drafter_model, batch_size, capacity)
-            held = self._caches = (BatchTarget(self.runner, batch_size, capacity), drafter)
+            held = self._caches = (BatchTarget(self.runner, batch_size, capacity, compile=self.compile), drafter)
         for cache in held:
             if cache is not None:
                 cache.reset()

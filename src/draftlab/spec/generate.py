@@ -25,6 +25,7 @@ from draftlab.engines import ENGINES
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement, synchronize
+from draftlab.models.target_batch import compile_pays
 from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
 from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
 from draftlab.spec.metrics import accept_stats
@@ -124,7 +125,8 @@ def generate(
                 results.append(PromptResult(index, output, lengths, len(lengths)))
                 bar.advance(task)
         else:
-            decoder = BatchSpeculativeDecoder(runner, draft_model, flags)
+            steps = -(-len(rows) // batch_size) * max_new_tokens  # compiling pays only for long decodes
+            decoder = BatchSpeculativeDecoder(runner, draft_model, flags, compile=compile_pays(steps, runner.device))
             for first in range(0, len(rows), batch_size):
                 group = rows[first:first + batch_size]
                 start = time.perf_counter()
