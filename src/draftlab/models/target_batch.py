@@ -21,8 +21,10 @@ the :class:`BatchKV` a step is the whole pass from token ids to the next token (
 argmax included; sampling takes the float logits) with the mask updated from fixed device buffers,
 one CUDA graph per read bucket on CUDA; the walk's dense layers' elementwise parts compiled on CUDA
 (``compile``, :mod:`draftlab.models.fused_layer`: on an H200 it takes the 8B shape's batch-64 step
-from 2.03x to 1.48x its HBM floor, batch 1 from 1.68x to 1.32x; benchmarks/RESULTS.md). Position limits are checked on the host from what the caller
-says (``forward``'s ``max_position``), never by reading the device.
+from 2.03x to 1.48x its HBM floor, batch 1 from 1.68x to 1.32x; benchmarks/RESULTS.md). Compiling
+costs seconds a process, so callers that know how long they decode ask :func:`compile_pays`.
+Position limits are checked on the host from what the caller says (``forward``'s ``max_position``),
+never by reading the device.
 """
 
 from __future__ import annotations
