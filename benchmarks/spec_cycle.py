@@ -8,7 +8,8 @@ script also prints the break-even accept length (cycle time / plain decode step 
 drafter pays off when its mean accept length is above it.
 
 The decoder is the one ``generate`` runs at batch 1, set up as ``load_pair`` sets it up (the target's
-static cache and CUDA graphs on CUDA, and a static drafter cache beside it). Each cycle is also put
+static cache and CUDA graphs on CUDA, and a static drafter cache beside it), both caches sized as
+``generate`` sizes them (``max_cache_len``: the prompt, the new tokens and one cycle). Each cycle is also put
 against the floor of its parts (issue 27): the verify reads the target's weights and the KV cache
 filled so far once, and each of the ``steps`` drafter passes (the extend over the accepted tokens,
 then ``steps - 1`` draft passes) reads the drafter's own weights once (the embedding is the target's,
@@ -40,7 +41,7 @@ from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.devices import parse_device, parse_dtype, synchronize  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
-from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
+from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len  # noqa: E402
 
 LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
@@ -51,12 +52,13 @@ TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_la
             num_key_value_heads=2, max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5)
 
 
-def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.device):
+def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.device, max_len: int):
+    """The random pair, its static caches (on CUDA) holding ``max_len`` entries, as ``generate`` sizes them."""
     config = LlamaConfig(**shape, tie_word_embeddings=False)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     layers = shape["num_hidden_layers"]
-    target = TargetRunner(model, aux_layers=[1, layers // 2 - 1, layers - 4])
+    target = TargetRunner(model, aux_layers=[1, layers // 2 - 1, layers - 4], max_len=max_len)
     drafter_cfg = DrafterConfig.from_dict({
         "architectures": ["LlamaForCausalLMEagle3"], **{k: v for k, v in shape.items() if k != "num_hidden_layers"},
         "num_hidden_layers": 1, "draft_vocab_size": draft_vocab, "target_hidden_size": shape["hidden_size"],
@@ -147,15 +149,16 @@ def main() -> None:
     args = parser.parse_args()
     device, dtype = parse_device(args.device), parse_dtype(args.dtype)
     shape = TINY if args.tiny else LLAMA_8B
-    target, drafter = build_pair(shape, 64 if args.tiny else 32000, dtype, device)
+    flags = {spec: resolve_spec_flags(*(int(v) for v in spec.split("/"))) for spec in args.configs.split(",")}
+    room = max(max_cache_len(args.prompt_len, args.new_tokens, f) for f in flags.values())
+    target, drafter = build_pair(shape, 64 if args.tiny else 32000, dtype, device, room)
     prompt = torch.randint(0, shape["vocab_size"], (args.prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
 
     decoders = {"baseline": SpeculativeDecoder(target, None, None)}
     steps_of = {"baseline": 0}
-    for spec in args.configs.split(","):
-        steps, topk, n = (int(v) for v in spec.split("/"))
-        decoders[spec] = SpeculativeDecoder(target, drafter, resolve_spec_flags(steps, topk, n))
-        steps_of[spec] = steps
+    for spec, f in flags.items():
+        decoders[spec] = SpeculativeDecoder(target, drafter, f)
+        steps_of[spec] = f.steps
     for decoder in decoders.values():  # warm every path up before measuring any
         run(decoder, prompt, args.new_tokens, device)
     rows = {name: run(decoder, prompt, args.new_tokens, device) for name, decoder in decoders.items()}
