@@ -284,10 +284,11 @@ class Eagle3Drafter(nn.Module):
         return self
 
     def _static_step(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                     slots: torch.Tensor, tree: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """b entries written to ``slots`` of the static cache; tree [b, b] bool. Logits and pre-norm output."""
+                     slots: torch.Tensor, tree: torch.Tensor, read: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """b entries written to ``slots`` of the static cache, which reads ``read`` (``StaticKV.reads``);
+        tree [b, b] bool. Logits and pre-norm output."""
         kv = self._static
-        kv.begin(slots, positions)
+        kv.begin(slots, positions, read)
         mask = kv.allowed(slots, positions, tree, None)
         logits, out, _ = self.forward_masked(input_ids[None], hidden[None], positions[None], mask[None], kv)
         return logits[0], out[0]
@@ -302,8 +303,8 @@ class Eagle3Drafter(nn.Module):
         device = input_ids.device
         if b is None:
             with attention_kernels():  # a long step's shape does not recur
-                return self._static_step(input_ids, hidden, positions,
-                                         torch.arange(cached, cached + n, device=device), tree)
+                return self._static_step(input_ids, hidden, positions, torch.arange(cached, cached + n, device=device),
+                                         tree, self._static.reads(cached + n))
         if b > n:
             pad = b - n
             input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])
@@ -313,7 +314,7 @@ class Eagle3Drafter(nn.Module):
             square[:n, :n] = tree
             tree = square
         logits, out = self._run_bucket(input_ids, hidden, positions, torch.arange(cached, cached + b, device=device),
-                                       tree)
+                                       tree, self._static.reads(cached + b))
         return logits[:n].clone(), out[:n].clone()
 
     def reset(self) -> None:
@@ -388,8 +389,8 @@ class Eagle3Drafter(nn.Module):
                        mask: torch.Tensor, past: list[KV] | Preallocated | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
         """input_ids [B, n], hidden [B, n, 3T or H], positions [B, n], mask [B, n, S] bool over the
-        ``past`` keys (S - n of them, per layer) then the n new ones (over every slot of a StaticKV,
-        B = 1, or the slots a BatchKV reads, which this writes). Returns float32 logits [B, n, Vd],
+        ``past`` keys (S - n of them, per layer) then the n new ones (over the slots a StaticKV, B = 1,
+        or a BatchKV reads, which this writes). Returns float32 logits [B, n, Vd],
         the hidden the next draft step receives [B, n, H] (:meth:`finish`) and each layer's new
         keys/values."""
         device, dtype = self.lm_head.weight.device, self.lm_head.weight.dtype

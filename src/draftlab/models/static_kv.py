@@ -2,9 +2,12 @@
 
 Layout: one buffer for the keys and one for the values of every layer, ``[layers, 1, kv_heads, slots,
 head_dim]``. Entry i of the sequence lives in slot i. A step over b new tokens writes slots
-``start .. start + b - 1`` (``start`` = entries cached before it) and attends over all slots with a
-mask that hides the slots at or past ``start`` other than its own tree's. Slots past the cache length
-hold stale values that no mask lets through, so ``crop`` only moves the length and ``keep`` is one
+``start .. start + b - 1`` (``start`` = entries cached before it) and attends over the slots up to
+its last one rounded up to ``READ_BUCKET`` (:meth:`StaticKV.reads`; the read width is part of the
+step's shape, so a CUDA graph per width serves every step), with a mask that hides the slots at or past
+``start`` other than its own tree's. At batch 1 attention streams its keys through a few thread blocks,
+so reading the whole capacity from the first step on cost a verify milliseconds. Slots past the cache
+length hold stale values that no mask lets through, so ``crop`` only moves the length and ``keep`` is one
 gather and one in-place copy for all layers at once.
 
 :class:`BatchKV` is the same idea for B rows that advance in lockstep (the batched decoder): every
@@ -26,6 +29,8 @@ import torch.nn.functional as F
 from draftlab.errors import DraftlabError
 from draftlab.models.graphs import BUCKETS
 
+READ_BUCKET = 128  # slots a step's reads round up to (each width one CUDA graph)
+
 
 class StaticKV:
     """Fixed buffers for ``layers`` attention layers; HF decoder layers call :meth:`update`."""
@@ -38,34 +43,43 @@ class StaticKV:
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # position of the entry in each slot
         self.slot_ids = torch.arange(slots, device=device)
         self.write_slots = self.slot_ids[:1]  # the slots the running step writes; set by begin()
+        self.read = self.slot_ids  # the slots it reads; set by begin()
 
     @property
     def num_slots(self) -> int:
         return self.positions.numel()
 
-    def begin(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
-        """Start a step that writes ``slots`` (entries at ``positions``)."""
-        self.write_slots = slots
+    def reads(self, end: int) -> torch.Tensor:
+        """The slot ids a step whose written slots end before ``end`` reads: ``end`` rounded up to
+        ``READ_BUCKET`` (at most every slot). Pass it to the step: its length is the read width."""
+        return self.slot_ids[:min(self.num_slots, -(-end // READ_BUCKET) * READ_BUCKET)]
+
+    def begin(self, slots: torch.Tensor, positions: torch.Tensor, read: torch.Tensor) -> None:
+        """Start a step that writes ``slots`` (entries at ``positions``) and reads ``read`` (from
+        :meth:`reads`)."""
+        self.write_slots, self.read = slots, read
         self.positions.index_copy_(0, slots, positions)
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
                **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the step's new keys/values ``[1, kv_heads, b, head_dim]``; return every slot of the layer."""
+        """Write the step's new keys/values ``[1, kv_heads, b, head_dim]``; return the layer's slots the
+        step reads (views of the buffers)."""
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         keys.index_copy_(2, self.write_slots, key.to(keys.dtype))
         values.index_copy_(2, self.write_slots, value.to(values.dtype))
-        return keys, values
+        width = self.read.numel()
+        return keys[:, :, :width], values[:, :, :width]
 
     def allowed(self, slots: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
                 window: int | None) -> torch.Tensor:
-        """[b, num_slots] bool: slots before ``slots[0]`` (the cached prefix), the step's own slots where
+        """[b, read width] bool: slots before ``slots[0]`` (the cached prefix), the step's own slots where
         ``tree`` [b, b] allows, and, with a sliding window, only keys less than ``window`` positions back."""
         b = slots.numel()
-        rel = self.slot_ids - slots[0]
+        rel = self.read - slots[0]
         own = (rel >= 0) & (rel < b)
         mask = (rel < 0)[None, :] | (own[None, :] & tree[:, rel.clamp(0, b - 1)])
         if window is not None:
-            mask = mask & (positions[:, None] - self.positions[None, :] < window)
+            mask = mask & (positions[:, None] - self.positions[None, :self.read.numel()] < window)
         return mask
 
     def keep(self, start: int, indices: torch.Tensor) -> None:

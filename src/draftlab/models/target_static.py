@@ -139,15 +139,15 @@ class StaticTarget:
         self.graphs = graphs
         self.run_bucket = GraphSteps(self.step) if graphs else self.step
 
-    def step(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-             tree: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One bucketed forward of b tokens written to ``slots``; tree [b, b] bool. Returns float32
-        logits [b, V] and the aux features [b, len(aux) * hidden]."""
-        return self._forward(ids, positions, slots, tree, self.compile)
+    def step(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, tree: torch.Tensor,
+             read: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One bucketed forward of b tokens written to ``slots``, reading ``read`` (``StaticKV.reads``);
+        tree [b, b] bool. Returns float32 logits [b, V] and the aux features [b, len(aux) * hidden]."""
+        return self._forward(ids, positions, slots, tree, read, self.compile)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, tree: torch.Tensor,
-                 compiled: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        self.kv.begin(slots, positions)
+                 read: torch.Tensor, compiled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        self.kv.begin(slots, positions, read)
         masks = {kind: additive(self.kv.allowed(slots, positions, tree, window), self.dtype)
                  for kind, window in self.windows.items()}
         hidden, aux = self.walk(ids[None], positions[None], masks, self.kv, compiled=compiled)
@@ -179,7 +179,7 @@ class StaticTarget:
         if b is None:
             slots = torch.arange(cached, cached + n, device=device)
             with attention_kernels():  # a long step's shape does not recur
-                return self._forward(input_ids, positions, slots, tree, False)
+                return self._forward(input_ids, positions, slots, tree, self.kv.reads(cached + n), False)
         if b > n:
             pad = b - n
             input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])
@@ -188,7 +188,7 @@ class StaticTarget:
             square[:n, :n] = tree
             tree = square
         slots = torch.arange(cached, cached + b, device=device)
-        logits, aux = self._bucket_step(input_ids, positions, slots, tree)
+        logits, aux = self._bucket_step(input_ids, positions, slots, tree, self.kv.reads(cached + b))
         return logits[:n].clone(), aux[:n].clone()
 
     def keep(self, start: int, indices: torch.Tensor) -> None:
