@@ -1,5 +1,5 @@
 """The batch-1 static caches (generate's target and drafter) read the slots up to the step's last one
-rounded up to READ_BUCKET, not their whole capacity: over a run that crosses read buckets, speculative
+rounded up to READ_BUCKET (512), not their whole capacity: over a run that crosses read buckets, speculative
 decoding on them gives the dynamic runtime's tokens and accept lengths (toy pair, float32)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from draftlab.spec.generate import generate
 PROMPT = ('"""Utilities for reading files."""\n\nimport os\nimport sys\n\n\nclass Reader:\n    def __init__(self, '
           'path, mode="r"):\n        self.path = path\n        self.mode = mode\n        self._file = None\n\n'
           '    def open(self):\n        self._file = open(self.path, self.mode)\n        return self\n\n    def ')
-NEW = 128
+NEW = 320
 
 
 def test_static_reads_grow_by_bucket_and_keep_the_dynamic_tokens(toy_pair, tmp_path, monkeypatch):
