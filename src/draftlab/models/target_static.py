@@ -122,8 +122,8 @@ class StaticTarget:
         """``compile``: the bucketed steps run the fused layers' elementwise parts torch.compiled; a
         longer step (a prefill, whose shape does not recur) runs them eager. Off by default: on an
         H200 it takes the 8B verify from 9.3 to 7.8 ms, but in bfloat16 the toy pair's probe then
-        matched generate on 6 of 8 prompts instead of 8 (the probe's continuations are compiled at
-        other shapes, whose float32 intermediates round differently; benchmarks/RESULTS.md)."""
+        matched generate on 6 of 8 prompts instead of 8: inductor keeps float32 intermediates that the
+        eager layers round to bfloat16 (benchmarks/RESULTS.md, GPU smoke run, session 12)."""
         if not supports(model):
             raise DraftlabError(f"the static cache supports the families {', '.join(FAMILIES)}; this target is "
                                 f"{getattr(model.config, 'model_type', '?')!r} (use the dynamic cache)")
