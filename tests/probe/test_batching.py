@@ -38,3 +38,22 @@ def test_llama_cache_is_its_config_arithmetic(cache):
     (as on CUDA, where the estimate runs) measures on the model's own attention, not on its static one."""
     runner = TargetRunner(_llama().eval(), cache=cache, aux_layers=[0, 1, 2], max_len=32)
     assert cache_bytes_per_token(runner) == 2 * 3 * 2 * 8 * 4
+
+
+def test_cuda_branch_of_the_automatic_batch_runs_on_a_static_runner(toy_pair, monkeypatch):
+    """The whole estimate as it runs on CUDA (a static runner, the device's free memory), forced on the
+    CPU: the branch that crashed on every GPU. More free memory never gives a smaller batch."""
+    from draftlab.engines.sglang_flags import resolve_spec_flags
+    from draftlab.models.pair import load_pair
+    from draftlab.probe.batching import MAX_BATCH, auto_batch_size, row_bytes
+
+    pair = load_pair(toy_pair.target_dir, toy_pair.drafter_dir, cache="static", max_len=256)
+    runner, configs = pair.target, [resolve_spec_flags(3, 1, 4), resolve_spec_flags(5, 4, 8)]
+    row = row_bytes(runner, pair.drafter, configs, 200)
+    assert row > cache_bytes_per_token(runner) * 200 > 0
+    monkeypatch.setattr(runner, "device", torch.device("cuda"))
+    sizes = []
+    for free in (row, 10 * row, 1000 * row):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=free: (free, 2 * free))
+        sizes.append(auto_batch_size(runner, pair.drafter, configs, 200, count=100))
+    assert sizes == sorted(sizes) and sizes[0] == 1 and sizes[-1] == MAX_BATCH
