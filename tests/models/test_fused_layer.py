@@ -75,7 +75,7 @@ def test_compiled_decode_step_runs_on_cpu_and_decodes_hfs_greedy_tokens() -> Non
     runner = TargetRunner(tiny_target("llama"), cache="dynamic")
     target = BatchTarget(runner, len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
-    assert set(fused_layer._compiled) == {("attention_input", True), ("layer_output", True)}
+    assert set(fused_layer._compiled) == {"attention_input", "layer_output"}
 
 
 def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
@@ -89,7 +89,7 @@ def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
         weight.mul_(1.0)  # an in-place update, refused on an inference tensor outside inference mode
 
 
-def _no_compiler(fn, fixed=True):
+def _no_compiler(fn):
     """torch.compile as on a machine without a C compiler: it fails when the function first runs."""
     def backend(gm, example_inputs):
         raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
@@ -138,15 +138,16 @@ def test_cache_free_walk_gives_hfs_hidden_states_and_aux(family: str, monkeypatc
     assert walked == (family != "mistral") and runner._causal_walk(short.shape[1]) is not None
 
 
-def test_compiled_cache_free_walk_takes_each_width(monkeypatch) -> None:
-    """Compiled (as in training), the walk serves batches of changing widths with HF's results, through
-    the dynamic-shape compiled functions, not the decode step's fixed-shape ones."""
+def test_compiled_parts_take_every_width_and_batch_size(monkeypatch, capsys) -> None:
+    """Compiled, the walk serves a trainer's changing widths and the decode a server's changing batch
+    sizes, more of each than dynamo's recompile limit (8), with HF's results and without falling back
+    (sizes become dynamic on their second value)."""
     from draftlab.models import fused_layer
     from draftlab.models import target as target_module
 
     hf = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3], cache="dynamic")
     torch.manual_seed(1)
-    batches = [torch.randint(0, 97, (2, width)) for width in (7, 12, 5)]
+    batches = [torch.randint(0, 97, (2, width)) for width in (7, 12, 5, 9, 3, 15, 11, 6, 13, 4)]
     wanted = [hf.forward_batch(batch) for batch in batches]  # on the CPU: HF's pass
     monkeypatch.setattr(target_module, "STATIC_BY_DEFAULT", ("cpu",))
     monkeypatch.setattr(fused_layer, "_compiled", {})
@@ -155,7 +156,15 @@ def test_compiled_cache_free_walk_takes_each_width(monkeypatch) -> None:
         got = runner.forward_batch(batch, compiled=True)
         torch.testing.assert_close(got.aux, want.aux, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-5)
-    assert set(fused_layer._compiled) == {("attention_input", False), ("layer_output", False)}
+
+    expected = _no_cache_greedy("llama", PROMPTS[0], 4)
+    plain = TargetRunner(tiny_target("llama"), cache="dynamic")
+    for size in range(1, 12):
+        target = BatchTarget(plain, size, 40, compile=True)
+        assert plain_decode(target, [PROMPTS[0]] * size, 4) == [expected] * size
+        assert target.compile, f"batch {size} fell back to eager"
+    assert "cannot build" not in capsys.readouterr().err
+    assert set(fused_layer._compiled) == {"attention_input", "layer_output"}
 
 
 def test_batch_one_static_step_compiled_and_without_a_compiler(monkeypatch, capsys) -> None:

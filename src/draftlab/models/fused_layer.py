@@ -12,13 +12,12 @@ qwen2's q/k/v biases, qwen3's per-head q/k norms, SiLU gating); sliding windows 
 as in the rest of the walk. The elementwise work lies in two pure functions over tensors
 (:func:`attention_input`, :func:`layer_output`), which ``compiled`` runs through ``torch.compile``
 (default inductor mode: no cudagraphs of its own, the callers capture theirs). The weights are
-arguments, so one compiled function serves every layer of a shape; attention (a cache read whose
-width varies) stays outside, uncompiled.
+arguments, so one compiled function serves every layer; attention (a cache read whose width varies)
+stays outside, uncompiled.
 
 Without a cache the layer is a plain causal pass (the probe's and the trainer's target pass over
 whole sequences): attention is SDPA's causal kernel with HF's arguments (``is_causal``,
-``enable_gqa``), and its compiled functions take any sequence width (dynamic shapes), since every
-training batch has its own.
+``enable_gqa``).
 """
 
 from __future__ import annotations
@@ -113,20 +112,21 @@ def layer_output(residual: torch.Tensor, attended: torch.Tensor, o_proj: torch.T
     return hidden + F.linear(F.silu(gate) * up, down, down_bias)
 
 
-_compiled: dict[tuple[str, bool], Callable[..., object]] = {}
+_compiled: dict[str, Callable[..., object]] = {}
 
 
-def _compiled_fn(fn: Callable[..., object], fixed: bool = True) -> Callable[..., object]:
-    """``fn`` through torch.compile, made once per process. ``fixed``: for shapes that recur (a decode
-    step's); else sizes that change between calls are compiled as dynamic on their second value.
+def _compiled_fn(fn: Callable[..., object]) -> Callable[..., object]:
+    """``fn`` through torch.compile, made once per process. Sizes are compiled as dynamic once a second
+    value is met (dynamo's default): a server's decode meets a batch size per group, a trainer a width
+    per batch, and with fixed shapes every one was a recompile, dynamo's limit of 8 a warning and an
+    uncompiled fallback.
 
     Inductor's default mode: its ``max-autotune`` GEMMs read the 8B shape's weights at batch 1 at
     1.05x the copy floor against cuBLAS's 1.16x (benchmarks/gemv_floor.py), but their tuning took
     15-28 s of every probe's and generate's start on an H200 for 0.2 ms per step (RESULTS.md)."""
-    key = (fn.__name__, fixed)
-    if key not in _compiled:
-        _compiled[key] = torch.compile(fn, dynamic=False if fixed else None, fullgraph=True)
-    return _compiled[key]
+    if fn.__name__ not in _compiled:
+        _compiled[fn.__name__] = torch.compile(fn, fullgraph=True)
+    return _compiled[fn.__name__]
 
 
 class FusedLayer:
@@ -150,9 +150,8 @@ class FusedLayer:
         """hidden [B, n, H] -> the layer's output; ``mask`` additive [B or 1, 1, n, S] over the slots
         the cache's ``update`` returns. ``cache`` None: a causal pass over the n tokens alone (``mask``
         unused). ``compiled``: the parts around attention through torch.compile."""
-        fixed = cache is not None
-        first = _compiled_fn(attention_input, fixed) if compiled else attention_input
-        last = _compiled_fn(layer_output, fixed) if compiled else layer_output
+        first = _compiled_fn(attention_input) if compiled else attention_input
+        last = _compiled_fn(layer_output) if compiled else layer_output
         q_norm, k_norm = self.qk_norms or (None, None)
         q, k, v = first(hidden, self.norms[0].weight, self.norms[0].variance_epsilon, self.qkv, self.qkv_bias,
                         None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
