@@ -144,14 +144,17 @@ def target_forward_s(runner, n: int, device: torch.device, compiled: bool) -> fl
 
 
 def profile(step) -> None:
-    """The CUDA kernels of one step by total time: where the step's time goes."""
+    """The CUDA kernels of one step by total time, then its operators by host time: where the step's
+    time goes, and what keeps the GPU waiting for the host."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as run_profiler
 
     with run_profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=60), flush=True)
+    averages = prof.key_averages()
+    print(averages.table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=60), flush=True)
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60), flush=True)
 
 
 def check_row(device: torch.device, kernels_for) -> dict:
