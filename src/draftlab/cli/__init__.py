@@ -44,13 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"draftlab: error: {exc}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as exc:  # memory that ran out where no command named its sizes
-        from draftlab.cli.common import is_out_of_memory
+        from draftlab.cli.common import is_out_of_memory, out_of_memory_detail
 
         if not is_out_of_memory(exc):
             raise
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        print(f"draftlab: error: out of memory ({detail}); free the device (other processes may hold it) or "
-              f"run smaller (see --help for the sizes)", file=sys.stderr)
+        print(f"draftlab: error: out of memory ({out_of_memory_detail(exc)}); free the device (other processes "
+              f"may hold it) or run smaller (see --help for the sizes)", file=sys.stderr)
         return 2
     except aborts:
         print("draftlab: interrupted", file=sys.stderr)

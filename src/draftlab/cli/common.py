@@ -150,6 +150,11 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(p in str(exc).lower() for p in _OOM_PHRASES)
 
 
+def out_of_memory_detail(exc: BaseException) -> str:
+    """The allocator's own first line (device, size), for the one-line error."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
 @contextmanager
 def lower_on_oom(**flags: Any) -> Iterator[None]:
     """Turn an out-of-memory error inside the block into one line naming the flags to lower.
@@ -161,9 +166,8 @@ def lower_on_oom(**flags: Any) -> Iterator[None]:
     except (MemoryError, RuntimeError) as exc:
         if not is_out_of_memory(exc):
             raise
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         lower = " or ".join(f"--{k.replace('_', '-')} (now {v})" for k, v in flags.items())
-        raise DraftlabError(f"out of memory ({detail}); lower {lower}") from None
+        raise DraftlabError(f"out of memory ({out_of_memory_detail(exc)}); lower {lower}") from None
 
 
 def main_process() -> bool:

@@ -161,7 +161,7 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
                wanted: ScheduleRequest | None = None) -> None:
     """``--target --drafter --prompts``: probe every grid config, profile the pair, plan. ``options``
     holds the pair-mode options given (the others keep auto_plan's defaults)."""
-    from draftlab.cost.auto_plan import auto_plan
+    from draftlab.cost.auto_plan import MAX_NEW_TOKENS, auto_plan
 
     missing = [name for name, v in (("--target", target), ("--drafter", drafter), ("--prompts", prompts)) if v is None]
     if missing:
@@ -176,7 +176,7 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
     if "context" in options:
         options["context_tokens"] = options.pop("context")
     with lower_on_oom(batch_sizes=",".join(map(str, batch_sizes)) if batch_sizes else "all profiled",
-                      max_new_tokens=options.get("max_new_tokens") or "128"):
+                      max_new_tokens=options.get("max_new_tokens") or MAX_NEW_TOKENS):
         result = auto_plan(target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],
                            batch_sizes=batch_sizes, **options)
     if save_costs is not None:

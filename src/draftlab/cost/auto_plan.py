@@ -33,6 +33,8 @@ from draftlab.readable import regular_file
 from draftlab.models.pair import load_pair
 from draftlab.probe.probe import Clock, ProbeResult, probe_configs
 
+MAX_NEW_TOKENS = 128  # the probe's continuation tokens per prompt, by default
+
 @dataclass(frozen=True)
 class AutoPlan:
     """The plan, and the measurements it was made from (savable as PROFILE.json and probe JSON)."""
@@ -64,7 +66,7 @@ def auto_plan(
     *,
     grid: Sequence[SpecConfig] | None = None,
     batch_sizes: Sequence[int] = (1,),
-    max_new_tokens: int = 128,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     context_tokens: int = 256,
     dtype: str | None = None,
     device: str | None = None,

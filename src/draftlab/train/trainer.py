@@ -199,7 +199,7 @@ class _Run:
         self.t2d = self.start.t2d.to(self.device)
         # the eval prompts and flags are inputs too: checked (and their continuations made) before OUT exists
         self.evaluate = self._evaluator() if opts.eval_prompts is not None and world.main else None
-        self.kernel_note: str | None = None  # set when flex attention had to give way to the blocked kernel
+        self.kernel_note: str | None = None  # set when a step had to rerun on other kernels (_fallback)
 
     # --- set-up ---
 
