@@ -12,7 +12,11 @@ row in turn, inside one CUDA graph (no launch gaps), by:
 - ``autotune``: ``F.linear`` through torch.compile ``max-autotune-no-cudagraphs`` (inductor picks
   among cuBLAS and its Triton matmul templates by timing them);
 - ``reduction``: ``(x * W).sum(-1)`` in float32 accumulation through torch.compile (inductor writes
-  one Triton reduction kernel: a GEMV that reads W once).
+  one Triton reduction kernel: a GEMV that reads W once);
+- ``mv``: ``torch.mv(W, x)``, cuBLAS's GEMV entry point instead of its GEMM;
+- ``cublaslt``: ``F.linear`` with cuBLASLt as torch's preferred BLAS library (its own kernel heuristics);
+- ``triton``: a hand-written Triton GEMV (each program reduces BLOCK_N whole rows of W, no split-K, so
+  the result is deterministic), its block sizes picked per shape by timing a few (where Triton imports).
 
 Prints GB/s per weight and way, each as a fraction of the device-to-device copy bandwidth measured in
 the same run, and the batch-1 step's GEMM time per way summed over 32 layers + lm_head, against the
@@ -44,9 +48,67 @@ def reduction(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (x.float() * w.float()).sum(-1).to(x.dtype)
 
 
+def mv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.mv(w, x[0]).unsqueeze(0)
+
+
+def cublaslt(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    previous = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        return F.linear(x, w)
+    finally:
+        torch.backends.cuda.preferred_blas_library(previous)
+
+
+try:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _gemv_kernel(w_ptr, x_ptr, y_ptr, n, k: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for start in range(0, k, BLOCK_K):
+            cols = start + tl.arange(0, BLOCK_K)
+            w = tl.load(w_ptr + rows[:, None] * k + cols[None, :], mask=(rows[:, None] < n) & (cols[None, :] < k),
+                        other=0.0)
+            x = tl.load(x_ptr + cols, mask=cols < k, other=0.0)
+            acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+        tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=rows < n)
+
+    TRITON_CONFIGS = [(bn, bk, warps) for bn in (4, 8, 16) for bk in (256, 512) for warps in (4, 8)]
+    _chosen: dict[tuple[int, int], tuple[int, int, int]] = {}
+
+    def _launch(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int]) -> torch.Tensor:
+        n, k = w.shape
+        y = torch.empty(1, n, device=w.device, dtype=w.dtype)
+        block_n, block_k, warps = config
+        _gemv_kernel[(triton.cdiv(n, block_n),)](w, x, y, n, k, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
+        return y
+
+    def triton_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if w.device.type != "cuda":
+            raise RuntimeError("the Triton GEMV runs on CUDA only")
+        if w.shape not in _chosen:
+            copies = [torch.randn_like(w) for _ in range(max(2, -(-400_000_000 // (w.numel() * w.element_size()))))]
+            timings = {config: seconds_per_call(lambda x, w, config=config: _launch(x, w, config), x, copies, w.device)
+                       for config in TRITON_CONFIGS}
+            del copies
+            _chosen[w.shape] = min(timings, key=timings.get)
+            print(f"triton GEMV {tuple(w.shape)}: block_n, block_k, warps = {_chosen[w.shape]}", flush=True)
+        return _launch(x, w, _chosen[w.shape])
+except ImportError:
+    triton_gemv = None
+
+
 WAYS = {"cublas": linear,
         "autotune": torch.compile(linear, mode="max-autotune-no-cudagraphs", dynamic=False),
-        "reduction": torch.compile(reduction, dynamic=False)}
+        "reduction": torch.compile(reduction, dynamic=False),
+        "mv": mv,
+        "cublaslt": cublaslt}
+if triton_gemv is not None:
+    WAYS["triton"] = triton_gemv
 
 
 def seconds_per_call(fn, x: torch.Tensor, weights: list[torch.Tensor], device: torch.device) -> float:
@@ -113,7 +175,7 @@ def main() -> None:
         cells = []
         for way in WAYS:
             r = next(r for r in rows if r["weight"] == name and r["way"] == way)
-            cells.append(r.get("error", f"{r['us']} us, {r['of_copy']:.0%}")[:40])
+            cells.append(r["error"][:40] if "error" in r else f"{r['us']} us, {r['of_copy']:.0%}")
         shape = next(r["shape"] for r in rows if r["weight"] == name)
         print(f"| {name} | {shape[0]}x{shape[1]} | " + " | ".join(cells) + " |")
     summary = {way: {"gemm_ms_per_step": round(s * 1e3, 3), "of_floor": round(s / floor, 3)} for way, s in step.items()

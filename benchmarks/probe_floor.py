@@ -137,6 +137,7 @@ def main() -> None:
         "prompt_len": args.prompt_len, "new": args.new, "config": f"{args.steps}/1/{args.steps + 1}",
         "batch_size": batch, "copy_bandwidth_gb_s": bandwidth / 1e9, "matmul_peak_tflops": peak / 1e12,
         "continuations_s": timings["continuations_s"], "probe_s": timings["probe_s"], "probe_total_s": probe_s,
+        "probe_timings": timings,
         **floor, "floor_s": floor["continuations_floor_s"] + floor["probe_floor_s"],
         "generate_tokens_per_second": generated["tokens_per_second"], "generate_equivalent_s": generate_s,
         "mean_accept_length_probe": probed["mean_accept_length"],

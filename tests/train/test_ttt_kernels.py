@@ -125,19 +125,21 @@ def test_compiled_flex_forward_equals_blocked():
     assert counters["stats"]["unique_graphs"] - before <= 2
 
 
-@pytest.mark.parametrize(("dtype", "compiled"), [(torch.float32, False), (torch.bfloat16, False),
-                                                 (torch.float32, True)])
-def test_soft_cross_entropy_equals_the_plain_loss(dtype, compiled):
+@pytest.mark.parametrize(("dtype", "compiled", "group_rows"),
+                         [(torch.float32, False, None), (torch.bfloat16, False, None), (torch.float32, True, None),
+                          (torch.float32, False, 10), (torch.bfloat16, False, 5)])
+def test_soft_cross_entropy_equals_the_plain_loss(dtype, compiled, group_rows):
     """Chunked over rows (5 per chunk over 13 rows and 2 batch rows), rows of zero weight included, its
-    elementwise part eager or compiled: the summed loss, the argmax and both gradients equal
-    log_softmax over the whole [B, R, V] logits."""
+    elementwise part eager or compiled, d/dW one GEMM over every row or summed over groups of chunks:
+    the summed loss, the argmax and both gradients equal log_softmax over the whole [B, R, V] logits."""
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(2, 13, 8, generator=g).to(dtype).requires_grad_(True)
     weight = torch.randn(11, 8, generator=g).to(dtype).requires_grad_(True)
     target_p = torch.randn(2, 16, 11, generator=g).softmax(-1)  # more teacher rows than hidden rows
     row_weight = (torch.rand(2, 16, generator=g) < 0.7).long()
 
-    loss, top = soft_cross_entropy(hidden, weight, target_p, row_weight, chunk_rows=5, compile=compiled)
+    loss, top = soft_cross_entropy(hidden, weight, target_p, row_weight, chunk_rows=5, compile=compiled,
+                                   group_rows=group_rows)
     loss.backward()
     got = hidden.grad.clone(), weight.grad.clone()
     hidden.grad = weight.grad = None
