@@ -1,7 +1,7 @@
 """The batch-1 decode's GEMMs against the copy bandwidth: how close each way of running an M = 1
 matmul over the 8B shape's weights gets to the HBM floor (issue 27's batch-1 row).
 
-    PYTHONPATH=src python benchmarks/gemv_floor.py                  # H200, ~1 minute
+    PYTHONPATH=src python benchmarks/gemv_floor.py                  # H200, 1-2 minutes
     PYTHONPATH=src python benchmarks/gemv_floor.py --device cpu --layers 2 --scale 16   # checks the script
 
 For each weight of a Llama-3.1-8B layer (fused QKV, o_proj, fused gate_up, down_proj) and the lm_head,
