@@ -52,13 +52,15 @@ TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_la
             num_key_value_heads=2, max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5)
 
 
-def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.device, max_len: int):
-    """The random pair, its static caches (on CUDA) holding ``max_len`` entries, as ``generate`` sizes them."""
+def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.device, max_len: int,
+               compile_verify: bool = False):
+    """The random pair, its static caches (on CUDA) holding ``max_len`` entries, as ``generate`` sizes them;
+    ``compile_verify``: the target's bucketed steps with their layer parts compiled (off in ``generate``)."""
     config = LlamaConfig(**shape, tie_word_embeddings=False)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     layers = shape["num_hidden_layers"]
-    target = TargetRunner(model, aux_layers=[1, layers // 2 - 1, layers - 4], max_len=max_len)
+    target = TargetRunner(model, aux_layers=[1, layers // 2 - 1, layers - 4], max_len=max_len, compile=compile_verify)
     drafter_cfg = DrafterConfig.from_dict({
         "architectures": ["LlamaForCausalLMEagle3"], **{k: v for k, v in shape.items() if k != "num_hidden_layers"},
         "num_hidden_layers": 1, "draft_vocab_size": draft_vocab, "target_hidden_size": shape["hidden_size"],
@@ -143,6 +145,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--configs", default="3/1/4,5/1/6,5/4/8", help="steps/topk/num_draft_tokens, comma separated")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--compile-verify", action="store_true",
+                        help="compile the verify's layer parts (StaticTarget(compile=True); off in generate)")
     parser.add_argument("--profile", action="store_true",
                         help="then torch.profiler over 16 plain steps and 16 cycles of the first config: where the "
                              "time between the floor and the cycle goes (kernels by device time, ops by host time)")
@@ -151,7 +155,7 @@ def main() -> None:
     shape = TINY if args.tiny else LLAMA_8B
     flags = {spec: resolve_spec_flags(*(int(v) for v in spec.split("/"))) for spec in args.configs.split(",")}
     room = max(max_cache_len(args.prompt_len, args.new_tokens, f) for f in flags.values())
-    target, drafter = build_pair(shape, 64 if args.tiny else 32000, dtype, device, room)
+    target, drafter = build_pair(shape, 64 if args.tiny else 32000, dtype, device, room, args.compile_verify)
     prompt = torch.randint(0, shape["vocab_size"], (args.prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
 
     decoders = {"baseline": SpeculativeDecoder(target, None, None)}
