@@ -26,8 +26,8 @@ import torch
 
 from draftlab.models.fused_layer import attention_input, layer_output
 
-SHAPES = {"llama-3.1-8b": dict(hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=14336),
-          "tiny": dict(hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=512)}
+SHAPES = {"llama-3.1-8b": {"hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "intermediate": 14336},
+          "tiny": {"hidden": 256, "heads": 4, "kv_heads": 2, "head_dim": 64, "intermediate": 512}}
 WAYS = {"default": {}, "emulate_precision_casts": {"emulate_precision_casts": True}}
 
 
