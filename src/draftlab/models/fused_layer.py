@@ -122,8 +122,9 @@ def _compiled_fn(fn: Callable[..., object]) -> Callable[..., object]:
     uncompiled fallback.
 
     Inductor's default mode: its ``max-autotune`` GEMMs read the 8B shape's weights at batch 1 at
-    1.05x the copy floor against cuBLAS's 1.16x (benchmarks/gemv_floor.py), but their tuning took
-    15-28 s of every probe's and generate's start on an H200 for 0.2 ms per step (RESULTS.md)."""
+    1.05x the copy floor against cuBLAS's 1.16x in one run, 1.13x against 1.125x in another
+    (benchmarks/gemv_floor.py), and their tuning took 15-28 s of every probe's and generate's start
+    on an H200 for 0.2 ms per step (RESULTS.md)."""
     if fn.__name__ not in _compiled:
         _compiled[fn.__name__] = torch.compile(fn, fullgraph=True)
     return _compiled[fn.__name__]

@@ -6,10 +6,11 @@ head_dim]``. Entry i of the sequence lives in slot i. A step over b new tokens w
 its last one rounded up to ``READ_BUCKET`` (:meth:`StaticKV.reads`; the read width is part of the
 step's shape, so a CUDA graph per width serves every step), with a mask that hides the slots at or past
 ``start`` other than its own tree's. At batch 1 attention streams its keys through a few thread
-blocks, so a step that read the whole capacity paid for every empty slot (likely most of why the 8B
-verify over 4,160 slots took 9.3 ms on an H200 against 6.5 ms for the batched step; not measured
-since). Slots past the cache length hold stale values that no mask lets through, so ``crop`` only
-moves the length and ``keep`` is one gather and one in-place copy for all layers at once.
+blocks, so a step that read the whole capacity paid for every empty slot (the 8B verify of a 3/1/4
+cycle on an H200: 9.3 ms over 4,160 slots, 7.6 ms over the slots a 256-token run reads;
+benchmarks/RESULTS.md, "Decode at the HBM floor", sessions 12 and 13). Slots past the cache length
+hold stale values that no mask lets through, so ``crop`` only moves the length and ``keep`` is one
+gather and one in-place copy for all layers at once.
 
 :class:`BatchKV` is the same idea for B rows that advance in lockstep (the batched decoder): every
 forward appends the same n slots to every row, which rows hold real entries is
