@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -97,14 +98,19 @@ class PhaseTimer:
         return 1000 * self.totals[name] / max(self.counts[name], 1)
 
 
-def run(decoder: SpeculativeDecoder, prompt: list[int], new_tokens: int, device: torch.device) -> dict:
-    """Time one generation; per-phase means over verify cycles (the prefill is excluded)."""
+def run(decoder: SpeculativeDecoder, prompt: list[int], new_tokens: int, device: torch.device,
+        phases: bool = False) -> dict:
+    """Time one generation (the prefill excluded). ``phases``: also each phase's mean, the device
+    synchronised around it, which takes away the overlap of one phase's host work with the previous
+    one's kernels: its cycle time is not the decoder's."""
     timer = PhaseTimer(device)
-    decoder._draft = timer.wrap(decoder._draft, "draft")
-    decoder._extend = timer.wrap(decoder._extend, "draft_extend")
-    target_forward = decoder.target.forward
-    decoder.target.forward = lambda *a, **k: (timer.wrap(target_forward, "verify") if k.get("tree_mask") is not None
-                                              else timer.wrap(target_forward, "prefill"))(*a, **k)
+    if phases:
+        decoder._draft = timer.wrap(decoder._draft, "draft")
+        decoder._extend = timer.wrap(decoder._extend, "draft_extend")
+        target_forward = decoder.target.forward
+        decoder.target.forward = lambda *a, **k: (
+            timer.wrap(target_forward, "verify") if k.get("tree_mask") is not None
+            else timer.wrap(target_forward, "prefill"))(*a, **k)
     cycles, tokens, start = 0, 0, None
     for commit in decoder.stream(prompt, max_new_tokens=new_tokens, ignore_eos=True):
         if commit.accept_length is None:
@@ -115,11 +121,27 @@ def run(decoder: SpeculativeDecoder, prompt: list[int], new_tokens: int, device:
             tokens += len(commit.tokens)
     synchronize(timer.device)
     elapsed = time.perf_counter() - start
-    del decoder.target.forward, decoder._draft, decoder._extend
+    if phases:
+        del decoder.target.forward, decoder._draft, decoder._extend
+        return {"draft_ms": timer.ms("draft"), "verify_ms": timer.ms("verify"),
+                "draft_extend_ms": timer.ms("draft_extend")}
     return {"cycles": cycles, "tokens": tokens, "cycle_ms": 1000 * elapsed / cycles,
-            "tokens_per_second": tokens / elapsed, "mean_accept_length": tokens / cycles,
-            "draft_ms": timer.ms("draft"), "verify_ms": timer.ms("verify"),
-            "draft_extend_ms": timer.ms("draft_extend")}
+            "tokens_per_second": tokens / elapsed, "mean_accept_length": tokens / cycles}
+
+
+def host_waits_per_cycle(decoder: SpeculativeDecoder, prompt: list[int], new_tokens: int) -> float:
+    """Operations per cycle that make the host wait for the device (reads back, copies from pageable
+    memory), as CUDA's sync debug mode reports them, the prefill's included."""
+    cycles = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for commit in decoder.stream(prompt, max_new_tokens=new_tokens, ignore_eos=True):
+                cycles += commit.accept_length is not None
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught) / max(cycles, 1)
 
 
 def weight_bytes(module: torch.nn.Module, skip: str | None = None) -> int:
@@ -166,6 +188,10 @@ def main() -> None:
     for decoder in decoders.values():  # warm every path up before measuring any
         run(decoder, prompt, args.new_tokens, device)
     rows = {name: run(decoder, prompt, args.new_tokens, device) for name, decoder in decoders.items()}
+    for name, decoder in decoders.items():
+        rows[name].update(run(decoder, prompt, args.new_tokens, device, phases=True))
+        if device.type == "cuda":
+            rows[name]["host_waits_per_cycle"] = host_waits_per_cycle(decoder, prompt, 32)
     bandwidth = copy_bandwidth(args.device, gib=4.0 if device.type == "cuda" else 0.25)
     verify_floor, pass_floor = floors_ms(target, drafter, args.prompt_len + args.new_tokens // 2, bandwidth)
     for name, row in rows.items():
@@ -183,11 +209,11 @@ def main() -> None:
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s: verify floor {verify_floor:.3f} ms, drafter pass floor "
           f"{pass_floor:.3f} ms")
     print(f"{'config':>10} {'cycle ms':>9} {'draft':>8} {'verify':>8} {'extend':>8} {'tok/s':>8} {'AL':>5} "
-          f"{'break-even AL':>14} {'floor ms':>9} {'x floor':>8}")
+          f"{'break-even AL':>14} {'floor ms':>9} {'x floor':>8} {'waits':>6}")
     for spec, r in rows.items():
         print(f"{spec:>10} {r['cycle_ms']:9.2f} {r['draft_ms']:8.2f} {r['verify_ms']:8.2f} {r['draft_extend_ms']:8.2f} "
               f"{r['tokens_per_second']:8.1f} {r['mean_accept_length']:5.2f} {r['break_even_accept_length']:14.2f} "
-              f"{r['floor_ms']:9.3f} {r['x_floor']:8.2f}")
+              f"{r['floor_ms']:9.3f} {r['x_floor']:8.2f} {r.get('host_waits_per_cycle', float('nan')):6.1f}")
     if args.profile:
         first = next(name for name in decoders if name != "baseline")
         for name in ("baseline", first):

@@ -187,3 +187,19 @@ def test_batch_one_static_step_compiled_and_without_a_compiler(monkeypatch, caps
     assert broken._static.compile is False
     err = capsys.readouterr().err
     assert err.count("torch.compile cannot build the target's step") == 1 and "C compiler" in err
+
+
+def test_compiled_parts_round_as_eager_in_bfloat16(monkeypatch) -> None:
+    """In bfloat16 the compiled walk gives the eager walk's hidden states and aux features bit for bit:
+    inductor rounds where eager rounds (``emulate_precision_casts``), so a compiled verify or decode and
+    the probe's uncompiled pass compute the same numbers. Without it about half the elements differ."""
+    from draftlab.models import fused_layer
+    from draftlab.models import target as target_module
+
+    monkeypatch.setattr(target_module, "STATIC_BY_DEFAULT", ("cpu",))
+    monkeypatch.setattr(fused_layer, "_compiled", {})
+    runner = TargetRunner(tiny_target("llama").to(torch.bfloat16), aux_layers=[0, 2, 3], cache="dynamic")
+    batch = torch.randint(0, 97, (2, 11), generator=torch.Generator().manual_seed(2))
+    eager, compiled = runner.forward_batch(batch), runner.forward_batch(batch, compiled=True)
+    assert eager.hidden.dtype == torch.bfloat16
+    assert torch.equal(compiled.hidden, eager.hidden) and torch.equal(compiled.aux, eager.aux)

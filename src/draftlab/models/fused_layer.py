@@ -122,11 +122,14 @@ def _compiled_fn(fn: Callable[..., object]) -> Callable[..., object]:
     uncompiled fallback.
 
     Inductor's default mode: its ``max-autotune`` GEMMs read the 8B shape's weights at batch 1 at
-    1.05x the copy floor against cuBLAS's 1.16x in one run, 1.13x against 1.125x in another
-    (benchmarks/gemv_floor.py), and their tuning took 15-28 s of every probe's and generate's start
-    on an H200 for 0.2 ms per step (RESULTS.md)."""
+    1.05x the copy floor against cuBLAS's 1.16x (benchmarks/gemv_floor.py), but their tuning took
+    15-28 s of every probe's and generate's start on an H200 for 0.2 ms per step (RESULTS.md).
+
+    ``emulate_precision_casts``: inductor rounds a bf16 chain where eager rounds it, instead of keeping
+    float32 intermediates, so a compiled step computes what the eager one does (bit for bit on the CPU;
+    benchmarks/compile_numerics.py): the probe's uncompiled pass and a compiled decode or verify agree."""
     if fn.__name__ not in _compiled:
-        _compiled[fn.__name__] = torch.compile(fn, fullgraph=True)
+        _compiled[fn.__name__] = torch.compile(fn, fullgraph=True, options={"emulate_precision_casts": True})
     return _compiled[fn.__name__]
 
 

@@ -160,11 +160,13 @@ class TargetRunner:
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, *, tree_mask: torch.Tensor | None = None,
-                positions: torch.Tensor | None = None) -> TargetStep:
+                positions: torch.Tensor | None = None, max_position: int | None = None) -> TargetStep:
         """Run n new tokens (1-D LongTensor) after the cached prefix and append them to the cache.
 
         ``positions`` default to ``cache_len + arange(n)``; ``tree_mask`` [n, n] bool says which new
         tokens each new token may attend to (the cached prefix is always visible); None = causal.
+        ``max_position``: a bound on ``positions`` the caller knows, checked against the context
+        instead of their maximum, which would wait for the device (a verify queued behind its drafts).
         """
         input_ids = input_ids.reshape(-1).to(self.device)
         n = input_ids.numel()
@@ -173,7 +175,7 @@ class TargetRunner:
             positions, last = torch.arange(cached, cached + n, device=self.device), cached + n - 1
         else:
             positions = positions.reshape(-1).to(self.device, torch.long)
-            last = int(positions.max())
+            last = int(positions.max()) if max_position is None else max_position
         if positions.numel() != n:
             raise DraftlabError(f"got {positions.numel()} positions for {n} new tokens")
         limit = self.config.max_position_embeddings

@@ -120,10 +120,11 @@ class StaticTarget:
     def __init__(self, model: PreTrainedModel, aux_layers: list[int], windows: dict[str, int | None],
                  *, max_len: int, graphs: bool, compile: bool = False) -> None:
         """``compile``: the bucketed steps run the fused layers' elementwise parts torch.compiled; a
-        longer step (a prefill, whose shape does not recur) runs them eager. Off by default: on an
-        H200 it takes the 8B verify from 9.3 to 7.8 ms, but in bfloat16 the toy pair's probe then
-        matched generate on 6 of 8 prompts instead of 8: inductor keeps float32 intermediates that the
-        eager layers round to bfloat16 (benchmarks/RESULTS.md, GPU smoke run, session 12)."""
+        longer step (a prefill, whose shape does not recur) runs them eager. On an H200 it takes the
+        8B verify of a 3/1/4 cycle from 7.65 to 5.55 ms, for a few seconds of compiling per process, so
+        ``generate`` turns it on for long decodes only (``compile_pays``). The compiled parts round as
+        the eager ones do (bit for bit at 1 and 4 rows on an H200: benchmarks/compile_numerics.py), so
+        the probe's eager pass still computes what a compiled verify does."""
         if not supports(model):
             raise DraftlabError(f"the static cache supports the families {', '.join(FAMILIES)}; this target is "
                                 f"{getattr(model.config, 'model_type', '?')!r} (use the dynamic cache)")

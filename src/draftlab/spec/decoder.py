@@ -132,8 +132,8 @@ class SpeculativeDecoder:
             if context is not None and self.target.cache_len + depth + 1 > context:
                 return  # the next verify would run past the target's context
             tree = self._draft(root, state)
-            positions = self.target.cache_len + tree.depth
-            verify = self.target.forward(tree.tokens, tree_mask=tree.mask, positions=positions)
+            verify = self.target.forward(tree.tokens, tree_mask=tree.mask, positions=self.target.cache_len + tree.depth,
+                                         max_position=self.target.cache_len + depth)
             walk = self._walk(tree, verify.logits, temperature, gen)
             path = torch.tensor(walk.nodes, dtype=torch.long, device=device)
             if walk.nodes != list(range(tree.tokens.numel())):  # else every verified entry stays where it is
@@ -162,7 +162,8 @@ class SpeculativeDecoder:
 
     def _draft(self, root: int, state: _DraftState | None) -> DraftTree:
         """SGLang's draft tree (the root alone without a drafter). Drafts are the drafter's top-k at
-        every temperature, as in SGLang and vLLM: sampling only happens in the walk."""
+        every temperature, as in SGLang and vLLM: sampling only happens in the walk. Nothing is read
+        back from the device: the drafter's passes and the tree are queued behind each other."""
         if self.drafter is None:
             none = torch.empty(0, dtype=torch.long, device=self.target.device)
             return build_tree(root, none, none)
@@ -170,52 +171,53 @@ class SpeculativeDecoder:
         top_p, top_d = draft_top_k(state.logits, k)
         frontier, chunk = select_top_k(0, top_p, self.drafter.to_target_ids(top_d), None, k)
         chunks = [chunk]
-        nodes = _DraftNodes(state.hidden)
-        level = [-1] * k  # run-set index of each frontier node's parent (-1: the root)
+        nodes = _DraftNodes(state.hidden, k)
         for step in range(1, steps):
-            level = [nodes.add(int(t), level[int(r)]) for t, r in zip(frontier.tokens, frontier.rows)]
+            nodes.add_level(frontier.tokens, frontier.rows)
             out = nodes.run(self.drafter)
-            top_p, top_d = draft_top_k(out.logits[level], k)
+            top_p, top_d = draft_top_k(out.logits[-k:], k)  # the newest level: the frontier, in its order
             frontier, chunk = select_top_k(step, top_p, self.drafter.to_target_ids(top_d), frontier, k)
             chunks.append(chunk)
         return organize_draft_results(chunks, root, self.flags.num_draft_tokens)
 
 
 class _DraftNodes:
-    """Draft nodes run through the drafter so far this cycle, re-run together at each pass."""
+    """Draft nodes run through the drafter so far this cycle, re-run together at each pass: one level
+    of ``k`` nodes per pass, each level in its frontier's order, all on the device."""
 
-    def __init__(self, root_hidden: torch.Tensor) -> None:
-        self.root_hidden = root_hidden
-        self.tokens: list[int] = []
-        self.parents: list[int] = []
-        self.depth: list[int] = []
+    def __init__(self, root_hidden: torch.Tensor, k: int) -> None:
+        self.root_hidden, self.k = root_hidden, k
+        device = root_hidden.device
+        self.tokens = torch.empty(0, dtype=torch.long, device=device)
+        self.parents = torch.empty(0, dtype=torch.long, device=device)  # run-set index, -1: the root
+        self.mask = torch.zeros(0, 0, dtype=torch.bool, device=device)  # node i attends node j
         self.out_hidden: torch.Tensor | None = None  # outputs of the last run, one row per node
 
-    def add(self, token: int, parent: int) -> int:
-        """Add a node under run-set node ``parent`` (-1: the root); return its index."""
-        self.tokens.append(token)
-        self.parents.append(parent)
-        self.depth.append(1 if parent < 0 else self.depth[parent] + 1)
-        return len(self.tokens) - 1
+    def add_level(self, tokens: torch.Tensor, rows: torch.Tensor) -> None:
+        """The frontier's k nodes: ``tokens`` under the previous level's nodes ``rows`` (the root's at
+        the first level). Each attends its parent's ancestors and itself."""
+        n, k = self.tokens.numel(), self.k
+        if n == 0:
+            parents, above = torch.full_like(rows, -1), torch.zeros(k, 0, dtype=torch.bool, device=rows.device)
+        else:
+            parents = n - k + rows
+            above = self.mask[parents]
+        self.mask = torch.cat([torch.nn.functional.pad(self.mask, (0, k)),
+                               torch.cat([above, torch.eye(k, dtype=torch.bool, device=rows.device)], dim=1)])
+        self.tokens = torch.cat([self.tokens, tokens.long()])
+        self.parents = torch.cat([self.parents, parents])
 
     def run(self, drafter: Eagle3Drafter) -> DraftStep:
-        """One drafter pass over every node (each sees its ancestors), then drop its cache entries."""
-        n = len(self.tokens)
+        """One drafter pass over every node (each sees its ancestors), then drop its cache entries. A
+        node's input is its parent's output (the root's state for the first level)."""
+        n, k = self.tokens.numel(), self.k
         device = self.root_hidden.device
-        mask = torch.zeros(n, n, dtype=torch.bool, device=device)
-        hidden = []
-        for i, p in enumerate(self.parents):
-            if p >= 0:
-                mask[i] = mask[p]
-                hidden.append(self.out_hidden[p])
-            else:
-                hidden.append(self.root_hidden)
-            mask[i, i] = True
-        positions = drafter.cache_len + torch.tensor(self.depth, device=device) - 1
-        out = drafter.forward(
-            torch.tensor(self.tokens, dtype=torch.long, device=device), torch.stack(hidden),
-            positions=positions, tree_mask=mask,
-        )
+        hidden = [self.root_hidden.expand(k, -1)]
+        if n > k:
+            hidden.append(self.out_hidden[self.parents[k:]])
+        depth = torch.arange(n, device=device) // k + 1
+        out = drafter.forward(self.tokens, torch.cat(hidden), positions=drafter.cache_len + depth - 1,
+                              tree_mask=self.mask)
         drafter.keep(torch.empty(0, dtype=torch.long, device=device))
         self.out_hidden = out.hidden
         return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 from rich.progress import Progress
 
@@ -98,6 +99,9 @@ def generate(
     if batched and cache == "auto":
         cache = "dynamic"  # the batched decoder keeps its own caches; a static one would sit unused
     max_len = max_cache_len(max((len(r.input_ids) for r in rows), default=1), max_new_tokens, flags)
+    batches = -(-len(rows) // batch_size)
+    # compiling pays only for long decodes; no device: a device map, which splits the target over GPUs
+    compile = compile_pays(batches * max_new_tokens, torch.device(device or "cuda"))
     if no_draft:
         runner = TargetRunner.load(target, dtype=dtype, device=device, device_map=device_map, cache=cache,
                                    max_len=max_len)
@@ -105,7 +109,7 @@ def generate(
     else:
         _refuse_incompatible(drafter, target, engine)
         pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device, device_map=device_map,
-                         cache=cache, max_len=max_len)
+                         cache=cache, max_len=max_len, compile=compile and not batched)
         runner, draft_model, layers = pair.target, pair.drafter, pair.aux_layers
 
     results, elapsed, group_cycles = [], 0.0, []
@@ -125,8 +129,7 @@ def generate(
                 results.append(PromptResult(index, output, lengths, len(lengths)))
                 bar.advance(task)
         else:
-            steps = -(-len(rows) // batch_size) * max_new_tokens  # compiling pays only for long decodes
-            decoder = BatchSpeculativeDecoder(runner, draft_model, flags, compile=compile_pays(steps, runner.device))
+            decoder = BatchSpeculativeDecoder(runner, draft_model, flags, compile=compile)
             for first in range(0, len(rows), batch_size):
                 group = rows[first:first + batch_size]
                 start = time.perf_counter()

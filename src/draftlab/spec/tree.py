@@ -121,37 +121,38 @@ class DraftTree:
         return out
 
 
-def build_tree(root: int, tokens: torch.Tensor, parents: torch.Tensor) -> DraftTree:
-    """A tree from its drafted nodes; ``parents`` index nodes (0 = root), each below its own index."""
+def build_tree(root: int | torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> DraftTree:
+    """A tree from its drafted nodes; ``parents`` index nodes (0 = root), each below its own index, or
+    are -1 for an orphan (in the mask below the root, never reached by a walk).
+
+    Built on the tokens' device without reading anything back (a decode cycle queues it behind its
+    draft passes): the mask is the ancestor closure of the parent links, by repeated squaring."""
     n = tokens.numel() + 1
     device = tokens.device
-    all_tokens = torch.cat([torch.tensor([root], device=device, dtype=torch.long), tokens.long()])
-    all_parents = torch.cat([torch.tensor([-1], device=device, dtype=torch.long), parents.long()])
-    mask = torch.zeros(n, n, dtype=torch.bool, device=device)
-    depth = torch.zeros(n, dtype=torch.long, device=device)
-    mask[0, 0] = True
-    for i, p in enumerate(parents.tolist() if parents.numel() else [], start=1):
-        if p < 0:  # orphan (its parent lost a score tie): in the mask, never reached by a walk
-            mask[i, 0] = True
-            depth[i] = 1
-        else:
-            mask[i] = mask[p]
-            depth[i] = depth[p] + 1
-        mask[i, i] = True
-    return DraftTree(all_tokens, all_parents, depth, mask)
+    all_tokens = torch.cat([torch.full((1,), root, device=device, dtype=torch.long) if isinstance(root, int)
+                            else root.reshape(1).long(), tokens.long()])
+    all_parents = torch.cat([torch.full((1,), -1, device=device, dtype=torch.long), parents.long()])
+    hops = torch.eye(n, dtype=torch.float32, device=device)  # 0/1 in float: squared by a matmul
+    if n > 1:
+        hops[torch.arange(1, n, device=device), parents.long().clamp(min=0)] = 1.0  # orphans hang under the root
+    reach, span = hops, 1
+    while span < n - 1:  # reach covers paths of up to `span` hops
+        reach, span = (reach @ reach).clamp_(max=1.0), span * 2
+    mask = reach > 0
+    return DraftTree(all_tokens, all_parents, mask.sum(-1) - 1, mask)
 
 
-def organize_draft_results(chunks: list[PoolChunk], root: int, num_draft_tokens: int) -> DraftTree:
-    """Keep the best ``num_draft_tokens - 1`` pool entries (in pool order) under ``root``."""
+def organize_draft_results(chunks: list[PoolChunk], root: int | torch.Tensor, num_draft_tokens: int) -> DraftTree:
+    """Keep the best ``num_draft_tokens - 1`` pool entries (in pool order) under ``root``; on the pool's
+    device, without reading it back."""
     scores = torch.cat([c.scores for c in chunks])
     tokens = torch.cat([c.tokens for c in chunks])
     pool_parents = torch.cat([c.parents for c in chunks])
     kept = kept_pool_indices(scores, num_draft_tokens)
-    node_of_pool = {int(p): node for node, p in enumerate(kept.tolist(), start=1)}
-    parents = torch.tensor(
-        [0 if int(pp) < 0 else node_of_pool.get(int(pp), -1) for pp in pool_parents[kept].tolist()],
-        dtype=torch.long, device=tokens.device,
-    )
+    node_of_pool = torch.full_like(pool_parents, -1)  # tree node of each kept pool entry, -1 if dropped
+    node_of_pool[kept] = torch.arange(1, kept.numel() + 1, device=kept.device)
+    kept_parents = pool_parents[kept]
+    parents = torch.where(kept_parents < 0, 0, node_of_pool[kept_parents.clamp(min=0)])
     return build_tree(root, tokens[kept], parents)
 
 
