@@ -56,7 +56,8 @@ TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_la
 def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.device, max_len: int,
                compile_verify: bool = False):
     """The random pair, its static caches (on CUDA) holding ``max_len`` entries, as ``generate`` sizes them;
-    ``compile_verify``: the target's bucketed steps with their layer parts compiled (off in ``generate``)."""
+    ``compile_verify``: the target's bucketed steps with their layer parts compiled (``generate``'s
+    choice for a long decode)."""
     config = LlamaConfig(**shape, tie_word_embeddings=False)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -168,7 +169,8 @@ def main() -> None:
     parser.add_argument("--configs", default="3/1/4,5/1/6,5/4/8", help="steps/topk/num_draft_tokens, comma separated")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--compile-verify", action="store_true",
-                        help="compile the verify's layer parts (StaticTarget(compile=True); off in generate)")
+                        help="compile the verify's layer parts (StaticTarget(compile=True), as generate does "
+                             "for long decodes: compile_pays)")
     parser.add_argument("--profile", action="store_true",
                         help="then torch.profiler over 16 plain steps and 16 cycles of the first config: where the "
                              "time between the floor and the cycle goes (kernels by device time, ops by host time)")

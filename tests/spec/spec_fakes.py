@@ -74,9 +74,11 @@ class FakeTarget(_Cached):
         self.eos_token_ids = eos or set()
         self.device = torch.device("cpu")
 
-    def forward(self, input_ids, *, tree_mask=None, positions=None) -> Step:
+    def forward(self, input_ids, *, tree_mask=None, positions=None, max_position=None) -> Step:
         ids = input_ids.tolist()
         prev = self._prev_tokens(ids, tree_mask, positions)
+        assert max_position is None or max(p for _, p in self.entries[self._last_start:]) <= max_position, \
+            "max_position is not a bound on the positions"
         context = self.config.max_position_embeddings
         assert context is None or max(p for _, p in self.entries[self._last_start:]) < context, "past the context"
         logits = torch.stack([self.table[p, t] for p, t in zip(prev, ids)])
@@ -93,6 +95,7 @@ class FakeDrafter(_Cached):
         self.draft_ids = torch.tensor(draft_ids)
         self.d2t = self.draft_ids - torch.arange(len(draft_ids))
         self.config = SimpleNamespace(draft_vocab_size=len(draft_ids))
+        self.graphs = False
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]

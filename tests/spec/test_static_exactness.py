@@ -8,6 +8,7 @@ static pair must serve decoding and the probe's batched pass in turn.
 import json
 
 import pytest
+import torch
 
 from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
 from draftlab.errors import DraftlabError
@@ -70,6 +71,48 @@ def test_static_caches_give_the_dynamic_tokens_and_accept_lengths(dynamic, stati
     assert tokens == ref_tokens == greedy
     flat = [a for row in lengths for a in row]
     assert sum(flat) / len(flat) > 1.5 and len(set(flat)) > 1  # acceptance is real and varies
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_the_draft_as_its_cuda_graph_runs_it_builds_the_eager_trees(static, greedy, cfg):
+    """On CUDA a static drafter drafts through one graph of the whole draft, which takes the cache
+    length and each pass's read slots as tensors and runs the drafter's passes as ``tree_pass``. That
+    function, run here without the graph at every cycle of a decode, must compute the eager draft's
+    passes and tree bit for bit, and leave the decode (whose passes overwrite the same slots) as it was."""
+    flags = _flags(cfg)
+    drafter = static.drafter
+    decoder = SpeculativeDecoder(static.target, drafter, flags)
+    eager, compared, passes = decoder._draft, [], []
+
+    def recorded(fn):
+        def run(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            passes.append(out.logits)
+            return out
+        return run
+
+    def both(root, state):
+        passes.clear()
+        drafter.forward = recorded(type(drafter).forward.__get__(drafter))
+        tree = eager(root, state)
+        del drafter.forward
+        eager_passes = list(passes)
+        passes.clear()
+        cached = drafter.cache_len
+        reads = [drafter.tree_reads(cached, flags.topk * step) for step in range(1, flags.steps)]
+        drafter.tree_pass = recorded(type(drafter).tree_pass.__get__(drafter))
+        got = decoder._draft_captured(torch.tensor([root]), state.logits, state.hidden, torch.tensor([cached]), *reads)
+        del drafter.tree_pass
+        same_tree = all(torch.equal(a, b) for a, b in zip((tree.tokens, tree.parents, tree.depth, tree.mask), got))
+        compared.append(same_tree and len(passes) == flags.steps - 1
+                        and all(torch.equal(a, b) for a, b in zip(eager_passes, passes)))
+        return tree
+
+    decoder._draft = both
+    commits = list(decoder.stream(PROMPTS[0], max_new_tokens=NEW, ignore_eos=True))
+    assert [t for c in commits for t in c.tokens] == greedy[0]
+    assert max(c.accept_length or 0 for c in commits) > 1  # drafts were accepted: the trees mattered
+    assert len(compared) >= 5 and all(compared)
 
 
 def test_one_static_pair_serves_the_probe_and_decoding_in_turn(static):

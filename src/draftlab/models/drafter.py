@@ -296,26 +296,45 @@ class Eagle3Drafter(nn.Module):
     def _forward_static(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
                         tree: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, cached = input_ids.numel(), self._cached
-        if cached + n > self._max_len:
-            raise DraftlabError(f"the drafter's static KV cache holds {self._max_len} entries and would need "
-                                f"{cached + n}; use a larger max_len")
+        self._check_room(cached + n)
         b = bucket(n)
         device = input_ids.device
         if b is None:
             with attention_kernels():  # a long step's shape does not recur
                 return self._static_step(input_ids, hidden, positions, torch.arange(cached, cached + n, device=device),
                                          tree, self._static.reads(cached + n))
-        if b > n:
-            pad = b - n
-            input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])
-            hidden = torch.cat([hidden, hidden[-1:].expand(pad, -1)])
-            positions = torch.cat([positions, positions[-1:].expand(pad)])
-            square = torch.eye(b, dtype=torch.bool, device=device)
-            square[:n, :n] = tree
-            tree = square
+        input_ids, hidden, positions, tree = _padded(b, input_ids, hidden, positions, tree)
         logits, out = self._run_bucket(input_ids, hidden, positions, torch.arange(cached, cached + b, device=device),
                                        tree, self._static.reads(cached + b))
         return logits[:n].clone(), out[:n].clone()
+
+    def _check_room(self, end: int) -> None:
+        if end > self._max_len:
+            raise DraftlabError(f"the drafter's static KV cache holds {self._max_len} entries and would need "
+                                f"{end}; use a larger max_len")
+
+    @property
+    def graphs(self) -> bool:
+        """Whether the static cache's steps run as CUDA graphs."""
+        return self._static is not None and isinstance(self._run_bucket, GraphSteps)
+
+    def tree_reads(self, cached: int, n: int) -> torch.Tensor:
+        """The ``read`` of a :meth:`tree_pass` over ``n`` nodes after ``cached`` entries (the slots its
+        bucket's step reads), the room for them checked."""
+        self._check_room(cached + n)
+        return self._static.reads(cached + bucket(n))
+
+    def tree_pass(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
+                  cached: torch.Tensor, read: torch.Tensor) -> DraftStep:
+        """The static cache's step over n draft nodes written after ``cached`` entries ([1], on the device,
+        so that a CUDA graph of a whole draft serves every cycle), reading ``read`` (:meth:`tree_reads`):
+        what :meth:`forward` and ``keep`` of nothing compute, run directly (no graph of its own, no
+        bookkeeping on the host). The cache length stays; the slots written are past it."""
+        n = input_ids.numel()
+        b = bucket(n)
+        input_ids, hidden, positions, tree = _padded(b, input_ids, hidden.to(self.lm_head.weight.dtype), positions, tree)
+        logits, out = self._static_step(input_ids, hidden, positions, cached + self._static.slot_ids[:b], tree, read)
+        return DraftStep(logits=logits[:n], hidden=out[:n])
 
     def reset(self) -> None:
         """Empty the KV cache (start a new prompt)."""
@@ -443,6 +462,20 @@ class Eagle3Drafter(nn.Module):
         """The tensors SpecForge saves (its names; no embedding, which serving takes from the target)."""
         return {k: v for k, v in self.state_dict().items()
                 if not k.startswith(("embed_tokens.", "rotary."))}
+
+
+def _padded(b: int, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+            tree: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """n <= b step inputs padded to the bucket's b rows: each pad attends only itself, at the last
+    position (the padding rows' outputs are dropped, their slots overwritten later)."""
+    n = input_ids.numel()
+    if b == n:
+        return input_ids, hidden, positions, tree
+    pad = b - n
+    square = torch.eye(b, dtype=torch.bool, device=tree.device)
+    square[:n, :n] = tree
+    return (torch.cat([input_ids, input_ids.new_zeros(pad)]), torch.cat([hidden, hidden[-1:].expand(pad, -1)]),
+            torch.cat([positions, positions[-1:].expand(pad)]), square)
 
 
 def refuse_unsupported(ckpt: Checkpoint) -> None:

@@ -28,6 +28,7 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
+from draftlab.models.graphs import GraphSteps
 from draftlab.spec.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
 from draftlab.spec.verify import Walk, walk_tree
 
@@ -88,6 +89,7 @@ class SpeculativeDecoder:
         self.target = target
         self.drafter = drafter
         self.flags = flags
+        self._draft_graphs = GraphSteps(self._draft_captured) if drafter is not None and drafter.graphs else None
 
     @torch.inference_mode()
     def stream(
@@ -162,19 +164,42 @@ class SpeculativeDecoder:
 
     def _draft(self, root: int, state: _DraftState | None) -> DraftTree:
         """SGLang's draft tree (the root alone without a drafter). Drafts are the drafter's top-k at
-        every temperature, as in SGLang and vLLM: sampling only happens in the walk. Nothing is read
-        back from the device: the drafter's passes and the tree are queued behind each other."""
+        every temperature, as in SGLang and vLLM: sampling only happens in the walk. A drafter whose
+        steps run as CUDA graphs drafts through one graph of the whole draft (its passes, top-k and
+        tree) per set of read widths, which keeps the host from setting the cycle's pace."""
         if self.drafter is None:
             none = torch.empty(0, dtype=torch.long, device=self.target.device)
             return build_tree(root, none, none)
+        cached = self.drafter.cache_len
+        if self._draft_graphs is None:
+            return self._draft_nodes(root, state.logits, state.hidden, cached)
+        device = state.logits.device
         k, steps = self.flags.topk, self.flags.steps
-        top_p, top_d = draft_top_k(state.logits, k)
+        reads = [self.drafter.tree_reads(cached, k * step) for step in range(1, steps)]
+        out = self._draft_graphs(torch.full((1,), root, device=device), state.logits, state.hidden,
+                                 torch.full((1,), cached, device=device), *reads)
+        return DraftTree(*out)
+
+    def _draft_captured(self, root: torch.Tensor, logits: torch.Tensor, hidden: torch.Tensor, cached: torch.Tensor,
+                        *reads: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The draft as a CUDA graph runs it: the cache length and the passes' read slots as tensors."""
+        tree = self._draft_nodes(root, logits, hidden, cached, reads)
+        return tree.tokens, tree.parents, tree.depth, tree.mask
+
+    def _draft_nodes(self, root: int | torch.Tensor, logits: torch.Tensor, hidden: torch.Tensor,
+                     cached: int | torch.Tensor, reads: tuple[torch.Tensor, ...] = ()) -> DraftTree:
+        """The draft from the drafter's state at the root (``logits``, ``hidden``), its cache holding
+        ``cached`` entries. Nothing is read back from the device. ``reads``: each pass runs
+        :meth:`~draftlab.models.drafter.Eagle3Drafter.tree_pass` with these read slots (inside a
+        graph capture) instead of :meth:`~draftlab.models.drafter.Eagle3Drafter.forward`."""
+        k, steps = self.flags.topk, self.flags.steps
+        top_p, top_d = draft_top_k(logits, k)
         frontier, chunk = select_top_k(0, top_p, self.drafter.to_target_ids(top_d), None, k)
         chunks = [chunk]
-        nodes = _DraftNodes(state.hidden, k)
+        nodes = _DraftNodes(hidden, k)
         for step in range(1, steps):
             nodes.add_level(frontier.tokens, frontier.rows)
-            out = nodes.run(self.drafter)
+            out = nodes.run(self.drafter, cached, reads[step - 1] if reads else None)
             top_p, top_d = draft_top_k(out.logits[-k:], k)  # the newest level: the frontier, in its order
             frontier, chunk = select_top_k(step, top_p, self.drafter.to_target_ids(top_d), frontier, k)
             chunks.append(chunk)
@@ -207,17 +232,20 @@ class _DraftNodes:
         self.tokens = torch.cat([self.tokens, tokens.long()])
         self.parents = torch.cat([self.parents, parents])
 
-    def run(self, drafter: Eagle3Drafter) -> DraftStep:
-        """One drafter pass over every node (each sees its ancestors), then drop its cache entries. A
-        node's input is its parent's output (the root's state for the first level)."""
+    def run(self, drafter: Eagle3Drafter, cached: int | torch.Tensor, read: torch.Tensor | None) -> DraftStep:
+        """One drafter pass over every node (each sees its ancestors) after ``cached`` entries, leaving
+        the drafter's cache as it was. A node's input is its parent's output (the root's state for the
+        first level). ``read``: run as :meth:`~draftlab.models.drafter.Eagle3Drafter.tree_pass`."""
         n, k = self.tokens.numel(), self.k
         device = self.root_hidden.device
         hidden = [self.root_hidden.expand(k, -1)]
         if n > k:
             hidden.append(self.out_hidden[self.parents[k:]])
-        depth = torch.arange(n, device=device) // k + 1
-        out = drafter.forward(self.tokens, torch.cat(hidden), positions=drafter.cache_len + depth - 1,
-                              tree_mask=self.mask)
-        drafter.keep(torch.empty(0, dtype=torch.long, device=device))
+        positions = cached + torch.arange(n, device=device) // k  # depth - 1
+        if read is not None:
+            out = drafter.tree_pass(self.tokens, torch.cat(hidden), positions, self.mask, cached, read)
+        else:
+            out = drafter.forward(self.tokens, torch.cat(hidden), positions=positions, tree_mask=self.mask)
+            drafter.keep(torch.empty(0, dtype=torch.long, device=device))
         self.out_hidden = out.hidden
         return out

@@ -78,7 +78,8 @@ def select_top_k(
     assert frontier is not None
     expand = (frontier.scores[..., :, None] * top_p).flatten(-2)  # [..., k*k], row-major
     ids = top_ids.flatten(-2)
-    chunk = PoolChunk(expand, ids, frontier.pool_index.repeat_interleave(topk, dim=-1))
+    parents = frontier.pool_index[..., :, None].expand(*frontier.pool_index.shape, topk).flatten(-2)  # row-major
+    chunk = PoolChunk(expand, ids, parents)
     best_scores, best = torch.topk(expand, topk, dim=-1)
     offset = topk + (step - 1) * topk * topk
     return Frontier(ids.gather(-1, best), best_scores, best // topk, offset + best), chunk
