@@ -134,8 +134,7 @@ def build_tree(root: int | torch.Tensor, tokens: torch.Tensor, parents: torch.Te
                             else root.reshape(1).long(), tokens.long()])
     all_parents = torch.cat([torch.full((1,), -1, device=device, dtype=torch.long), parents.long()])
     hops = torch.eye(n, dtype=torch.float32, device=device)  # 0/1 in float: squared by a matmul
-    if n > 1:
-        hops[torch.arange(1, n, device=device), parents.long().clamp(min=0)] = 1.0  # orphans hang under the root
+    hops[1:].scatter_(1, parents.long().clamp(min=0)[:, None], 1.0)  # orphans hang under the root
     reach, span = hops, 1
     while span < n - 1:  # reach covers paths of up to `span` hops
         reach, span = (reach @ reach).clamp_(max=1.0), span * 2
@@ -153,7 +152,7 @@ def organize_draft_results(chunks: list[PoolChunk], root: int | torch.Tensor, nu
     node_of_pool = torch.full_like(pool_parents, -1)  # tree node of each kept pool entry, -1 if dropped
     node_of_pool[kept] = torch.arange(1, kept.numel() + 1, device=kept.device)
     kept_parents = pool_parents[kept]
-    parents = torch.where(kept_parents < 0, 0, node_of_pool[kept_parents.clamp(min=0)])
+    parents = node_of_pool[kept_parents.clamp(min=0)].masked_fill(kept_parents < 0, 0)  # 0: the root
     return build_tree(root, tokens[kept], parents)
 
 
