@@ -157,3 +157,16 @@ def test_the_sampling_test_detects_a_biased_rule(monkeypatch):
     target, drafter = make_pair(VOCAB, sharpness=1.5, noise=1.0, draft_ids=[0, 1, 3, 4], seed=2)
     samples = _samples(SpeculativeDecoder(target, drafter, resolve_spec_flags(2, 2, 4)), 2500)
     assert chi_square_p(samples, _exact_three(target.table)) < 1e-6
+
+
+def test_a_draft_wider_than_a_graph_bucket_runs_eagerly():
+    """A drafter whose steps run as CUDA graphs drafts through one graph of the whole draft only when
+    every pass fits a bucket (64 nodes): topk 8 over 10 steps re-runs 72 nodes at its last pass, so it
+    drafts as the eager decoder does (no graph is made: on this CPU making one would raise)."""
+    target, drafter = make_pair(8)
+    drafter.graphs = True
+    dec = SpeculativeDecoder(target, drafter, resolve_spec_flags(10, 8, 16))
+    out, commits = _run(dec, [3, 1], max_new_tokens=20)
+    assert dec._draft_graphs is None
+    assert out == greedy_reference(target.table, [3, 1], 20)
+    assert max(c.accept_length or 0 for c in commits) > 1

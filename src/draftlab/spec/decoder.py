@@ -28,7 +28,7 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
-from draftlab.models.graphs import GraphSteps
+from draftlab.models.graphs import BUCKETS, GraphSteps
 from draftlab.spec.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
 from draftlab.spec.verify import Walk, walk_tree
 
@@ -89,7 +89,9 @@ class SpeculativeDecoder:
         self.target = target
         self.drafter = drafter
         self.flags = flags
-        self._draft_graphs = GraphSteps(self._draft_captured) if drafter is not None and drafter.graphs else None
+        # one graph per draft when every pass fits a bucket; wider passes run as the eager draft runs them
+        graphs = drafter is not None and drafter.graphs and flags.topk * (flags.steps - 1) <= BUCKETS[-1]
+        self._draft_graphs = GraphSteps(self._draft_captured) if graphs else None
 
     @torch.inference_mode()
     def stream(
