@@ -122,7 +122,7 @@ class StaticTarget:
         """``compile``: the bucketed steps run the fused layers' elementwise parts torch.compiled; a
         longer step (a prefill, whose shape does not recur) runs them eager. On an H200 it takes the
         8B verify of a 3/1/4 cycle from 7.65 to 5.55 ms, for a few seconds of compiling per process, so
-        ``generate`` turns it on for long decodes only (``compile_pays``). The compiled parts round as
+        ``generate`` turns it on for long decodes only (``decode_steps``, ``compile_pays``). The compiled parts round as
         the eager ones do (bit for bit at 1 and 4 rows on an H200: benchmarks/compile_numerics.py), so
         the probe's eager pass still computes what a compiled verify does."""
         if not supports(model):

@@ -23,7 +23,7 @@ from rich.progress import Progress
 from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.compat import check_pair
 from draftlab.engines import ENGINES
-from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement, synchronize
 from draftlab.models.target_batch import compile_pays
@@ -99,9 +99,9 @@ def generate(
     if batched and cache == "auto":
         cache = "dynamic"  # the batched decoder keeps its own caches; a static one would sit unused
     max_len = max_cache_len(max((len(r.input_ids) for r in rows), default=1), max_new_tokens, flags)
-    batches = -(-len(rows) // batch_size)
     # compiling pays only for long decodes; no device: a device map, which splits the target over GPUs
-    compile = compile_pays(batches * max_new_tokens, torch.device(device or "cuda"))
+    compile = compile_pays(decode_steps(len(rows), batch_size, max_new_tokens, None if batched else flags),
+                           torch.device(device or "cuda"))
     if no_draft:
         runner = TargetRunner.load(target, dtype=dtype, device=device, device_map=device_map, cache=cache,
                                    max_len=max_len)
@@ -166,6 +166,15 @@ def _busy_fraction(group_cycles: list[list[int]]) -> float:
     in which a row was still decoding."""
     slots = sum(len(cycles) * max(cycles) for cycles in group_cycles)
     return sum(map(sum, group_cycles)) / slots if slots else 1.0
+
+
+def decode_steps(prompts: int, batch_size: int, max_new_tokens: int, flags: SpecFlags | None) -> int:
+    """The fewest target steps a run can take: one per new token of each group, or, with ``flags``
+    (the batch-1 speculative decoder, whose verify is what compiles), one per cycle when every cycle
+    accepts its deepest path (``steps + 1`` tokens). What ``compile_pays`` weighs, so that a decode
+    compiles only when it pays at any accept length."""
+    tokens = -(-prompts // batch_size) * max_new_tokens
+    return tokens if flags is None else tokens // (flags.steps + 1)
 
 
 def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:
