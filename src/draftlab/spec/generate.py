@@ -171,8 +171,8 @@ def _busy_fraction(group_cycles: list[list[int]]) -> float:
 def decode_steps(prompts: int, batch_size: int, max_new_tokens: int, flags: SpecFlags | None) -> int:
     """The fewest target steps a run can take: one per new token of each group, or, with ``flags``
     (the batch-1 speculative decoder, whose verify is what compiles), one per cycle when every cycle
-    accepts its deepest path (``steps + 1`` tokens). What ``compile_pays`` weighs, so that a decode
-    compiles only when it pays at any accept length."""
+    accepts its deepest path (``steps + 1`` tokens). What ``compile_pays`` weighs: a decode compiles
+    only when it takes that many steps at any accept length."""
     tokens = -(-prompts // batch_size) * max_new_tokens
     return tokens if flags is None else tokens // (flags.steps + 1)
 
