@@ -35,6 +35,7 @@ from draftlab.probe.probe import Clock, ProbeResult, probe_configs
 
 MAX_NEW_TOKENS = 128  # the probe's continuation tokens per prompt, by default
 
+
 @dataclass(frozen=True)
 class AutoPlan:
     """The plan, and the measurements it was made from (savable as PROFILE.json and probe JSON)."""
