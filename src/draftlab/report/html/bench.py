@@ -38,7 +38,7 @@ def compare_section(doc: dict[str, Any]) -> Section:
     others = [r for r in rows if r["label"] != baseline and r.get("speedup") is not None]
     if others:
         lo, hi = min(r["speedup"] for r in others), max(r["speedup"] for r in others)
-        span = f"{lo:.2f}x" if abs(hi - lo) < 0.005 else f"{lo:.2f}x to {hi:.2f}x"
+        span = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"  # one number when they read alike
         labels = sorted({r["label"] for r in others})
         heading = f"{', '.join(labels)} against {baseline}: {span} output throughput"
     else:
