@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+if not torch.cuda.is_available():  # the split-KV attention kernels then run in Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are defined: before draftlab's imports
+
 from draftlab.toy import ToyPair, cached_toy_pair
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -1,7 +1,8 @@
 """cuDNN attention is eligible only in the bucketed steps over preallocated caches, whose shapes recur
 (the batch-1 static steps, the batched target's and drafter's steps of up to 64 tokens); every pass
 over a growing cache (the batch-1 dynamic paths) and every step too long for a bucket runs with cuDNN
-switched off, so it never builds a plan per new key length (models.kernels)."""
+switched off, so it never builds a plan per new key length (models.kernels). With
+``DRAFTLAB_ATTENTION=split-kv`` no pass allows it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from tiny_drafters import VOCAB, drafter_tensors, write_specforge
 from tiny_targets import tiny_target
 
+from draftlab.models import kernels
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
@@ -73,3 +75,16 @@ def test_drafter_passes_allow_cudnn_only_in_bucketed_steps(tmp_path, cudnn_seen:
     cudnn_seen.clear()
     batch.forward(torch.arange(8).reshape(2, 4) % VOCAB, features[:4].expand(2, -1, -1), 70 + torch.arange(4).repeat(2, 1))
     assert len(cudnn_seen) == 1 and all(cudnn_seen)
+
+
+def test_with_split_kv_chosen_no_step_allows_cudnn(cudnn_seen: list[bool], monkeypatch) -> None:
+    monkeypatch.setenv(kernels.ATTENTION_ENV, "split-kv")
+    kernels.split_kv_chosen.cache_clear()
+    try:
+        runner = TargetRunner(tiny_target("llama"), aux_layers=AUX, cache="static", max_len=128, graphs=False)
+        runner.forward(torch.arange(3))  # 8-wide heads: SDPA, in a bucket of 4
+        batch = BatchTarget(TargetRunner(tiny_target("llama"), aux_layers=AUX, cache="dynamic"), 2, 128)
+        batch.forward(torch.arange(6).reshape(2, 3), torch.arange(3).repeat(2, 1))
+    finally:
+        kernels.split_kv_chosen.cache_clear()
+    assert len(cudnn_seen) >= 2 * 5 and not any(cudnn_seen)

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from draftlab.models.kernels import step_kernels
 from draftlab.models.static_kv import gqa_attention
 
 _FUSED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[torch.Tensor, torch.Tensor | None]] = \
@@ -162,7 +163,8 @@ class FusedLayer:
                         0.0 if q_norm is None else q_norm.variance_epsilon, cos, sin, self.heads, self.kv_heads,
                         self.head_dim)
         if cache is None:
-            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=True)
+            with step_kernels():
+                attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=True)
         else:
             k, v = cache.update(k, v, self.index)
             attended = gqa_attention(q, k, v, mask, self.scaling)

@@ -11,22 +11,50 @@ The bucketed steps over preallocated caches (token counts rounded up to a bucket
 slot, the batched caches read in 128-slot buckets; captured as CUDA graphs on CUDA) see a handful of
 shapes, so a plan is built once per shape, at capture; they keep PyTorch's own choice. Every other
 pass runs inside :func:`attention_kernels`, whose kernels need no per-shape set-up.
+
+``DRAFTLAB_ATTENTION=split-kv`` chooses draftlab's own attention for the bucketed steps instead: the
+split-KV kernels (:mod:`draftlab.models.split_kv`) for steps of up to 64 query rows per kv head, and no
+cuDNN anywhere (a fresh process's first probe on an H200 took 10.9 s with cuDNN's per-shape plans and
+4.2 s without; RESULTS.md, session 15). It is not the default until the GPU smoke run passes with it.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 
 from rich.console import Console
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from draftlab.errors import DraftlabError
+
 ALLOWED = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+ATTENTION_ENV = "DRAFTLAB_ATTENTION"
+ATTENTION_CHOICES = ("torch", "split-kv")
 
 
 def attention_kernels() -> AbstractContextManager[None]:
     """For the duration, scaled-dot-product attention may use the flash, memory-efficient or math kernel."""
     return sdpa_kernel(ALLOWED)
+
+
+@functools.cache
+def split_kv_chosen() -> bool:
+    """Whether ``DRAFTLAB_ATTENTION`` asks for draftlab's attention (``split-kv``) rather than PyTorch's
+    choice (``torch``, the default). Read once per process."""
+    choice = os.environ.get(ATTENTION_ENV, "torch")
+    if choice not in ATTENTION_CHOICES:
+        raise DraftlabError(f"{ATTENTION_ENV}={choice!r} is not an attention choice; "
+                            f"set it to {' or '.join(ATTENTION_CHOICES)}, or unset it")
+    return choice == "split-kv"
+
+
+def step_kernels() -> AbstractContextManager[None]:
+    """The kernels a bucketed step's scaled-dot-product attention may use: PyTorch's choice, cuDNN
+    included; with ``split-kv`` chosen, never cuDNN."""
+    return attention_kernels() if split_kv_chosen() else nullcontext()
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

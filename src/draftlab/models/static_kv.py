@@ -29,7 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from draftlab.errors import DraftlabError
+from draftlab.models import split_kv
 from draftlab.models.graphs import BUCKETS
+from draftlab.models.kernels import split_kv_chosen, step_kernels
 
 READ_BUCKET = 512  # slots a batch-1 step's reads round up to: each width is one CUDA graph per token bucket,
 # so few of them (8 for 4,096 entries), and no step reads more than 511 slots it does not need
@@ -169,15 +171,19 @@ def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
                   scale: float | None) -> torch.Tensor:
-    """SDPA of query [B, H, b, D] over key/value [B, Hkv, S, D] with a mask [B or 1, 1, b, S] (bool, or
-    additive in the query's dtype), each group of H / Hkv query heads folded into rows of its kv head.
-    Returns [B, H, b, D]."""
+    """Attention of query [B, H, b, D] over key/value [B, Hkv, S, D] with a mask [B or 1, 1, b, S] (bool,
+    or additive in the query's dtype), each group of H / Hkv query heads folded into rows of its kv head.
+    SDPA, or with ``split-kv`` chosen the split-KV kernels where they apply. Returns [B, H, b, D]."""
     batch, heads, b, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
     q = query.reshape(batch, kv_heads, groups * b, dim)
+    if split_kv_chosen() and split_kv.applies(q, key, value, mask):
+        out = split_kv.attention(q, key, value, mask, b, dim ** -0.5 if scale is None else scale)
+        return out.reshape(batch, heads, b, value.shape[-1])
     m = mask.expand(batch, groups, b, mask.shape[-1]).reshape(batch, 1, groups * b, mask.shape[-1])
-    out = F.scaled_dot_product_attention(q, key, value, attn_mask=m, scale=scale)
+    with step_kernels():
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=m, scale=scale)
     return out.reshape(batch, heads, b, value.shape[-1])
 
 

@@ -1,0 +1,169 @@
+"""The split-KV attention kernels (models.split_kv) against SDPA, run in Triton's interpreter on the CPU
+(tests/conftest.py sets TRITON_INTERPRET=1 when there is no GPU), and ``DRAFTLAB_ATTENTION=split-kv``
+routing a whole static decode through them to the same tokens as SDPA.
+
+bfloat16 is left out: the interpreter's bfloat16 dot is wrong in Triton 3.6-3.9 (float16 exercises the
+same casts of the probabilities)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers as tf
+
+from draftlab.errors import DraftlabError
+from draftlab.models import kernels, split_kv
+from draftlab.models.static_kv import gqa_attention
+from draftlab.models.target import TargetRunner
+
+pytestmark = pytest.mark.skipif(not split_kv.available(), reason="needs Triton (the test extras install it)")
+
+TOLERANCE = {torch.float32: 2e-6, torch.float16: 2e-3}
+
+
+def _case(dtype: torch.dtype, *, batch: int = 2, kv_heads: int = 2, groups: int = 3, tokens: int = 5,
+          keys: int = 300, dim: int = 32, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Query [B, H, tokens, D], keys and values [B, Hkv, S, D] (a strided view, as a cache's read is),
+    and a bool mask [B, 1, tokens, S]: a cached prefix, a causal block of the step's own tokens, and
+    some slots hidden at random (every row keeps its first slot)."""
+    gen = torch.Generator().manual_seed(seed)
+    query = torch.randn(batch, kv_heads * groups, tokens, dim, generator=gen).to(dtype)
+    cache = torch.randn(2, batch, kv_heads, keys + 40, dim, generator=gen).to(dtype)
+    key, value = cache[0, :, :, :keys], cache[1, :, :, :keys]
+    mask = torch.rand(batch, 1, tokens, keys, generator=gen) < 0.8
+    own = torch.arange(keys - tokens, keys)
+    mask[..., own] = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    mask[..., 0] = True
+    return query, key, value, mask
+
+
+def _exact(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+           scale: float) -> torch.Tensor:
+    """The float64 answer, each query head over its own kv head."""
+    groups = query.shape[1] // key.shape[1]
+    k, v = (t.double().repeat_interleave(groups, dim=1) for t in (key, value))
+    return F.scaled_dot_product_attention(query.double(), k, v, attn_mask=mask, scale=scale)
+
+
+def _folded(query: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    batch, heads, tokens, dim = query.shape
+    return query.reshape(batch, kv_heads, heads // kv_heads * tokens, dim)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("ranges", [1, 3, 64])
+def test_kernels_match_exact_attention_over_any_number_of_key_ranges(dtype: torch.dtype, ranges: int) -> None:
+    query, key, value, mask = _case(dtype)
+    out = split_kv.attention(_folded(query, 2), key, value, mask, query.shape[2], 0.17, ranges=ranges)
+    got = out.reshape(query.shape)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), _exact(query, key, value, mask, 0.17), rtol=0, atol=TOLERANCE[dtype])
+
+
+def test_additive_masks_and_a_mask_shared_by_the_batch() -> None:
+    query, key, value, mask = _case(torch.float32, batch=3, tokens=1, keys=200)
+    shared = mask[:1]
+    additive = torch.where(shared, 0.0, torch.finfo(torch.float32).min)
+    out = split_kv.attention(_folded(query, 2), key, value, additive, 1, 0.2, ranges=4).reshape(query.shape)
+    torch.testing.assert_close(out.double(), _exact(query, key, value, shared.expand_as(mask), 0.2), rtol=0, atol=2e-6)
+
+
+def test_ranges_merge_without_overflow_when_their_maxima_lie_far_apart() -> None:
+    """Scores of +-150: a range's sum scaled by exp(its max - anything but the largest max) overflows."""
+    query, key, value, mask = _case(torch.float32, keys=256)
+    out = split_kv.attention(_folded(query, 2), key, value, mask, 5, 5.0, ranges=4).reshape(query.shape)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out.double(), _exact(query, key, value, mask, 5.0), rtol=0, atol=2e-5)
+
+
+def test_a_row_that_may_attend_nothing_gives_zeros_as_sdpa_does() -> None:
+    query, key, value, mask = _case(torch.float32, tokens=3, keys=130)
+    mask[1, :, 2] = False
+    out = split_kv.attention(_folded(query, 2), key, value, mask, 3, 0.2, ranges=3).reshape(query.shape)
+    assert torch.equal(out[1, :, 2], torch.zeros_like(out[1, :, 2]))
+    torch.testing.assert_close(out.double(), _exact(query, key, value, mask, 0.2).nan_to_num(0.0), rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("keys", [1, 63, 64, 65, 4095, 4160])
+@pytest.mark.parametrize("wanted", [1, 5, 200])
+def test_key_ranges_cover_every_key_once_in_whole_tiles(keys: int, wanted: int) -> None:
+    parts, span = split_kv.split_count(wanted, keys)
+    assert span % split_kv.BLOCK == 0 and 1 <= parts <= min(wanted, split_kv.MAX_SPLITS)
+    assert (parts - 1) * span < keys <= parts * span  # none empty, none missing
+    assert parts == min(wanted, split_kv.MAX_SPLITS, math.ceil(keys / split_kv.BLOCK)) or span > split_kv.BLOCK
+
+
+def test_applies_only_to_few_rows_of_supported_widths_over_exactly_the_masked_keys() -> None:
+    query, key, value, mask = _case(torch.float32)
+    q = _folded(query, 2)
+    assert split_kv.applies(q, key, value, mask)
+    assert not split_kv.applies(q.repeat(1, 1, 5, 1), key, value, mask)  # 75 rows: SDPA's blocks fill the GPU
+    assert not split_kv.applies(q[..., :8], key[..., :8], value[..., :8], mask)  # too narrow for tl.dot
+    assert not split_kv.applies(q, key, value, mask[..., :-1])
+    assert not split_kv.applies(q, key.transpose(2, 3).contiguous().transpose(2, 3), value, mask)
+
+
+@pytest.fixture
+def split_kv_chosen(monkeypatch):
+    monkeypatch.setenv(kernels.ATTENTION_ENV, "split-kv")
+    kernels.split_kv_chosen.cache_clear()
+    yield
+    kernels.split_kv_chosen.cache_clear()
+
+
+def test_gqa_attention_routes_small_steps_through_the_kernels(split_kv_chosen, monkeypatch) -> None:
+    query, key, value, mask = _case(torch.float32, tokens=4)
+    calls = []
+    attention = split_kv.attention
+    monkeypatch.setattr(split_kv, "attention", lambda *a, **k: calls.append(a[0].shape) or attention(*a, **k))
+    got = gqa_attention(query, key, value, mask, 0.2)
+    assert calls == [(2, 2, 12, 32)]
+    torch.testing.assert_close(got.double(), _exact(query, key, value, mask, 0.2), rtol=0, atol=2e-6)
+    long = torch.randn(2, 6, 22, 32)  # 66 folded rows: SDPA
+    gqa_attention(long, key, value, mask[:, :, :1].expand(2, 1, 22, -1), 0.2)
+    assert len(calls) == 1
+
+
+def test_an_unknown_attention_choice_is_one_line(monkeypatch) -> None:
+    monkeypatch.setenv(kernels.ATTENTION_ENV, "flash")
+    kernels.split_kv_chosen.cache_clear()
+    try:
+        with pytest.raises(DraftlabError, match="DRAFTLAB_ATTENTION='flash'.*torch or split-kv"):
+            kernels.split_kv_chosen()
+    finally:
+        kernels.split_kv_chosen.cache_clear()
+
+
+def test_a_static_decode_through_the_kernels_gives_sdpas_tokens(split_kv_chosen, monkeypatch) -> None:
+    """A Llama with 16-wide heads decodes 12 tokens greedily on a static cache (the batch-1 path's
+    steps: prefill, then one token a step) with the kernels and with SDPA: the same tokens, and logits
+    within float32 rounding."""
+    config = tf.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    calls = []
+    attention = split_kv.attention
+    monkeypatch.setattr(split_kv, "attention", lambda *a, **k: calls.append(1) or attention(*a, **k))
+
+    def decode() -> tuple[list[int], torch.Tensor]:
+        runner = TargetRunner(model, aux_layers=[0, 1], cache="static", max_len=64, graphs=False)
+        step = runner.forward(torch.arange(7) % 97)
+        tokens, logits = [], []
+        for _ in range(12):
+            logits.append(step.logits[-1])
+            tokens.append(int(step.logits[-1].argmax()))
+            step = runner.forward(torch.tensor(tokens[-1:]))
+        return tokens, torch.stack(logits)
+
+    tokens, logits = decode()
+    kernel_calls = len(calls)
+    monkeypatch.setenv(kernels.ATTENTION_ENV, "torch")
+    kernels.split_kv_chosen.cache_clear()
+    expected, expected_logits = decode()
+    assert kernel_calls == 2 * 13 and len(calls) == kernel_calls  # every step and layer, then none
+    assert tokens == expected and len(set(tokens)) > 1
+    torch.testing.assert_close(logits, expected_logits, rtol=0, atol=1e-4)
