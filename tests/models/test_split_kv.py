@@ -7,6 +7,7 @@ same casts of the probabilities)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -18,6 +19,8 @@ from draftlab.errors import DraftlabError
 from draftlab.models import kernels, split_kv
 from draftlab.models.static_kv import gqa_attention
 from draftlab.models.target import TargetRunner
+from draftlab.probe.probe import probe
+from draftlab.spec.generate import generate
 
 pytestmark = pytest.mark.skipif(not split_kv.available(), reason="needs Triton (the test extras install it)")
 
@@ -167,3 +170,22 @@ def test_a_static_decode_through_the_kernels_gives_sdpas_tokens(split_kv_chosen,
     assert kernel_calls == 2 * 13 and len(calls) == kernel_calls  # every step and layer, then none
     assert tokens == expected and len(set(tokens)) > 1
     torch.testing.assert_close(logits, expected_logits, rtol=0, atol=1e-4)
+
+
+def test_the_probe_through_the_kernels_equals_generate_on_the_toy_pair(split_kv_chosen, toy_pair, tmp_path,
+                                                                      monkeypatch) -> None:
+    """The probe's batched continuations and drafts (BatchKV steps of the target and the drafter, 16-wide
+    heads) through the kernels give generate's accept lengths (its dynamic caches use SDPA), chain and tree."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"input_ids": list(t.encode())}) + "\n"
+                               for t in ["def __init__(self, ", "import os\nimport sys\n\n"]))
+    calls = []
+    attention = split_kv.attention
+    monkeypatch.setattr(split_kv, "attention", lambda *a, **k: calls.append(1) or attention(*a, **k))
+    for steps, topk, tokens in [(3, 1, 4), (3, 2, 6)]:
+        flags = dict(steps=steps, topk=topk, num_draft_tokens=tokens, max_new_tokens=24)
+        got = probe(toy_pair.target_dir, toy_pair.drafter_dir, prompts, batch_size=2, **flags)
+        ref = generate(toy_pair.target_dir, toy_pair.drafter_dir, prompts, **flags)
+        assert [r.accept_lengths for r in got.results] == [r.accept_lengths for r in ref.results]
+        assert ref.mean_accept_length > 1.5
+    assert calls
