@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
+import split_kv_builds as builds
 import torch
 import torch.nn.functional as F
 import transformers as tf
@@ -104,6 +108,9 @@ def test_applies_only_to_few_rows_of_supported_widths_over_exactly_the_masked_ke
     q = _folded(query, 2)
     assert split_kv.applies(q, key, value, mask)
     assert not split_kv.applies(q.repeat(1, 1, 5, 1), key, value, mask)  # 75 rows: SDPA's blocks fill the GPU
+    forty = q.repeat(1, 1, 3, 1)[:, :, :40]
+    assert split_kv.applies(forty.half(), key.half(), value.half(), mask)
+    assert not split_kv.applies(forty, key, value, mask)  # float32 tiles past 32 rows spill registers
     assert not split_kv.applies(q[..., :8], key[..., :8], value[..., :8], mask)  # too narrow for tl.dot
     assert not split_kv.applies(q, key, value, mask[..., :-1])
     assert not split_kv.applies(q, key.transpose(2, 3).contiguous().transpose(2, 3), value, mask)
@@ -189,3 +196,20 @@ def test_the_probe_through_the_kernels_equals_generate_on_the_toy_pair(split_kv_
         assert [r.accept_lengths for r in got.results] == [r.accept_lengths for r in ref.results]
         assert ref.mean_accept_length > 1.5
     assert calls
+
+
+
+@pytest.mark.skipif(not (split_kv.available() and builds.cuobjdump()), reason="needs Triton's NVIDIA backend")
+def test_the_kernels_build_for_ampere_and_hopper_without_spilling() -> None:
+    """The interpreter cannot show what the GPU compiler makes of the tiles. Triton ships ptxas, so the
+    kernels are built here for sm_80 and sm_90 at the widest head, every row tile and each dtype, as
+    :func:`split_kv.attention` launches them (tests/models/split_kv_builds.py, in a process without the
+    interpreter): no register spills (stack or local memory), and shared memory that every such GPU has.
+    (64-key tiles spilled at 32 and 64 rows; float32 at 64 rows.)"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, builds.__file__], env=env, capture_output=True, text=True, check=True)
+    usage = json.loads(run.stdout)
+    assert len(usage) == 2 * 2 * sum(int(math.log2(rows)) - 3 for rows in split_kv.MAX_ROWS.values())
+    for build in usage:
+        assert (build["stack"], build["local"]) == (0, 0), build
+        assert build["shared"] <= builds.SMALLEST_SHARED, build

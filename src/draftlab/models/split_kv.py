@@ -23,10 +23,14 @@ import os
 
 import torch
 
-MAX_ROWS = 64  # folded query rows per kv head: a decode, a verify or a draft pass of up to 64 / groups tokens
-BLOCK = 64  # keys per tile
-MAX_SPLITS = 64  # ranges per (row, kv head); the merge loops over them
+MAX_ROWS = {torch.bfloat16: 64, torch.float16: 64, torch.float32: 32}  # folded query rows per kv head (a
+# decode, a verify or a draft pass of up to MAX_ROWS / groups tokens); float32 tiles of 64 rows spill registers
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs 16 or more; past 128 the tiles outgrow the registers
+BLOCK = 32  # keys per tile
+MAX_SPLITS = 64  # ranges per (row, kv head); the merge loops over them
+# With these (and 8 warps), no tile of up to MAX_ROWS rows x 128 spills registers on sm_80 or sm_90: 64-key
+# tiles or 4 warps did (tests/models/test_split_kv.py builds them for both on the CPU and reads ptxas' usage)
+NUM_WARPS, NUM_STAGES = 8, 2
 
 if importlib.util.find_spec("triton") is not None:
     import triton
@@ -132,11 +136,11 @@ def _runs_on(device: torch.device) -> bool:
 
 def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor) -> bool:
     """Whether :func:`attention` serves folded query ``[B, Hkv, rows, D]`` over ``key``/``value`` with
-    ``mask``: on a device that runs the kernels, with at most ``MAX_ROWS`` rows, keys and values of one
-    supported width stored densely along it, and a mask over exactly the keys."""
+    ``mask``: on a device that runs the kernels, with at most ``MAX_ROWS`` rows for its dtype, keys and
+    values of one supported width stored densely along it, and a mask over exactly the keys."""
     dim = query.shape[-1]
-    return (query.shape[2] <= MAX_ROWS and dim in HEAD_DIMS and key.shape[-1] == dim == value.shape[-1]
-            and key.stride(-1) == 1 == value.stride(-1) and mask.shape[-1] == key.shape[2]
+    return (query.shape[2] <= MAX_ROWS.get(query.dtype, 0) and dim in HEAD_DIMS
+            and key.shape[-1] == dim == value.shape[-1] and key.stride(-1) == 1 == value.stride(-1) and mask.shape[-1] == key.shape[2]
             and _runs_on(query.device))
 
 
@@ -174,6 +178,7 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
         value.stride(0), value.stride(1), value.stride(2),
         mask.stride(0) if mask.shape[0] > 1 else 0, mask.stride(2) if mask.shape[2] > 1 else 0, mask.stride(3),
         kv_heads, rows, tokens, keys, span, scale,
-        R=padded, D=dim, BLOCK_S=BLOCK, BOOL_MASK=bool_mask, IEEE=query.dtype == torch.float32)
+        R=padded, D=dim, BLOCK_S=BLOCK, BOOL_MASK=bool_mask, IEEE=query.dtype == torch.float32,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     _merge[(batch * kv_heads,)](acc, stats, out, rows, parts, R=padded, D=dim)
     return out
