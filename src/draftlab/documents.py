@@ -3,7 +3,8 @@
 Every document draftlab writes (``--json`` on stdout, ``bench -o``, a sweep's summary) carries a
 ``provenance`` object: the command line, the versions of draftlab, Python, torch and transformers,
 the torch threads a computing command used (:mod:`draftlab.threads`; null for commands that compute
-nothing) and the time. ``draftlab report`` shows it under each result, so a page passed around in a pull
+nothing), whose attention kernels computed (``DRAFTLAB_ATTENTION``, :mod:`draftlab.models.kernels`) and
+the time. ``draftlab report`` shows it under each result, so a page passed around in a pull
 request says how each number was made. Versions are read from package metadata, without importing
 torch or transformers (commands that load no model start instantly).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import platform
 import shlex
 from importlib import metadata
@@ -54,6 +56,7 @@ def provenance() -> dict[str, Any]:
         "platform": platform.platform(terse=True),
         "threads": None if _threads is None else _threads[0],
         "threads_from": None if _threads is None else _threads[1],
+        "attention": os.environ.get("DRAFTLAB_ATTENTION", "torch"),  # read here without importing torch
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

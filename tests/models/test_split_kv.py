@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 import transformers as tf
 
+from draftlab.documents import provenance
 from draftlab.errors import DraftlabError
 from draftlab.models import kernels, split_kv
 from draftlab.models.static_kv import gqa_attention
@@ -135,6 +136,12 @@ def test_gqa_attention_routes_small_steps_through_the_kernels(split_kv_chosen, m
     long = torch.randn(2, 6, 22, 32)  # 66 folded rows: SDPA
     gqa_attention(long, key, value, mask[:, :, :1].expand(2, 1, 22, -1), 0.2)
     assert len(calls) == 1
+
+
+def test_documents_say_whose_attention_computed_them(monkeypatch) -> None:
+    assert provenance()["attention"] == "torch"
+    monkeypatch.setenv(kernels.ATTENTION_ENV, "split-kv")
+    assert provenance()["attention"] == "split-kv"
 
 
 def test_an_unknown_attention_choice_is_one_line(monkeypatch) -> None:
