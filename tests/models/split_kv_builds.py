@@ -52,8 +52,9 @@ def usage(kernel, pointers: dict[str, str], constants: dict[str, object], capabi
 
 
 def builds() -> list[dict]:
-    """Both kernels at head width 128, for every row tile each dtype allows, as ``attention`` launches them:
-    a bool mask with bfloat16, an additive one in the query's dtype otherwise."""
+    """Both kernels at head width 128, for every row tile each dtype allows, as ``attention`` launches them
+    over a cache (writing the step's new entries): a bool mask with
+    bfloat16, an additive one in the query's dtype otherwise."""
     out = []
     for capability in (80, 90):
         for dtype, most in split_kv.MAX_ROWS.items():
@@ -62,9 +63,10 @@ def builds() -> list[dict]:
             rows = 16
             while rows <= most:
                 out.append(usage(split_kv._split, {"q": f"*{kind}", "k": f"*{kind}", "v": f"*{kind}",
-                                                   "mask": f"*{mask}", "acc_out": "*fp32", "stats_out": "*fp32"},
-                                 {"R": rows, "D": 128, "BLOCK_S": split_kv.BLOCK, "BOOL_MASK": mask == "u8",
-                                  "IEEE": dtype == torch.float32},
+                                                   "mask": f"*{mask}", "acc_out": "*fp32", "stats_out": "*fp32",
+                                                   "new_k": f"*{kind}", "new_v": f"*{kind}", "slots": "*i64"},
+                                 {"R": rows, "D": 128, "BLOCK_S": split_kv.BLOCK[dtype],
+                                  "BOOL_MASK": mask == "u8", "IEEE": dtype == torch.float32, "APPEND": True},
                                  capability, num_warps=split_kv.NUM_WARPS, num_stages=split_kv.NUM_STAGES))
                 out.append(usage(split_kv._merge, {"acc_in": "*fp32", "stats_in": "*fp32", "out": f"*{kind}"},
                                  {"R": rows, "D": 128}, capability))

@@ -79,6 +79,25 @@ def test_additive_masks_and_a_mask_shared_by_the_batch() -> None:
     torch.testing.assert_close(out.double(), _exact(query, key, value, shared.expand_as(mask), 0.2), rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_kernels_write_the_steps_own_entries_into_the_cache_they_read(dtype: torch.dtype) -> None:
+    """``append``: the step's keys and values land in the cache at its slots (those inside the read
+    width; a padded token's slot past it is left alone), and attention sees them, as index_copy + SDPA."""
+    query, key, value, mask = _case(dtype, tokens=4, keys=200)
+    cache = torch.randn(2, 2, 2, 260, 32, generator=torch.Generator().manual_seed(1)).to(dtype)
+    new = torch.randn(2, 2, 2, 4, 32, generator=torch.Generator().manual_seed(2)).to(dtype)
+    slots = torch.tensor([150, 151, 152, 230])  # the last past the 200 slots read
+    expected = cache.clone()
+    expected[:, :, :, slots[:3]] = new[:, :, :, :3]
+    fused = cache.clone()
+    out = split_kv.attention(_folded(query, 2), fused[0, :, :, :200], fused[1, :, :, :200], mask, 4, 0.2,
+                             append=(new[0], new[1], slots), ranges=5)
+    assert torch.equal(fused, expected)
+    torch.testing.assert_close(out.reshape(query.shape).double(),
+                               _exact(query, expected[0, :, :, :200], expected[1, :, :, :200], mask, 0.2),
+                               rtol=0, atol=TOLERANCE[dtype])
+
+
 def test_ranges_merge_without_overflow_when_their_maxima_lie_far_apart() -> None:
     """Scores of +-150: a range's sum scaled by exp(its max - anything but the largest max) overflows."""
     query, key, value, mask = _case(torch.float32, keys=256)
@@ -97,11 +116,12 @@ def test_a_row_that_may_attend_nothing_gives_zeros_as_sdpa_does() -> None:
 
 @pytest.mark.parametrize("keys", [1, 63, 64, 65, 4095, 4160])
 @pytest.mark.parametrize("wanted", [1, 5, 200])
-def test_key_ranges_cover_every_key_once_in_whole_tiles(keys: int, wanted: int) -> None:
-    parts, span = split_kv.split_count(wanted, keys)
-    assert span % split_kv.BLOCK == 0 and 1 <= parts <= min(wanted, split_kv.MAX_SPLITS)
+@pytest.mark.parametrize("block", [16, 32])
+def test_key_ranges_cover_every_key_once_in_whole_tiles(keys: int, wanted: int, block: int) -> None:
+    parts, span = split_kv.split_count(wanted, keys, block)
+    assert span % block == 0 and 1 <= parts <= min(wanted, split_kv.MAX_SPLITS)
     assert (parts - 1) * span < keys <= parts * span  # none empty, none missing
-    assert parts == min(wanted, split_kv.MAX_SPLITS, math.ceil(keys / split_kv.BLOCK)) or span > split_kv.BLOCK
+    assert parts == min(wanted, split_kv.MAX_SPLITS, math.ceil(keys / block)) or span > block
 
 
 def test_applies_only_to_few_rows_of_supported_widths_over_exactly_the_masked_keys() -> None:

@@ -52,7 +52,7 @@ from draftlab.models.drafter_weights import canonical_names
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import attention_mask, new_token_mask
-from draftlab.models.static_kv import BatchKV, StaticKV, gqa_attention
+from draftlab.models.static_kv import BatchKV, StaticKV, cached_attention
 
 if TYPE_CHECKING:
     from draftlab.models.target import TargetRunner
@@ -110,7 +110,7 @@ def attend(attn: nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Ten
     q, k, v = attn.project(x, rope)
     new = (k, v)
     if isinstance(past, Preallocated):
-        return attn.output(gqa_attention(q, *past.update(k, v, layer), mask[:, None], attn.scale)), new
+        return attn.output(cached_attention(past, layer, q, k, v, mask[:, None], attn.scale)), new
     if past is not None:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
     groups = q.shape[1] // k.shape[1]

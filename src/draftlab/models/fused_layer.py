@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from draftlab.models.kernels import step_kernels
-from draftlab.models.static_kv import gqa_attention
+from draftlab.models.static_kv import cached_attention
 
 _FUSED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[torch.Tensor, torch.Tensor | None]] = \
     weakref.WeakKeyDictionary()  # first Linear of a fused group -> its concatenated weight and bias
@@ -166,8 +166,7 @@ class FusedLayer:
             with step_kernels():
                 attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=True)
         else:
-            k, v = cache.update(k, v, self.index)
-            attended = gqa_attention(q, k, v, mask, self.scaling)
+            attended = cached_attention(cache, self.index, q, k, v, mask, self.scaling)
         attended = attended.transpose(1, 2).reshape(*hidden.shape[:2], -1)
         return last(hidden, attended, self.o_proj.weight, self.o_proj.bias, self.norms[1].weight,
                     self.norms[1].variance_epsilon, self.gate_up, self.gate_up_bias, self.down_proj.weight,

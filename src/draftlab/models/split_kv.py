@@ -10,6 +10,9 @@ merges the ranges by log-sum-exp (``_merge``), as FlashDecoding does.
 The query heads sharing a kv head arrive folded into query rows (:func:`static_kv.gqa_attention`), so
 one key tile serves all of them; the mask is read per token and shared by the folded heads. Scores
 and sums are float32; the probabilities meet the values in the values' dtype, as flash attention does.
+Over a preallocated cache (:func:`static_kv.cached_attention`) the kernel also writes the step's own
+keys and values into the cache, each range's program the slots it is about to read: the two copy
+kernels per layer that wrote them (0.17 ms of a 5 ms batch-1 step on an H200) are gone.
 Triton builds the kernels on first use; without Triton (or off CUDA) :func:`applies` is False and the
 caller keeps SDPA. On the CPU the test suite runs the same kernels in Triton's interpreter.
 """
@@ -24,12 +27,13 @@ import os
 import torch
 
 MAX_ROWS = {torch.bfloat16: 64, torch.float16: 64, torch.float32: 32}  # folded query rows per kv head (a
-# decode, a verify or a draft pass of up to MAX_ROWS / groups tokens); float32 tiles of 64 rows spill registers
+# decode, a verify or a draft pass of up to MAX_ROWS / groups tokens)
+BLOCK = {torch.bfloat16: 32, torch.float16: 32, torch.float32: 16}  # keys per tile
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs 16 or more; past 128 the tiles outgrow the registers
-BLOCK = 32  # keys per tile
 MAX_SPLITS = 64  # ranges per (row, kv head); the merge loops over them
-# With these (and 8 warps), no tile of up to MAX_ROWS rows x 128 spills registers on sm_80 or sm_90: 64-key
-# tiles or 4 warps did (tests/models/test_split_kv.py builds them for both on the CPU and reads ptxas' usage)
+# With these tiles and 8 warps nothing spills registers on sm_80 or sm_90 (tests/models/split_kv_builds.py
+# builds the kernels for both on the CPU and reads ptxas' usage): 64-key tiles, 4 warps, 64 float32 rows or
+# 32-key float32 tiles did, by up to 1.6 KB a thread
 NUM_WARPS, NUM_STAGES = 8, 2
 
 if importlib.util.find_spec("triton") is not None:
@@ -37,12 +41,14 @@ if importlib.util.find_spec("triton") is not None:
     import triton.language as tl
 
     @triton.jit(do_not_specialize=["rows", "tokens", "keys", "span", "scale"])
-    def _split(q, k, v, mask, acc_out, stats_out,
-               q_b, q_h, q_r, k_b, k_h, k_s, v_b, v_h, v_s, m_b, m_r, m_s,
+    def _split(q, k, v, mask, acc_out, stats_out, new_k, new_v, slots,
+               q_b, q_h, q_r, k_b, k_h, k_s, v_b, v_h, v_s, m_b, m_r, m_s, n_b, n_h, n_t,
                kv_heads, rows, tokens, keys, span, scale,
-               R: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr, BOOL_MASK: tl.constexpr,
-               IEEE: tl.constexpr):
-        """One key range of one (batch row, kv head): its unnormalised output and its rows' max and sum."""
+               R: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr,
+               BOOL_MASK: tl.constexpr, IEEE: tl.constexpr, APPEND: tl.constexpr):
+        """One key range of one (batch row, kv head): its unnormalised output and its rows' max and sum.
+        ``APPEND``: first write the step's own keys and values (``new_k``/``new_v`` [B, Hkv, tokens, D],
+        strides ``n_*`` shared by both) into the slots ``slots`` that fall in this range."""
         bh = tl.program_id(0)
         part = tl.program_id(1)
         parts = tl.num_programs(1)
@@ -50,14 +56,25 @@ if importlib.util.find_spec("triton") is not None:
         h = bh % kv_heads
         r = tl.arange(0, R)
         d = tl.arange(0, D)
+        start = part * span
+        end = tl.minimum(start + span, keys)
+        if APPEND:  # the cache write, fused: each range's own program writes the slots it then reads
+            for t0 in range(0, tokens, 16):
+                t = t0 + tl.arange(0, 16)
+                slot = tl.load(slots + t, mask=t < tokens, other=-1)
+                mine = ((t < tokens) & (slot >= start) & (slot < end))[:, None]
+                new = b * n_b + h * n_h + t[:, None] * n_t + d[None, :]
+                tl.store(k + b * k_b + h * k_h + slot[:, None] * k_s + d[None, :],
+                         tl.load(new_k + new, mask=mine).to(k.dtype.element_ty), mask=mine)
+                tl.store(v + b * v_b + h * v_h + slot[:, None] * v_s + d[None, :],
+                         tl.load(new_v + new, mask=mine).to(v.dtype.element_ty), mask=mine)
+            tl.debug_barrier()  # the block's writes are visible to all its threads before they read keys
         live = r < rows
         query = tl.load(q + b * q_b + h * q_h + r[:, None] * q_r + d[None, :], mask=live[:, None], other=0.0)
         token = r % tokens  # a folded row's own token: its mask row
         best = tl.full([R], float("-inf"), tl.float32)
         total = tl.zeros([R], tl.float32)
         acc = tl.zeros([R, D], tl.float32)
-        start = part * span
-        end = tl.minimum(start + span, keys)
         for s0 in range(start, end, BLOCK_S):
             s = s0 + tl.arange(0, BLOCK_S)
             inside = s < end
@@ -144,21 +161,25 @@ def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
             and _runs_on(query.device))
 
 
-def split_count(ranges_wanted: int, keys: int) -> tuple[int, int]:
+def split_count(ranges_wanted: int, keys: int, block: int) -> tuple[int, int]:
     """(ranges, keys per range) for ``keys`` keys cut into about ``ranges_wanted`` ranges, each a
-    whole number of tiles, at most ``MAX_SPLITS``."""
-    ranges = max(1, min(ranges_wanted, MAX_SPLITS, math.ceil(keys / BLOCK)))
-    span = math.ceil(math.ceil(keys / ranges) / BLOCK) * BLOCK
+    whole number of ``block``-key tiles, at most ``MAX_SPLITS``."""
+    ranges = max(1, min(ranges_wanted, MAX_SPLITS, math.ceil(keys / block)))
+    span = math.ceil(math.ceil(keys / ranges) / block) * block
     return math.ceil(keys / span), span
 
 
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, tokens: int,
-              scale: float, *, ranges: int | None = None) -> torch.Tensor:
+              scale: float, *, append: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+              ranges: int | None = None) -> torch.Tensor:
     """Softmax attention of folded query ``[B, Hkv, rows, D]`` (row ``g * tokens + i`` is query head g of
     the kv head, token i) over ``key``/``value`` ``[B, Hkv, S, D]``, with ``mask`` ``[B or 1, 1, tokens, S]``
     (bool, True = attend; or additive; its batch and token dims may be broadcast). Returns ``[B, Hkv, rows, D]`` in the query's dtype.
 
-    ``ranges``: about how many key ranges per (row, kv head); by default enough to fill the GPU twice over."""
+    ``append``: (keys, values ``[B, Hkv, tokens, D]``, slots ``[tokens]``): the step's own entries, written
+    into ``key``/``value`` (views of a cache: they are written through) at those slots before they are read;
+    slots past ``S`` are not written. ``ranges``: about how many key ranges per (row, kv head); by default
+    enough to fill the GPU twice over."""
     batch, kv_heads, rows, dim = query.shape
     keys = key.shape[2]
     if query.stride(-1) != 1:
@@ -166,19 +187,24 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
     if ranges is None:
         units = _gpu(query.device.index or 0)[1] if query.device.type == "cuda" else 4
         ranges = math.ceil(2 * units / (batch * kv_heads))
-    parts, span = split_count(ranges, keys)
+    block = BLOCK[query.dtype]
+    parts, span = split_count(ranges, keys, block)
     padded = max(16, triton.next_power_of_2(rows))
     acc = torch.empty(batch * kv_heads * parts * padded * dim, dtype=torch.float32, device=query.device)
     stats = torch.empty(batch * kv_heads * parts * 2 * padded, dtype=torch.float32, device=query.device)
     out = torch.empty(batch, kv_heads, rows, dim, dtype=query.dtype, device=query.device)
     bool_mask = mask.dtype == torch.bool
+    new_k, new_v, slots = append if append is not None else (key, value, acc)  # unread without APPEND
+    if append is not None and (new_k.stride() != new_v.stride() or new_k.stride(-1) != 1):
+        new_k, new_v = new_k.contiguous(), new_v.contiguous()
     _split[(batch * kv_heads, parts)](
-        query, key, value, mask.view(torch.uint8) if bool_mask else mask, acc, stats,
+        query, key, value, mask.view(torch.uint8) if bool_mask else mask, acc, stats, new_k, new_v, slots,
         query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
         value.stride(0), value.stride(1), value.stride(2),
         mask.stride(0) if mask.shape[0] > 1 else 0, mask.stride(2) if mask.shape[2] > 1 else 0, mask.stride(3),
+        new_k.stride(0), new_k.stride(1), new_k.stride(2),
         kv_heads, rows, tokens, keys, span, scale,
-        R=padded, D=dim, BLOCK_S=BLOCK, BOOL_MASK=bool_mask, IEEE=query.dtype == torch.float32,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        R=padded, D=dim, BLOCK_S=block, BOOL_MASK=bool_mask,
+        IEEE=query.dtype == torch.float32, APPEND=append is not None, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     _merge[(batch * kv_heads,)](acc, stats, out, rows, parts, R=padded, D=dim)
     return out

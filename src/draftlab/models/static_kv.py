@@ -68,12 +68,15 @@ class StaticKV:
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
                **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the step's new keys/values ``[1, kv_heads, b, head_dim]``; return the layer's slots the
-        step reads (views of the buffers)."""
-        keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys.index_copy_(2, self.write_slots, key.to(keys.dtype))
-        values.index_copy_(2, self.write_slots, value.to(values.dtype))
+        step reads (:meth:`reads_of`)."""
+        self.keys[layer_idx].index_copy_(2, self.write_slots, key.to(self.keys.dtype))
+        self.values[layer_idx].index_copy_(2, self.write_slots, value.to(self.values.dtype))
+        return self.reads_of(layer_idx)
+
+    def reads_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slots of ``layer`` the running step reads: views of the buffers."""
         width = self.read.numel()
-        return keys[:, :, :width], values[:, :, :width]
+        return self.keys[layer, :, :, :width], self.values[layer, :, :, :width]
 
     def allowed(self, slots: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
                 window: int | None) -> torch.Tensor:
@@ -144,11 +147,14 @@ class BatchKV:
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
                **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the forward's new keys/values ``[B, kv_heads, n, head_dim]``; return the layer's slots
-        up to ``read_end`` (views of the buffers)."""
-        keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys.index_copy_(2, self.write_slots, key.to(keys.dtype))
-        values.index_copy_(2, self.write_slots, value.to(values.dtype))
-        return keys[:, :, :self.read_end], values[:, :, :self.read_end]
+        it reads (:meth:`reads_of`)."""
+        self.keys[layer_idx].index_copy_(2, self.write_slots, key.to(self.keys.dtype))
+        self.values[layer_idx].index_copy_(2, self.write_slots, value.to(self.values.dtype))
+        return self.reads_of(layer_idx)
+
+    def reads_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slots of ``layer`` up to ``read_end``: views of the buffers."""
+        return self.keys[layer, :, :, :self.read_end], self.values[layer, :, :, :self.read_end]
 
     def keep(self, start: int, index: torch.Tensor | int) -> None:
         """Apply :meth:`BatchSlots.keep`'s result, whose block of appended slots began at ``start``:
@@ -169,22 +175,43 @@ def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(mask, zero, torch.finfo(dtype).min)[None, None]
 
 
+def _fold(query: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """Query [B, H, b, D] -> [B, Hkv, H / Hkv * b, D]: each group of query heads as rows of its kv head."""
+    batch, heads, b, dim = query.shape
+    return query.reshape(batch, kv_heads, heads // kv_heads * b, dim)
+
+
 def gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
                   scale: float | None) -> torch.Tensor:
     """Attention of query [B, H, b, D] over key/value [B, Hkv, S, D] with a mask [B or 1, 1, b, S] (bool,
     or additive in the query's dtype), each group of H / Hkv query heads folded into rows of its kv head.
     SDPA, or with ``split-kv`` chosen the split-KV kernels where they apply. Returns [B, H, b, D]."""
     batch, heads, b, dim = query.shape
-    kv_heads = key.shape[1]
-    groups = heads // kv_heads
-    q = query.reshape(batch, kv_heads, groups * b, dim)
+    q = _fold(query, key.shape[1])
     if split_kv_chosen() and split_kv.applies(q, key, value, mask):
         out = split_kv.attention(q, key, value, mask, b, dim ** -0.5 if scale is None else scale)
         return out.reshape(batch, heads, b, value.shape[-1])
+    groups = heads // key.shape[1]
     m = mask.expand(batch, groups, b, mask.shape[-1]).reshape(batch, 1, groups * b, mask.shape[-1])
     with step_kernels():
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=m, scale=scale)
     return out.reshape(batch, heads, b, value.shape[-1])
+
+
+def cached_attention(cache: StaticKV | BatchKV, layer: int, query: torch.Tensor, key: torch.Tensor,
+                     value: torch.Tensor, mask: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """A step's attention over a preallocated cache: its new keys/values [B, Hkv, b, D] written into
+    layer ``layer`` (at the cache's write slots), then :func:`gqa_attention` over the slots it reads.
+    Where the split-KV kernels apply, they do the write themselves (two kernels fewer per layer)."""
+    if split_kv_chosen():
+        keys, values = cache.reads_of(layer)
+        q = _fold(query, keys.shape[1])
+        if split_kv.applies(q, keys, values, mask):
+            batch, heads, b, dim = query.shape
+            out = split_kv.attention(q, keys, values, mask, b, dim ** -0.5 if scale is None else scale,
+                                     append=(key, value, cache.write_slots))
+            return out.reshape(batch, heads, b, values.shape[-1])
+    return gqa_attention(query, *cache.update(key, value, layer), mask, scale)
 
 
 def hf_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
