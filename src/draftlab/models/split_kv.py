@@ -42,13 +42,13 @@ if importlib.util.find_spec("triton") is not None:
 
     @triton.jit(do_not_specialize=["rows", "tokens", "keys", "span", "scale"])
     def _split(q, k, v, mask, acc_out, stats_out, new_k, new_v, slots,
-               q_b, q_h, q_r, k_b, k_h, k_s, v_b, v_h, v_s, m_b, m_r, m_s, n_b, n_h, n_t,
+               q_b, q_h, q_r, k_b, k_h, k_s, v_b, v_h, v_s, m_b, m_r, m_s, nk_b, nk_h, nk_t, nv_b, nv_h, nv_t,
                kv_heads, rows, tokens, keys, span, scale,
                R: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr,
                BOOL_MASK: tl.constexpr, IEEE: tl.constexpr, APPEND: tl.constexpr):
         """One key range of one (batch row, kv head): its unnormalised output and its rows' max and sum.
-        ``APPEND``: first write the step's own keys and values (``new_k``/``new_v`` [B, Hkv, tokens, D],
-        strides ``n_*`` shared by both) into the slots ``slots`` that fall in this range."""
+        ``APPEND``: first write the step's own keys and values (``new_k``/``new_v`` [B, Hkv, tokens, D])
+        into the slots ``slots`` that fall in this range."""
         bh = tl.program_id(0)
         part = tl.program_id(1)
         parts = tl.num_programs(1)
@@ -63,11 +63,12 @@ if importlib.util.find_spec("triton") is not None:
                 t = t0 + tl.arange(0, 16)
                 slot = tl.load(slots + t, mask=t < tokens, other=-1)
                 mine = ((t < tokens) & (slot >= start) & (slot < end))[:, None]
-                new = b * n_b + h * n_h + t[:, None] * n_t + d[None, :]
-                tl.store(k + b * k_b + h * k_h + slot[:, None] * k_s + d[None, :],
-                         tl.load(new_k + new, mask=mine).to(k.dtype.element_ty), mask=mine)
-                tl.store(v + b * v_b + h * v_h + slot[:, None] * v_s + d[None, :],
-                         tl.load(new_v + new, mask=mine).to(v.dtype.element_ty), mask=mine)
+                fresh = tl.load(new_k + b * nk_b + h * nk_h + t[:, None] * nk_t + d[None, :], mask=mine)
+                tl.store(k + b * k_b + h * k_h + slot[:, None] * k_s + d[None, :], fresh.to(k.dtype.element_ty),
+                         mask=mine)
+                fresh = tl.load(new_v + b * nv_b + h * nv_h + t[:, None] * nv_t + d[None, :], mask=mine)
+                tl.store(v + b * v_b + h * v_h + slot[:, None] * v_s + d[None, :], fresh.to(v.dtype.element_ty),
+                         mask=mine)
             tl.debug_barrier()  # the block's writes are visible to all its threads before they read keys
         live = r < rows
         query = tl.load(q + b * q_b + h * q_h + r[:, None] * q_r + d[None, :], mask=live[:, None], other=0.0)
@@ -195,14 +196,14 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
     out = torch.empty(batch, kv_heads, rows, dim, dtype=query.dtype, device=query.device)
     bool_mask = mask.dtype == torch.bool
     new_k, new_v, slots = append if append is not None else (key, value, acc)  # unread without APPEND
-    if append is not None and (new_k.stride() != new_v.stride() or new_k.stride(-1) != 1):
+    if new_k.stride(-1) != 1 or new_v.stride(-1) != 1:
         new_k, new_v = new_k.contiguous(), new_v.contiguous()
     _split[(batch * kv_heads, parts)](
         query, key, value, mask.view(torch.uint8) if bool_mask else mask, acc, stats, new_k, new_v, slots,
         query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
         value.stride(0), value.stride(1), value.stride(2),
         mask.stride(0) if mask.shape[0] > 1 else 0, mask.stride(2) if mask.shape[2] > 1 else 0, mask.stride(3),
-        new_k.stride(0), new_k.stride(1), new_k.stride(2),
+        new_k.stride(0), new_k.stride(1), new_k.stride(2), new_v.stride(0), new_v.stride(1), new_v.stride(2),
         kv_heads, rows, tokens, keys, span, scale,
         R=padded, D=dim, BLOCK_S=block, BOOL_MASK=bool_mask,
         IEEE=query.dtype == torch.float32, APPEND=append is not None, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
