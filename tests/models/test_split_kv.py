@@ -22,7 +22,7 @@ import transformers as tf
 from draftlab.documents import provenance
 from draftlab.errors import DraftlabError
 from draftlab.models import kernels, split_kv
-from draftlab.models.static_kv import gqa_attention
+from draftlab.models.static_kv import StaticKV, cached_attention, gqa_attention
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe
 from draftlab.spec.generate import generate
@@ -241,3 +241,34 @@ def test_the_kernels_build_for_ampere_and_hopper_without_spilling() -> None:
     for build in usage:
         assert (build["stack"], build["local"]) == (0, 0), build
         assert build["shared"] <= builds.SMALLEST_SHARED, build
+
+
+def test_kernels_that_cannot_build_fall_back_to_sdpa_once_said(split_kv_chosen, monkeypatch, capsys) -> None:
+    """A GPU where Triton cannot build the kernels (here: more shared memory than it has) decodes on
+    SDPA instead, with one line saying so, and the cache still gets the step's entries."""
+    from triton.runtime.errors import OutOfResources
+
+    class Unbuildable:
+        """A kernel whose launch (at any grid) fails as Triton's does on too small a GPU."""
+
+        def __getitem__(self, grid: tuple[int, ...]):
+            def launch(*args: object, **kwargs: object) -> None:
+                raise OutOfResources(133120, 101376, "shared memory")
+            return launch
+    monkeypatch.setattr(split_kv, "_split", Unbuildable())
+    monkeypatch.setattr(split_kv, "_unbuildable", None)
+    query, key, value, mask = _case(torch.float32, tokens=4, keys=200)
+    cache = StaticKV(1, 2, 32, 200, dtype=torch.float32, device=torch.device("cpu"))
+    cache.keys[0, :1], cache.values[0, :1] = key[:1], value[:1]
+    slots = torch.arange(150, 154)
+    cache.begin(slots, slots, cache.reads(200))
+    new_k, new_v = torch.randn(2, 1, 2, 4, 32)
+    first = cached_attention(cache, 0, query[:1], new_k, new_v, mask[:1], 0.2)
+    second = cached_attention(cache, 0, query[:1], new_k, new_v, mask[:1], 0.2)
+    said = capsys.readouterr().err
+    assert said.count("split-KV attention cannot build") == 1 and "shared memory" in said
+    assert not split_kv.applies(_folded(query, 2), key, value, mask)
+    assert torch.equal(cache.keys[0, :, :, 150:154], new_k) and torch.equal(cache.values[0, :, :, 150:154], new_v)
+    exact = _exact(query[:1], cache.keys[0], cache.values[0], mask[:1], 0.2)
+    for out in (first, second):
+        torch.testing.assert_close(out.double(), exact, rtol=0, atol=2e-6)

@@ -25,6 +25,7 @@ import math
 import os
 
 import torch
+from rich.console import Console
 
 MAX_ROWS = {torch.bfloat16: 64, torch.float16: 64, torch.float32: 32}  # folded query rows per kv head (a
 # decode, a verify or a draft pass of up to MAX_ROWS / groups tokens)
@@ -36,9 +37,13 @@ MAX_SPLITS = 64  # ranges per (row, kv head); the merge loops over them
 # 32-key float32 tiles did, by up to 1.6 KB a thread
 NUM_WARPS, NUM_STAGES = 8, 2
 
+_unbuildable: str | None = None  # why the kernels cannot build on this machine, once they failed to
+
 if importlib.util.find_spec("triton") is not None:
     import triton
     import triton.language as tl
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
 
     @triton.jit(do_not_specialize=["rows", "tokens", "keys", "span", "scale"])
     def _split(q, k, v, mask, acc_out, stats_out, new_k, new_v, slots,
@@ -159,7 +164,7 @@ def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
     dim = query.shape[-1]
     return (query.shape[2] <= MAX_ROWS.get(query.dtype, 0) and dim in HEAD_DIMS
             and key.shape[-1] == dim == value.shape[-1] and key.stride(-1) == 1 == value.stride(-1) and mask.shape[-1] == key.shape[2]
-            and _runs_on(query.device))
+            and _unbuildable is None and _runs_on(query.device))
 
 
 def split_count(ranges_wanted: int, keys: int, block: int) -> tuple[int, int]:
@@ -172,15 +177,20 @@ def split_count(ranges_wanted: int, keys: int, block: int) -> tuple[int, int]:
 
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, tokens: int,
               scale: float, *, append: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-              ranges: int | None = None) -> torch.Tensor:
+              ranges: int | None = None) -> torch.Tensor | None:
     """Softmax attention of folded query ``[B, Hkv, rows, D]`` (row ``g * tokens + i`` is query head g of
     the kv head, token i) over ``key``/``value`` ``[B, Hkv, S, D]``, with ``mask`` ``[B or 1, 1, tokens, S]``
-    (bool, True = attend; or additive; its batch and token dims may be broadcast). Returns ``[B, Hkv, rows, D]`` in the query's dtype.
+    (bool, True = attend; or additive; its batch and token dims may be broadcast). Returns
+    ``[B, Hkv, rows, D]`` in the query's dtype.
 
     ``append``: (keys, values ``[B, Hkv, tokens, D]``, slots ``[tokens]``): the step's own entries, written
     into ``key``/``value`` (views of a cache: they are written through) at those slots before they are read;
     slots past ``S`` are not written. ``ranges``: about how many key ranges per (row, kv head); by default
-    enough to fill the GPU twice over."""
+    enough to fill the GPU twice over.
+
+    None where Triton cannot build the kernels on this GPU (a compiler error, or more shared memory
+    or registers than it has): said once, and :func:`applies` is False from then on. The caller then
+    runs its SDPA path, which writes whatever the kernel may have."""
     batch, kv_heads, rows, dim = query.shape
     keys = key.shape[2]
     if query.stride(-1) != 1:
@@ -198,14 +208,27 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
     new_k, new_v, slots = append if append is not None else (key, value, acc)  # unread without APPEND
     if new_k.stride(-1) != 1 or new_v.stride(-1) != 1:
         new_k, new_v = new_k.contiguous(), new_v.contiguous()
-    _split[(batch * kv_heads, parts)](
-        query, key, value, mask.view(torch.uint8) if bool_mask else mask, acc, stats, new_k, new_v, slots,
-        query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
-        value.stride(0), value.stride(1), value.stride(2),
-        mask.stride(0) if mask.shape[0] > 1 else 0, mask.stride(2) if mask.shape[2] > 1 else 0, mask.stride(3),
-        new_k.stride(0), new_k.stride(1), new_k.stride(2), new_v.stride(0), new_v.stride(1), new_v.stride(2),
-        kv_heads, rows, tokens, keys, span, scale,
-        R=padded, D=dim, BLOCK_S=block, BOOL_MASK=bool_mask,
-        IEEE=query.dtype == torch.float32, APPEND=append is not None, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    _merge[(batch * kv_heads,)](acc, stats, out, rows, parts, R=padded, D=dim)
+    try:
+        _split[(batch * kv_heads, parts)](
+            query, key, value, mask.view(torch.uint8) if bool_mask else mask, acc, stats, new_k, new_v, slots,
+            query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
+            value.stride(0), value.stride(1), value.stride(2),
+            mask.stride(0) if mask.shape[0] > 1 else 0, mask.stride(2) if mask.shape[2] > 1 else 0, mask.stride(3),
+            new_k.stride(0), new_k.stride(1), new_k.stride(2), new_v.stride(0), new_v.stride(1), new_v.stride(2),
+            kv_heads, rows, tokens, keys, span, scale,
+            R=padded, D=dim, BLOCK_S=block, BOOL_MASK=bool_mask, IEEE=query.dtype == torch.float32,
+            APPEND=append is not None, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        _merge[(batch * kv_heads,)](acc, stats, out, rows, parts, R=padded, D=dim)
+    except (CompilationError, OutOfResources) as exc:
+        _give_up(exc)
+        return None
     return out
+
+
+def _give_up(exc: Exception) -> None:
+    """Say once why the kernels cannot build here, and stop offering them."""
+    global _unbuildable
+    _unbuildable = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+    Console(stderr=True).print(f"[yellow]draftlab's split-KV attention cannot build on this GPU ({_unbuildable}); "
+                               "using PyTorch's attention (the same tokens, slower)[/]", highlight=False,
+                               soft_wrap=True)

@@ -190,7 +190,8 @@ def gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
     q = _fold(query, key.shape[1])
     if split_kv_chosen() and split_kv.applies(q, key, value, mask):
         out = split_kv.attention(q, key, value, mask, b, dim ** -0.5 if scale is None else scale)
-        return out.reshape(batch, heads, b, value.shape[-1])
+        if out is not None:  # None: the kernels cannot build on this GPU
+            return out.reshape(batch, heads, b, value.shape[-1])
     groups = heads // key.shape[1]
     m = mask.expand(batch, groups, b, mask.shape[-1]).reshape(batch, 1, groups * b, mask.shape[-1])
     with step_kernels():
@@ -210,7 +211,8 @@ def cached_attention(cache: StaticKV | BatchKV, layer: int, query: torch.Tensor,
             batch, heads, b, dim = query.shape
             out = split_kv.attention(q, keys, values, mask, b, dim ** -0.5 if scale is None else scale,
                                      append=(key, value, cache.write_slots))
-            return out.reshape(batch, heads, b, values.shape[-1])
+            if out is not None:
+                return out.reshape(batch, heads, b, values.shape[-1])
     return gqa_attention(query, *cache.update(key, value, layer), mask, scale)
 
 
