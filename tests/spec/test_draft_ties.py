@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from tiny_drafters import drafter_tensors, tied_head, write_specforge  # noqa: E402
 from tiny_targets import tiny_target  # noqa: E402
 
-import draftlab.spec.batch_decoder as batch_mod  # noqa: E402
 import draftlab.spec.decoder as decoder_mod  # noqa: E402
+import draftlab.spec.verify as verify_mod  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
@@ -79,9 +79,10 @@ def test_decoders_draft_the_first_maximum_of_tied_logits(tied_pair, kind, steps)
     assert _decode(kind, runner, drafter, resolve_spec_flags(steps, 1, steps + 1), max_new_tokens=NEW) == expected
 
 
-@pytest.mark.parametrize("module", [decoder_mod, batch_mod], ids=["batch-1", "batched"])
+@pytest.mark.parametrize("module", [decoder_mod, verify_mod], ids=["batch-1", "batched"])
 def test_sampled_decoding_drafts_the_first_maximum_too(tied_pair, monkeypatch, module):
-    """At temperature > 0 the drafts are still SGLang's argmax: every tree the decoder verifies is T0s."""
+    """At temperature > 0 the drafts are still SGLang's argmax: every tree the decoder verifies is T0s.
+    (The batched decoder's walks call verify's own ``walk_tree``, row by row.)"""
     runner, drafter = tied_pair
     drafted = []
 
@@ -90,7 +91,7 @@ def test_sampled_decoding_drafts_the_first_maximum_too(tied_pair, monkeypatch, m
         return walk(tree, logits, temperature, gen)
 
     monkeypatch.setattr(module, "walk_tree", recording)
-    _decode("batched" if module is batch_mod else "batch-1", runner, drafter, resolve_spec_flags(3, 1, 4),
+    _decode("batched" if module is verify_mod else "batch-1", runner, drafter, resolve_spec_flags(3, 1, 4),
             max_new_tokens=12, temperature=0.8, seed=1)
     assert drafted and set(drafted) == {T0}
 

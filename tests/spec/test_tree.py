@@ -154,3 +154,31 @@ def test_topk_above_one_is_the_softmax_top_k():
     scores, ids = draft_top_k(logits, 2)
     assert ids.tolist() == [[1, 3], [0, 3]]
     assert torch.allclose(scores, torch.softmax(logits, -1).gather(-1, ids))
+
+
+def test_a_batch_of_cycles_builds_each_rows_own_tree():
+    """The batched decoder builds every row's tree at once (leading dimension): each equals the tree
+    built from that row's pool alone, orphans included (exact ties that keep a child and drop its parent)."""
+    gen = torch.Generator().manual_seed(0)
+    topk, steps, batch = 3, 4, 6
+    chunks, frontier = [], None
+    for step in range(steps):
+        shape = (batch, topk) if step == 0 else (batch, topk, topk)
+        probs = torch.rand(*shape[:-1], 12, generator=gen).softmax(-1)
+        probs[1] = torch.nn.functional.one_hot(torch.tensor(step), 12).float()  # row 1: certain drafts, tied zeros
+        top_p, top_ids = probs.topk(topk, dim=-1)
+        frontier, chunk = select_top_k(step, top_p, top_ids, frontier, topk)
+        chunks.append(chunk)
+    roots = torch.arange(50, 50 + batch)
+    orphans = 0
+    for tokens in (2, 8, 16):
+        trees = organize_draft_results(chunks, roots, tokens)
+        for i in range(batch):
+            alone = organize_draft_results([type(c)(c.scores[i], c.tokens[i], c.parents[i]) for c in chunks],
+                                           int(roots[i]), tokens)
+            row = trees.row(i)
+            for field in ("tokens", "parents", "depth", "mask"):
+                assert torch.equal(getattr(row, field), getattr(alone, field)), (tokens, i, field)
+            orphans += int((alone.parents[1:] < 0).sum())
+        assert trees.size == tokens
+    assert orphans  # the tied row keeps children whose parents it dropped

@@ -3,9 +3,14 @@
 Each cycle is the batch-1 loop of :mod:`draftlab.spec.decoder` with every pass batched: one drafter
 pass per draft step over B x (nodes so far) rows, one target verify over B x num_draft_tokens tokens,
 one draft-extend over B x (longest accepted path). Rows accept different numbers of tokens; the
-caches (:mod:`draftlab.models.batch_slots`) keep each row's own path and pad the rest. Tree building
-and the walks run per row with the batch-1 functions, so at temperature 0 every row's tokens and accept
-lengths are exactly those of the batch-1 decoder (barring float ties under a different batch shape).
+caches (:mod:`draftlab.models.batch_slots`) keep each row's own path and pad the rest. The trees are
+the batch-1 functions' over a leading batch dimension (one set of device operations for all rows),
+and the greedy walks read the trees and the target's argmax back once per cycle, then walk each row
+on the host as the batch-1 walk does; so at temperature 0 every row's tokens and accept lengths are
+exactly those of the batch-1 decoder (barring float ties under a different batch shape). Built and
+walked row by row, a 5/4/8 cycle dispatched 59 operators per row (each a kernel launch on a GPU): 3,776
+at batch 64, 5.2 ms on a 2-core CPU, against 49 and 0.40 ms for the whole batch now
+(benchmarks/batch_trees.py).
 
 At temperature > 0, as in the batch-1 decoder, every config, chains included, drafts the top-k tree
 and verifies it with the lossless tree sampling walk (SGLang's and vLLM's way).
@@ -37,14 +42,8 @@ from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
 from draftlab.spec.decoder import max_cache_len, pick_token, trim_commit
 from draftlab.spec.plain_decode import plain_decode
-from draftlab.spec.tree import (
-    DraftTree,
-    PoolChunk,
-    draft_top_k,
-    organize_draft_results,
-    select_top_k,
-)
-from draftlab.spec.verify import Walk, walk_tree
+from draftlab.spec.tree import DraftTree, draft_top_k, organize_draft_results, select_top_k
+from draftlab.spec.verify import Walk, walk_trees
 
 
 def batch_cache_slots(width: int, max_new_tokens: int, flags: SpecFlags | None) -> int:
@@ -136,15 +135,13 @@ class BatchSpeculativeDecoder:
             if all(r.done for r in rows):
                 break
             trees = self._draft(drafter, roots, state)
-            tokens = torch.stack([t.tokens for t in trees])
-            verify_positions = counts[:, None] + torch.stack([t.depth for t in trees])
+            verify_positions = counts[:, None] + trees.depth
             deepest = max(known) + depth
             if limit is not None:  # finished rows ride along; keep their positions in range
                 verify_positions = verify_positions.clamp(max=limit - 1)
                 deepest = min(deepest, limit - 1)
-            verify = target.forward(tokens, verify_positions, tree_mask=torch.stack([t.mask for t in trees]),
-                                    max_position=deepest)
-            walks = [walk_tree(t, verify.logits[i], temperature, gen) for i, t in enumerate(trees)]
+            verify = target.forward(trees.tokens, verify_positions, tree_mask=trees.mask, max_position=deepest)
+            walks = walk_trees(trees, verify.logits, temperature, gen)
             target.keep([w.nodes for w in walks])
             for i, (row, walk) in enumerate(zip(rows, walks)):
                 if not row.done:
@@ -200,8 +197,9 @@ class BatchSpeculativeDecoder:
                 out.hidden.gather(1, last[:, :, None].expand(-1, -1, out.hidden.shape[-1]))[:, 0])
 
     def _draft(self, drafter: BatchDrafter, roots: list[int],
-               state: tuple[torch.Tensor, torch.Tensor]) -> list[DraftTree]:
-        """Every row's tree, drafted with steps - 1 batched drafter passes (SGLang's rule per row)."""
+               state: tuple[torch.Tensor, torch.Tensor]) -> DraftTree:
+        """Every row's tree (a batch of trees), drafted with steps - 1 batched drafter passes and built
+        for all rows at once (SGLang's rule per row)."""
         device = self.runner.device
         k, steps = self.flags.topk, self.flags.steps
         logits, root_hidden = state
@@ -240,8 +238,4 @@ class BatchSpeculativeDecoder:
             top_p, top_d = draft_top_k(out.logits[:, n_old:], k)
             frontier, chunk = select_top_k(step, top_p, self.drafter_model.to_target_ids(top_d), frontier, k)
             chunks.append(chunk)
-        return [
-            organize_draft_results([PoolChunk(c.scores[i], c.tokens[i], c.parents[i]) for c in chunks],
-                                   roots[i], self.flags.num_draft_tokens)
-            for i in range(b)
-        ]
+        return organize_draft_results(chunks, torch.tensor(roots, device=device), self.flags.num_draft_tokens)

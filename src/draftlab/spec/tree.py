@@ -87,7 +87,9 @@ def select_top_k(
 
 @dataclass
 class DraftTree:
-    """The tree verified in one target pass; node 0 is the root (the last verified token)."""
+    """The tree verified in one target pass; node 0 is the root (the last verified token). Leading
+    dimensions, where :func:`build_tree` was given them, are independent trees of one size (a batch's
+    rows): :meth:`row` is one of them."""
 
     tokens: torch.Tensor  # [N] target ids
     parents: torch.Tensor  # [N] parent node, -1 for the root (and for a node whose parent was not kept)
@@ -96,15 +98,15 @@ class DraftTree:
 
     @property
     def size(self) -> int:
-        return int(self.tokens.numel())
+        return int(self.tokens.shape[-1])
+
+    def row(self, index: int) -> DraftTree:
+        """Tree ``index`` of a batch of trees."""
+        return DraftTree(self.tokens[index], self.parents[index], self.depth[index], self.mask[index])
 
     def children(self) -> list[list[int]]:
         """Each node's children in pool order (the order SGLang's retrieve lists visit siblings)."""
-        kids: list[list[int]] = [[] for _ in range(self.size)]
-        for node, parent in enumerate(self.parents.tolist()):
-            if parent >= 0:
-                kids[parent].append(node)
-        return kids
+        return children(self.parents.tolist())
 
     def paths(self) -> list[list[int]]:
         """Every root-to-leaf path as node indices (SGLang's retrieve paths), leaves in index order."""
@@ -122,19 +124,33 @@ class DraftTree:
         return out
 
 
+def children(parents: list[int]) -> list[list[int]]:
+    """Each node's children, in node order, from the parent of each node (-1: none)."""
+    kids: list[list[int]] = [[] for _ in parents]
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            kids[parent].append(node)
+    return kids
+
+
 def build_tree(root: int | torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> DraftTree:
     """A tree from its drafted nodes; ``parents`` index nodes (0 = root), each below its own index, or
-    are -1 for an orphan (in the mask below the root, never reached by a walk).
+    are -1 for an orphan (in the mask below the root, never reached by a walk). Leading dimensions of
+    ``tokens``/``parents`` (and of a tensor ``root``) are independent trees.
 
     Built on the tokens' device without reading anything back (a decode cycle queues it behind its
     draft passes): the mask is the ancestor closure of the parent links, by repeated squaring."""
-    n = tokens.numel() + 1
+    *lead, m = tokens.shape
+    n = m + 1
     device = tokens.device
-    all_tokens = torch.cat([torch.full((1,), root, device=device, dtype=torch.long) if isinstance(root, int)
-                            else root.reshape(1).long(), tokens.long()])
-    all_parents = torch.cat([torch.full((1,), -1, device=device, dtype=torch.long), parents.long()])
+    roots = torch.full((*lead, 1), root, device=device, dtype=torch.long) if isinstance(root, int) \
+        else root.reshape(*lead, 1).long()
+    all_tokens = torch.cat([roots, tokens.long()], dim=-1)
+    all_parents = torch.cat([torch.full((*lead, 1), -1, device=device, dtype=torch.long), parents.long()], dim=-1)
     hops = torch.eye(n, dtype=torch.float32, device=device)  # 0/1 in float: squared by a matmul
-    hops[1:].scatter_(1, parents.long().clamp(min=0)[:, None], 1.0)  # orphans hang under the root
+    if lead:
+        hops = hops.repeat(*lead, 1, 1)
+    hops[..., 1:, :].scatter_(-1, parents.long().clamp(min=0)[..., None], 1.0)  # orphans hang under the root
     reach, span = hops, 1
     while span < n - 1:  # reach covers paths of up to `span` hops
         reach, span = (reach @ reach).clamp_(max=1.0), span * 2
@@ -144,16 +160,17 @@ def build_tree(root: int | torch.Tensor, tokens: torch.Tensor, parents: torch.Te
 
 def organize_draft_results(chunks: list[PoolChunk], root: int | torch.Tensor, num_draft_tokens: int) -> DraftTree:
     """Keep the best ``num_draft_tokens - 1`` pool entries (in pool order) under ``root``; on the pool's
-    device, without reading it back."""
-    scores = torch.cat([c.scores for c in chunks])
-    tokens = torch.cat([c.tokens for c in chunks])
-    pool_parents = torch.cat([c.parents for c in chunks])
+    device, without reading it back. Leading dimensions of the chunks (and of a tensor ``root``) are
+    independent cycles, one tree each (a batch's rows)."""
+    scores = torch.cat([c.scores for c in chunks], dim=-1)
+    tokens = torch.cat([c.tokens for c in chunks], dim=-1)
+    pool_parents = torch.cat([c.parents for c in chunks], dim=-1)
     kept = kept_pool_indices(scores, num_draft_tokens)
-    node_of_pool = torch.full_like(pool_parents, -1)  # tree node of each kept pool entry, -1 if dropped
-    node_of_pool[kept] = torch.arange(1, kept.numel() + 1, device=kept.device)
-    kept_parents = pool_parents[kept]
-    parents = node_of_pool[kept_parents.clamp(min=0)].masked_fill(kept_parents < 0, 0)  # 0: the root
-    return build_tree(root, tokens[kept], parents)
+    nodes = torch.arange(1, kept.shape[-1] + 1, device=kept.device).expand_as(kept)
+    node_of_pool = torch.full_like(pool_parents, -1).scatter_(-1, kept, nodes)  # tree node of each pool entry
+    kept_parents = pool_parents.gather(-1, kept)
+    parents = node_of_pool.gather(-1, kept_parents.clamp(min=0)).masked_fill(kept_parents < 0, 0)  # 0: the root
+    return build_tree(root, tokens.gather(-1, kept), parents)
 
 
 def kept_pool_indices(scores: torch.Tensor, num_draft_tokens: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from draftlab.spec.tree import DraftTree
+from draftlab.spec.tree import DraftTree, children
 
 
 @dataclass
@@ -29,8 +29,11 @@ def greedy_walk(tree: DraftTree, target_logits: torch.Tensor) -> Walk:
     Lossless: every committed token is the target's argmax after its own prefix, which is exactly
     what plain greedy decoding would produce.
     """
-    argmax = target_logits.argmax(dim=-1).tolist()
-    tokens, children = tree.tokens.tolist(), tree.children()
+    return _greedy_path(tree.tokens.tolist(), tree.children(), target_logits.argmax(dim=-1).tolist())
+
+
+def _greedy_path(tokens: list[int], children: list[list[int]], argmax: list[int]) -> Walk:
+    """:func:`greedy_walk` over a tree and the target's argmax per node, read back to the host."""
     node, nodes, out = 0, [0], []
     while True:
         want = argmax[node]
@@ -88,6 +91,17 @@ def _inverse_cdf(weights: torch.Tensor, coin: float) -> int:
     cdf = weights.cumsum(0)
     index = int(torch.searchsorted(cdf, coin * cdf[-1], right=True))
     return min(index, int(torch.nonzero(weights).max()))
+
+
+def walk_trees(trees: DraftTree, target_logits: torch.Tensor, temperature: float,
+               generator: torch.Generator) -> list[Walk]:
+    """:func:`walk_tree` of each of a batch of trees (``target_logits`` [B, N, V]), in row order. At
+    temperature 0 the trees and the target's argmax are read back once for the whole batch."""
+    if temperature == 0:
+        tokens, argmax = trees.tokens.tolist(), target_logits.argmax(dim=-1).tolist()
+        return [_greedy_path(row, children(parents), best)
+                for row, parents, best in zip(tokens, trees.parents.tolist(), argmax, strict=True)]
+    return [walk_tree(trees.row(i), target_logits[i], temperature, generator) for i in range(len(target_logits))]
 
 
 def walk_tree(tree: DraftTree, target_logits: torch.Tensor, temperature: float, generator: torch.Generator) -> Walk:
