@@ -20,7 +20,9 @@ mask: the passes' shapes then recur, and a CUDA graph per (tokens bucket, read b
 
 Attention reads the buffers without repeating the kv heads: the query heads that share a kv head are
 folded into extra query rows (``gqa_attention``), which is the same computation as repeating the keys
-and values for each of them, without copying the whole cache on every step.
+and values for each of them, without copying the whole cache on every step. ``cached_attention`` is a
+step's write and read together: with ``DRAFTLAB_ATTENTION=split-kv``, one kernel does both
+(:mod:`draftlab.models.split_kv`).
 """
 
 from __future__ import annotations
