@@ -21,7 +21,7 @@ loaded model serves decoding and probing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,12 +237,19 @@ class TargetRunner:
                 LayerWalk(self.model, self.aux_layers, self._windows)
         return self._walk
 
-    def keep(self, indices: torch.Tensor) -> None:
-        """Of the entries the last forward appended, keep ``indices`` (in that order) right after the prefix."""
-        start = self.cache_len - self._last_new
-        indices = indices.reshape(-1).to(self.device, torch.long)
-        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self._last_new):
+    def keep(self, indices: Sequence[int] | torch.Tensor) -> None:
+        """Of the entries the last forward appended, keep ``indices`` (in that order) right after the prefix.
+        A leading run ``0, 1, ..., m - 1`` (a chain's accepted path) moves nothing: the cache is cut at it.
+        The decoder passes its walk's host list, so nothing is read back from the device."""
+        listed = indices.reshape(-1).tolist() if isinstance(indices, torch.Tensor) else list(indices)
+        if any(not 0 <= i < self._last_new for i in listed):
             raise DraftlabError(f"keep() indices must lie in 0..{self._last_new - 1} (the last forward's entries)")
+        start = self.cache_len - self._last_new
+        if listed == list(range(len(listed))):
+            self.crop(start + len(listed))
+            self._last_new = len(listed)
+            return
+        indices = torch.tensor(listed, dtype=torch.long, device=self.device)
         full = torch.cat([torch.arange(start, device=self.device), start + indices])
         if self._static is not None:
             self._static.keep(start, indices)

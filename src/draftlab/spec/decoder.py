@@ -77,6 +77,14 @@ def trim_commit(tokens: list[int], room: int, eos: set[int]) -> tuple[list[int],
     return (tokens, False) if stop is None else (tokens[: stop + 1], True)
 
 
+def _rows(features: torch.Tensor, nodes: list[int]) -> torch.Tensor:
+    """The verify's features at the accepted ``nodes``: a slice when they lead the tree (a chain's),
+    else one gather."""
+    if nodes == list(range(len(nodes))):
+        return features[:len(nodes)]
+    return features[torch.tensor(nodes, dtype=torch.long, device=features.device)]
+
+
 class SpeculativeDecoder:
     """EAGLE-3 speculative decoding with SGLang's tree and lossless verification."""
 
@@ -139,9 +147,7 @@ class SpeculativeDecoder:
             verify = self.target.forward(tree.tokens, tree_mask=tree.mask, positions=self.target.cache_len + tree.depth,
                                          max_position=self.target.cache_len + depth)
             walk = self._walk(tree, verify.logits, temperature, gen)
-            path = torch.tensor(walk.nodes, dtype=torch.long, device=device)
-            if walk.nodes != list(range(tree.tokens.numel())):  # else every verified entry stays where it is
-                self.target.keep(path)
+            self.target.keep(walk.nodes)  # a chain's accepted prefix moves nothing
 
             tokens, stopped = trim_commit(walk.tokens, max_new_tokens - produced, eos)
             produced += len(tokens)
@@ -151,7 +157,7 @@ class SpeculativeDecoder:
             root = walk.tokens[-1]
             if self.drafter is not None and produced < max_new_tokens:
                 new = torch.tensor(walk.tokens, dtype=torch.long, device=device)
-                state = self._extend(new, verify.aux[path])
+                state = self._extend(new, _rows(verify.aux, walk.nodes))
 
     # -- pieces of one cycle ---------------------------------------------------------------------
 
