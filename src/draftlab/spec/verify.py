@@ -29,7 +29,8 @@ def greedy_walk(tree: DraftTree, target_logits: torch.Tensor) -> Walk:
     Lossless: every committed token is the target's argmax after its own prefix, which is exactly
     what plain greedy decoding would produce.
     """
-    return _greedy_path(tree.tokens.tolist(), tree.children(), target_logits.argmax(dim=-1).tolist())
+    tokens, parents, argmax = torch.stack([tree.tokens, tree.parents, target_logits.argmax(dim=-1)]).tolist()
+    return _greedy_path(tokens, children(parents), argmax)  # one read back from the device, not three
 
 
 def _greedy_path(tokens: list[int], children: list[list[int]], argmax: list[int]) -> Walk:
@@ -98,9 +99,8 @@ def walk_trees(trees: DraftTree, target_logits: torch.Tensor, temperature: float
     """:func:`walk_tree` of each of a batch of trees (``target_logits`` [B, N, V]), in row order. At
     temperature 0 the trees and the target's argmax are read back once for the whole batch."""
     if temperature == 0:
-        tokens, argmax = trees.tokens.tolist(), target_logits.argmax(dim=-1).tolist()
-        return [_greedy_path(row, children(parents), best)
-                for row, parents, best in zip(tokens, trees.parents.tolist(), argmax, strict=True)]
+        tokens, parents, argmax = torch.stack([trees.tokens, trees.parents, target_logits.argmax(dim=-1)]).tolist()
+        return [_greedy_path(row, children(up), best) for row, up, best in zip(tokens, parents, argmax, strict=True)]
     return [walk_tree(trees.row(i), target_logits[i], temperature, generator) for i in range(len(target_logits))]
 
 
