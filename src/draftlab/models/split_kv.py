@@ -57,7 +57,7 @@ if importlib.util.find_spec("triton") is not None:
         bh = tl.program_id(0)
         part = tl.program_id(1)
         parts = tl.num_programs(1)
-        b = bh // kv_heads
+        b = (bh // kv_heads).to(tl.int64)  # a batch of long caches lies past 2**31 elements
         h = bh % kv_heads
         r = tl.arange(0, R)
         d = tl.arange(0, D)
