@@ -30,7 +30,7 @@ import time
 import torch
 import torch.nn.functional as F
 from decode_profile import copy_bandwidth
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
 from draftlab.models import split_kv
 from draftlab.models.devices import parse_dtype
@@ -146,7 +146,8 @@ def main() -> None:
                 rows.append(row)
                 if not args.json:
                     cells = "  ".join(f"{n} {row[f'{n}_us']:7.2f} us (err {row[f'{n}_err']:.1e})" for n in ways)
-                    print(f"batch {batch:3d}  tokens {tokens}  slots {slots:5d}  floor {row['floor_us']:6.2f} us  {cells}")
+                    print(f"batch {batch:3d}  tokens {tokens}  slots {slots:5d}  "
+                          f"floor {row['floor_us']:6.2f} us  {cells}")
     if args.json:
         print(json.dumps({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                           "copy_bandwidth_gbs": bandwidth / 1e9, "rows": rows}, indent=1))

@@ -49,7 +49,7 @@ from draftlab.checkpoint.variants import unsupported
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import parse_device, parse_dtype
 from draftlab.models.drafter_weights import canonical_names
-from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
+from draftlab.models.graphs import BUCKETS, GraphSteps, bucket, pad_to_bucket
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import attention_mask, new_token_mask
 from draftlab.models.static_kv import BatchKV, StaticKV, cached_attention
@@ -303,7 +303,7 @@ class Eagle3Drafter(nn.Module):
             with attention_kernels():  # a long step's shape does not recur
                 return self._static_step(input_ids, hidden, positions, torch.arange(cached, cached + n, device=device),
                                          tree, self._static.reads(cached + n))
-        input_ids, hidden, positions, tree = _padded(b, input_ids, hidden, positions, tree)
+        input_ids, positions, tree, hidden = pad_to_bucket(b, input_ids, positions, tree, hidden)
         logits, out = self._run_bucket(input_ids, hidden, positions, torch.arange(cached, cached + b, device=device),
                                        tree, self._static.reads(cached + b))
         return logits[:n].clone(), out[:n].clone()
@@ -332,7 +332,8 @@ class Eagle3Drafter(nn.Module):
         bookkeeping on the host). The cache length stays; the slots written are past it."""
         n = input_ids.numel()
         b = bucket(n)
-        input_ids, hidden, positions, tree = _padded(b, input_ids, hidden.to(self.lm_head.weight.dtype), positions, tree)
+        input_ids, positions, tree, hidden = pad_to_bucket(b, input_ids, positions, tree,
+                                                           hidden.to(self.lm_head.weight.dtype))
         logits, out = self._static_step(input_ids, hidden, positions, cached + self._static.slot_ids[:b], tree, read)
         return DraftStep(logits=logits[:n], hidden=out[:n])
 
@@ -462,20 +463,6 @@ class Eagle3Drafter(nn.Module):
         """The tensors SpecForge saves (its names; no embedding, which serving takes from the target)."""
         return {k: v for k, v in self.state_dict().items()
                 if not k.startswith(("embed_tokens.", "rotary."))}
-
-
-def _padded(b: int, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-            tree: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """n <= b step inputs padded to the bucket's b rows: each pad attends only itself, at the last
-    position (the padding rows' outputs are dropped, their slots overwritten later)."""
-    n = input_ids.numel()
-    if b == n:
-        return input_ids, hidden, positions, tree
-    pad = b - n
-    square = torch.eye(b, dtype=torch.bool, device=tree.device)
-    square[:n, :n] = tree
-    return (torch.cat([input_ids, input_ids.new_zeros(pad)]), torch.cat([hidden, hidden[-1:].expand(pad, -1)]),
-            torch.cat([positions, positions[-1:].expand(pad)]), square)
 
 
 def refuse_unsupported(ckpt: Checkpoint) -> None:

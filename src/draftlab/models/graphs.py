@@ -35,6 +35,22 @@ def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
     return next((b for b in buckets if b >= n), None)
 
 
+def pad_to_bucket(width: int, ids: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
+                  *rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A step's n <= ``width`` tokens padded to its bucket's ``width``: ids with 0, positions and each of
+    ``rows`` (per-token inputs, such as hidden states) with their last, and the tree [n, n] widened so
+    that each pad attends only itself. The pads' outputs are dropped and their slots written over later.
+    Returns (ids, positions, tree, *rows)."""
+    n = ids.numel()
+    if width == n:
+        return ids, positions, tree, *rows
+    pad = width - n
+    square = torch.eye(width, dtype=torch.bool, device=tree.device)
+    square[:n, :n] = tree
+    return (torch.cat([ids, ids.new_zeros(pad)]), torch.cat([positions, positions[-1:].expand(pad)]), square,
+            *(torch.cat([row, row[-1:].expand(pad, *row.shape[1:])]) for row in rows))
+
+
 class GraphSteps:
     """CUDA graphs of ``step`` keyed by the shapes of its tensor inputs, captured on first use.
 

@@ -163,7 +163,8 @@ def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
     values of one supported width stored densely along it, and a mask over exactly the keys."""
     dim = query.shape[-1]
     return (query.shape[2] <= MAX_ROWS.get(query.dtype, 0) and dim in HEAD_DIMS
-            and key.shape[-1] == dim == value.shape[-1] and key.stride(-1) == 1 == value.stride(-1) and mask.shape[-1] == key.shape[2]
+            and key.shape[-1] == dim == value.shape[-1] and key.stride(-1) == 1 == value.stride(-1)
+            and mask.shape[-1] == key.shape[2]
             and _unbuildable is None and _runs_on(query.device))
 
 

@@ -28,7 +28,7 @@ from transformers.modeling_utils import AttentionInterface
 
 from draftlab.errors import DraftlabError
 from draftlab.models.fused_layer import FusedLayer, fusable
-from draftlab.models.graphs import BUCKETS, GraphSteps, bucket
+from draftlab.models.graphs import BUCKETS, GraphSteps, bucket, pad_to_bucket
 from draftlab.models.kernels import attention_kernels, compile_failed, say_uncompiled
 from draftlab.models.static_kv import StaticKV, additive, hf_attention
 
@@ -181,13 +181,7 @@ class StaticTarget:
             slots = torch.arange(cached, cached + n, device=device)
             with attention_kernels():  # a long step's shape does not recur
                 return self._forward(input_ids, positions, slots, tree, self.kv.reads(cached + n), False)
-        if b > n:
-            pad = b - n
-            input_ids = torch.cat([input_ids, input_ids.new_zeros(pad)])
-            positions = torch.cat([positions, positions[-1:].expand(pad)])
-            square = torch.eye(b, dtype=torch.bool, device=device)
-            square[:n, :n] = tree
-            tree = square
+        input_ids, positions, tree = pad_to_bucket(b, input_ids, positions, tree)
         slots = torch.arange(cached, cached + b, device=device)
         logits, aux = self._bucket_step(input_ids, positions, slots, tree, self.kv.reads(cached + b))
         return logits[:n].clone(), aux[:n].clone()
