@@ -75,3 +75,16 @@ def test_graph_steps_do_not_keep_their_owner_alive(recording: list[bool]) -> Non
     finally:
         if gc_was:
             gc.enable()
+
+
+def test_a_step_padded_to_its_bucket_keeps_its_tokens_and_walls_off_the_pads() -> None:
+    ids, positions = torch.tensor([5, 6, 7]), torch.tensor([10, 11, 11])
+    tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    hidden = torch.arange(6.0).reshape(3, 2)
+    out_ids, out_positions, out_tree, out_hidden = graphs.pad_to_bucket(4, ids, positions, tree, hidden)
+    assert out_ids.tolist() == [5, 6, 7, 0] and out_positions.tolist() == [10, 11, 11, 11]
+    assert torch.equal(out_tree[:3, :3], tree) and out_tree[3].tolist() == [False, False, False, True]
+    assert not out_tree[:3, 3].any()  # no real token sees a pad
+    assert torch.equal(out_hidden, torch.cat([hidden, hidden[-1:]]))
+    full = graphs.pad_to_bucket(3, ids, positions, tree)  # a full bucket: the inputs as given
+    assert all(got is given for got, given in zip(full, (ids, positions, tree), strict=True))
