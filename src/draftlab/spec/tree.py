@@ -106,7 +106,7 @@ class DraftTree:
 
     def children(self) -> list[list[int]]:
         """Each node's children in pool order (the order SGLang's retrieve lists visit siblings)."""
-        return children(self.parents.tolist())
+        return children_of(self.parents.tolist())
 
     def paths(self) -> list[list[int]]:
         """Every root-to-leaf path as node indices (SGLang's retrieve paths), leaves in index order."""
@@ -124,7 +124,7 @@ class DraftTree:
         return out
 
 
-def children(parents: list[int]) -> list[list[int]]:
+def children_of(parents: list[int]) -> list[list[int]]:
     """Each node's children, in node order, from the parent of each node (-1: none)."""
     kids: list[list[int]] = [[] for _ in parents]
     for node, parent in enumerate(parents):

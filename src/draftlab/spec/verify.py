@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from draftlab.spec.tree import DraftTree, children
+from draftlab.spec.tree import DraftTree, children_of
 
 
 @dataclass
@@ -29,12 +29,19 @@ def greedy_walk(tree: DraftTree, target_logits: torch.Tensor) -> Walk:
     Lossless: every committed token is the target's argmax after its own prefix, which is exactly
     what plain greedy decoding would produce.
     """
-    tokens, parents, argmax = torch.stack([tree.tokens, tree.parents, target_logits.argmax(dim=-1)]).tolist()
-    return _greedy_path(tokens, children(parents), argmax)  # one read back from the device, not three
+    return _greedy_path(*_read_back(tree, target_logits))
 
 
-def _greedy_path(tokens: list[int], children: list[list[int]], argmax: list[int]) -> Walk:
+def _read_back(trees: DraftTree, target_logits: torch.Tensor) -> list[list]:
+    """The tree(s)' tokens and parents and the target's argmax at each node, in one copy to the host (not
+    three). The logits may sit on another GPU than the tree (a target split across GPUs)."""
+    argmax = target_logits.argmax(dim=-1).to(trees.tokens.device)
+    return torch.stack([trees.tokens, trees.parents, argmax]).tolist()
+
+
+def _greedy_path(tokens: list[int], parents: list[int], argmax: list[int]) -> Walk:
     """:func:`greedy_walk` over a tree and the target's argmax per node, read back to the host."""
+    children = children_of(parents)
     node, nodes, out = 0, [0], []
     while True:
         want = argmax[node]
@@ -99,8 +106,7 @@ def walk_trees(trees: DraftTree, target_logits: torch.Tensor, temperature: float
     """:func:`walk_tree` of each of a batch of trees (``target_logits`` [B, N, V]), in row order. At
     temperature 0 the trees and the target's argmax are read back once for the whole batch."""
     if temperature == 0:
-        tokens, parents, argmax = torch.stack([trees.tokens, trees.parents, target_logits.argmax(dim=-1)]).tolist()
-        return [_greedy_path(row, children(up), best) for row, up, best in zip(tokens, parents, argmax, strict=True)]
+        return [_greedy_path(*row) for row in zip(*_read_back(trees, target_logits), strict=True)]
     return [walk_tree(trees.row(i), target_logits[i], temperature, generator) for i in range(len(target_logits))]
 
 
