@@ -1,6 +1,8 @@
-"""The split-KV attention kernels (models.split_kv) against SDPA, run in Triton's interpreter on the CPU
-(tests/conftest.py sets TRITON_INTERPRET=1 when there is no GPU), and ``DRAFTLAB_ATTENTION=split-kv``
-routing a whole static decode through them to the same tokens as SDPA.
+"""The split-KV attention kernels (models.split_kv) against float64 attention, run in Triton's interpreter
+on the CPU (tests/conftest.py sets TRITON_INTERPRET=1 when there is no GPU): their ranges and merge, the
+cache write they fuse, their fallback where Triton cannot build them, their builds for sm_80 and sm_90
+(ptxas' resource usage), and ``DRAFTLAB_ATTENTION=split-kv`` routing a static decode and the probe
+through them to SDPA's tokens and generate's accept lengths.
 
 bfloat16 is left out: the interpreter's bfloat16 dot is wrong in Triton 3.6-3.9 (float16 exercises the
 same casts of the probabilities)."""
