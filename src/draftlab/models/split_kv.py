@@ -33,8 +33,8 @@ BLOCK = {torch.bfloat16: 32, torch.float16: 32, torch.float32: 16}  # keys per t
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs 16 or more; past 128 the tiles outgrow the registers
 MAX_SPLITS = 64  # ranges per (row, kv head); the merge loops over them
 # With these tiles and 8 warps nothing spills registers on sm_80 or sm_90 (tests/models/split_kv_builds.py
-# builds the kernels for both on the CPU and reads ptxas' usage): 64-key tiles, 4 warps, 64 float32 rows or
-# 32-key float32 tiles did, by up to 1.6 KB a thread
+# builds the kernels for both on the CPU and reads ptxas' usage): 64-key tiles or 4 warps did (up to 824 bytes
+# a thread in bfloat16), and float32 at 64 rows or with 32-key tiles (up to 7.9 KB; benchmarks/RESULTS.md)
 NUM_WARPS, NUM_STAGES = 8, 2
 
 _unbuildable: str | None = None  # why the kernels cannot build on this machine, once they failed to
