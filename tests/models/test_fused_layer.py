@@ -8,6 +8,7 @@ import pytest
 import torch
 from tiny_targets import tiny_target
 
+from draftlab.models import kernels
 from draftlab.models.fused_layer import FusedLayer
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
@@ -69,13 +70,11 @@ def test_batched_and_batch_one_static_paths_decode_hfs_greedy_tokens(family: str
 def test_compiled_decode_step_runs_on_cpu_and_decodes_hfs_greedy_tokens() -> None:
     """``compile`` (the fused layers' elementwise parts through torch.compile) on a tiny model, eager
     CPU: the same tokens, and the compiled functions are what ran."""
-    from draftlab.models import fused_layer
-
     expected = [_no_cache_greedy("llama", p, NEW) for p in PROMPTS]
     runner = TargetRunner(tiny_target("llama"), cache="dynamic")
     target = BatchTarget(runner, len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
-    assert set(fused_layer._compiled) == {"attention_input", "layer_output"}
+    assert _compiled_here() == {"attention_input", "layer_output"}
 
 
 def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
@@ -87,6 +86,12 @@ def test_fusing_in_inference_mode_leaves_plain_parameters() -> None:
     assert isinstance(weight, torch.nn.Parameter) and not weight.is_inference()
     with torch.no_grad():
         weight.mul_(1.0)  # an in-place update, refused on an inference tensor outside inference mode
+
+
+def _compiled_here() -> set[str]:
+    """The fused layer's functions this process has compiled."""
+    prefix = "draftlab.models.fused_layer."
+    return {name.removeprefix(prefix) for name in kernels._compiled if name.startswith(prefix)}
 
 
 def _no_compiler(fn):
@@ -102,7 +107,7 @@ def test_decode_goes_on_without_compile_where_torch_compile_cannot_build(monkeyp
     Any other error is not taken for it."""
     from draftlab.models import fused_layer
 
-    monkeypatch.setattr(fused_layer, "_compiled_fn", _no_compiler)
+    monkeypatch.setattr(fused_layer, "compiled_fn", _no_compiler)
     expected = [_no_cache_greedy("llama", p, NEW) for p in PROMPTS]
     target = BatchTarget(TargetRunner(tiny_target("llama"), cache="dynamic"), len(PROMPTS), 40, compile=True)
     assert plain_decode(target, PROMPTS, NEW) == expected
@@ -142,7 +147,6 @@ def test_compiled_parts_take_every_width_and_batch_size(monkeypatch, capsys) -> 
     """Compiled, the walk serves a trainer's changing widths and the decode a server's changing batch
     sizes, more of each than dynamo's recompile limit (8), with HF's results and without falling back
     (sizes become dynamic on their second value)."""
-    from draftlab.models import fused_layer
     from draftlab.models import target as target_module
 
     hf = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3], cache="dynamic")
@@ -150,7 +154,7 @@ def test_compiled_parts_take_every_width_and_batch_size(monkeypatch, capsys) -> 
     batches = [torch.randint(0, 97, (2, width)) for width in (7, 12, 5, 9, 3, 15, 11, 6, 13, 4)]
     wanted = [hf.forward_batch(batch) for batch in batches]  # on the CPU: HF's pass
     monkeypatch.setattr(target_module, "STATIC_BY_DEFAULT", ("cpu",))
-    monkeypatch.setattr(fused_layer, "_compiled", {})
+    monkeypatch.setattr(kernels, "_compiled", {})
     runner = TargetRunner(tiny_target("llama"), aux_layers=[0, 2, 3], cache="dynamic")
     for batch, want in zip(batches, wanted):
         got = runner.forward_batch(batch, compiled=True)
@@ -164,7 +168,7 @@ def test_compiled_parts_take_every_width_and_batch_size(monkeypatch, capsys) -> 
         assert plain_decode(target, [PROMPTS[0]] * size, 4) == [expected] * size
         assert target.compile, f"batch {size} fell back to eager"
     assert "cannot build" not in capsys.readouterr().err
-    assert set(fused_layer._compiled) == {"attention_input", "layer_output"}
+    assert _compiled_here() == {"attention_input", "layer_output"}
 
 
 def test_batch_one_static_step_compiled_and_without_a_compiler(monkeypatch, capsys) -> None:
@@ -181,7 +185,7 @@ def test_batch_one_static_step_compiled_and_without_a_compiler(monkeypatch, caps
 
     compiled = TargetRunner(tiny_target("llama"), cache="static", max_len=64, compile=True)
     assert decode(compiled) == expected and compiled._static.compile
-    monkeypatch.setattr(fused_layer, "_compiled_fn", _no_compiler)
+    monkeypatch.setattr(fused_layer, "compiled_fn", _no_compiler)
     broken = TargetRunner(tiny_target("llama"), cache="static", max_len=64, compile=True)
     assert decode(broken) == expected
     assert broken._static.compile is False
@@ -193,11 +197,10 @@ def test_compiled_parts_round_as_eager_in_bfloat16(monkeypatch) -> None:
     """In bfloat16 the compiled walk gives the eager walk's hidden states and aux features bit for bit:
     inductor rounds where eager rounds (``emulate_precision_casts``), so a compiled verify or decode and
     the probe's uncompiled pass compute the same numbers. Without it about half the elements differ."""
-    from draftlab.models import fused_layer
     from draftlab.models import target as target_module
 
     monkeypatch.setattr(target_module, "STATIC_BY_DEFAULT", ("cpu",))
-    monkeypatch.setattr(fused_layer, "_compiled", {})
+    monkeypatch.setattr(kernels, "_compiled", {})
     runner = TargetRunner(tiny_target("llama").to(torch.bfloat16), aux_layers=[0, 2, 3], cache="dynamic")
     batch = torch.randint(0, 97, (2, 11), generator=torch.Generator().manual_seed(2))
     eager, compiled = runner.forward_batch(batch), runner.forward_batch(batch, compiled=True)

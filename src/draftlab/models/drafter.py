@@ -29,9 +29,10 @@ cache-free pass with explicit positions and a full attention mask (training, off
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +51,7 @@ from draftlab.errors import DraftlabError
 from draftlab.models.devices import parse_device, parse_dtype
 from draftlab.models.drafter_weights import canonical_names
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket, pad_to_bucket
-from draftlab.models.kernels import attention_kernels
+from draftlab.models.kernels import attention_kernels, compile_failed, compiled_fn, say_uncompiled
 from draftlab.models.masks import attention_mask, new_token_mask
 from draftlab.models.static_kv import BatchKV, StaticKV, cached_attention
 
@@ -104,19 +105,28 @@ class _Attention(nn.Module):
 
 def attend(attn: nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
            mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
-    """One attention module's pass: x [B, n, in]; mask [B, n, S] bool over past + new keys (the slots a
-    preallocated ``past`` returns, which this writes layer ``layer`` of). Returns output and the new
-    keys/values."""
+    """One attention module's pass: x [B, n, in] -> its output [B, n, hidden] and the new keys/values
+    (:func:`attention` over ``past``)."""
     q, k, v = attn.project(x, rope)
+    out, new = attention(attn, q, k, v, past, mask, layer)
+    return attn.output(out), new
+
+
+def attention(attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: KV | Preallocated | None,
+              mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
+    """Attention of the projected q [B, heads, n, D] over ``past`` and the new k, v [B, kv_heads, n, D];
+    mask [B, n, S] bool over past + new keys (the slots a preallocated ``past`` returns, which this
+    writes layer ``layer`` of). Returns the result [B, heads, n, D] (before ``output``) and the new
+    keys/values."""
     new = (k, v)
     if isinstance(past, Preallocated):
-        return attn.output(cached_attention(past, layer, q, k, v, mask[:, None], attn.scale)), new
+        return cached_attention(past, layer, q, k, v, mask[:, None], attn.scale), new
     if past is not None:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
     groups = q.shape[1] // k.shape[1]
     if groups > 1:  # an MLA drafter's 128 key heads need no copy (one took 2.3 GiB more in an H200 profile)
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    return attn.output(F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=attn.scale)), new
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=attn.scale), new
 
 
 def _attention_module(in_size: int, cfg: DrafterConfig, bias: bool) -> nn.Module:
@@ -149,12 +159,11 @@ class _FirstLayer(nn.Module):
         self.mlp = LlamaMLP(llama)
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                past: KV | Preallocated | None, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, KV]:
-        normed = self.hidden_norm(hidden)
-        residual = normed if self.norm_before_residual else hidden
-        attn, kv = self.self_attn(torch.cat([self.input_layernorm(embeds), normed], dim=-1), rope, past, mask, 0)
-        residual = residual + attn
-        return self.mlp(self.post_attention_layernorm(residual)), residual, kv
+                past: KV | Preallocated | None, mask: torch.Tensor, compiled: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor, KV]:
+        q, k, v, residual = _part(_first_input, compiled)(self, embeds, hidden, rope)
+        attended, kv = attention(self.self_attn, q, k, v, past, mask, 0)
+        return (*_part(_layer_output, compiled)(self, attended, residual), kv)
 
 
 class _ExtraLayer(nn.Module):
@@ -168,10 +177,40 @@ class _ExtraLayer(nn.Module):
         self.mlp = LlamaMLP(llama)
 
     def forward(self, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
-                mask: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, KV]:
-        attn, kv = self.self_attn(self.hidden_norm(hidden), rope, past, mask, layer)
-        residual = hidden + attn
-        return self.mlp(self.post_attention_layernorm(residual)), residual, kv
+                mask: torch.Tensor, layer: int, compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor, KV]:
+        q, k, v = _part(_extra_input, compiled)(self, hidden, rope)
+        attended, kv = attention(self.self_attn, q, k, v, past, mask, layer)
+        return (*_part(_layer_output, compiled)(self, attended, hidden), kv)
+
+
+# The layers' work around attention, as functions of the modules, so that a compiled drafter runs the
+# same math through torch.compile (``compiled_fn``: rounded where eager rounds) in a few fused kernels.
+
+def _part(fn: Callable[..., Any], compiled: bool) -> Callable[..., Any]:
+    return compiled_fn(fn) if compiled else fn
+
+
+def _first_input(layer: _FirstLayer, embeds: torch.Tensor, hidden: torch.Tensor,
+                 rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The first layer up to attention: q, k, v of concat(input_layernorm(embeds), hidden_norm(hidden))
+    and the residual (hidden, or hidden_norm(hidden) with norm_before_residual)."""
+    normed = layer.hidden_norm(hidden)
+    residual = normed if layer.norm_before_residual else hidden
+    return *layer.self_attn.project(torch.cat([layer.input_layernorm(embeds), normed], dim=-1), rope), residual
+
+
+def _extra_input(layer: _ExtraLayer, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An additional layer up to attention: q, k, v of hidden_norm(hidden)."""
+    return layer.self_attn.project(layer.hidden_norm(hidden), rope)
+
+
+def _layer_output(layer: _FirstLayer | _ExtraLayer, attended: torch.Tensor, residual: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer after attention: the MLP's output m and the residual it was added to (m + residual is the
+    layer's pre-norm output)."""
+    residual = residual + layer.self_attn.output(attended)
+    return layer.mlp(layer.post_attention_layernorm(residual)), residual
 
 
 class Eagle3Drafter(nn.Module):
@@ -265,9 +304,10 @@ class Eagle3Drafter(nn.Module):
 
     # --- the drafter's own KV cache (batch 1) ---
 
-    def use_static_cache(self, max_len: int, *, graphs: bool | None = None) -> Eagle3Drafter:
+    def use_static_cache(self, max_len: int, *, graphs: bool | None = None, compile: bool = False) -> Eagle3Drafter:
         """Switch :meth:`forward` to a preallocated cache of ``max_len`` entries; steps of up to 64
-        tokens run as CUDA graphs per bucket (default: on CUDA). Call after :meth:`place`."""
+        tokens run as CUDA graphs per bucket (default: on CUDA), with the work around attention
+        torch.compiled when ``compile`` (:meth:`forward_masked`). Call after :meth:`place`."""
         weight = self.lm_head.weight
         on_cuda = weight.device.type == "cuda"
         if graphs and not on_cuda:
@@ -278,6 +318,7 @@ class Eagle3Drafter(nn.Module):
         self._static = StaticKV(self.config.num_layers, attn.kv_heads, attn.head_dim, max_len + BUCKETS[-1],
                                 dtype=weight.dtype, device=weight.device)
         self._max_len = max_len
+        self._compile = compile
         self._run_bucket = GraphSteps(self._static_step) if (on_cuda if graphs is None else graphs) \
             else self._static_step
         self.reset()
@@ -289,8 +330,16 @@ class Eagle3Drafter(nn.Module):
         tree [b, b] bool. Logits and pre-norm output."""
         kv = self._static
         kv.begin(slots, positions, read)
-        mask = kv.allowed(slots, positions, tree, None)
-        logits, out, _ = self.forward_masked(input_ids[None], hidden[None], positions[None], mask[None], kv)
+        mask = kv.allowed(slots, positions, tree, None)[None]
+        inputs = input_ids[None], hidden[None], positions[None], mask, kv
+        try:
+            logits, out, _ = self.forward_masked(*inputs, compiled=self._compile)
+        except Exception as exc:
+            if not (self._compile and compile_failed(exc)):
+                raise
+            say_uncompiled("the drafter's step", exc)  # the rerun writes the step's slots over
+            self._compile = False
+            logits, out, _ = self.forward_masked(*inputs)
         return logits[0], out[0]
 
     def _forward_static(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
@@ -406,31 +455,31 @@ class Eagle3Drafter(nn.Module):
     # --- the batched, cache-free computation both paths share ---
 
     def forward_masked(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                       mask: torch.Tensor, past: list[KV] | Preallocated | None = None
+                       mask: torch.Tensor, past: list[KV] | Preallocated | None = None, *, compiled: bool = False
                        ) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
         """input_ids [B, n], hidden [B, n, 3T or H], positions [B, n], mask [B, n, S] bool over the
         ``past`` keys (S - n of them, per layer) then the n new ones (over the slots a StaticKV, B = 1,
         or a BatchKV reads, which this writes). Returns float32 logits [B, n, Vd],
         the hidden the next draft step receives [B, n, H] (:meth:`finish`) and each layer's new
-        keys/values."""
+        keys/values. ``compiled``: the work around attention through torch.compile (the same math,
+        rounded where eager rounds; for inference: the compiled parts are not differentiated)."""
         device, dtype = self.lm_head.weight.device, self.lm_head.weight.dtype
         embed_device = self.embed_tokens.weight.device
         embeds = self.embed_tokens(input_ids.to(embed_device)).to(device, dtype)
         hidden = hidden.to(device, dtype)
-        if hidden.shape[-1] != self.config.hidden_size:
-            if hidden.shape[-1] != self.fc.in_features:
-                raise DraftlabError(f"drafter got hidden states of width {hidden.shape[-1]}; expected "
-                                    f"{self.fc.in_features} (target features) or {self.config.hidden_size}")
-            hidden = self.combine(hidden)
-        rope = self.rotary(hidden, positions.to(device))
+        features = hidden.shape[-1] != self.config.hidden_size
+        if features and hidden.shape[-1] != self.fc.in_features:
+            raise DraftlabError(f"drafter got hidden states of width {hidden.shape[-1]}; expected "
+                                f"{self.fc.in_features} (target features) or {self.config.hidden_size}")
+        hidden, rope = _part(_layer_inputs, compiled)(self, hidden, positions.to(device), features)
         mask = mask.to(device)
         static = past if isinstance(past, Preallocated) else None
-        out, residual, kv0 = self.midlayer(embeds, hidden, rope, static or (past[0] if past else None), mask)
+        out, residual, kv0 = self.midlayer(embeds, hidden, rope, static or (past[0] if past else None), mask, compiled)
         new = [kv0]
         for i, layer in enumerate(self.additional_layers, start=1):
-            out, residual, kv = layer(out, rope, static or (past[i] if past else None), mask, i)
+            out, residual, kv = layer(out, rope, static or (past[i] if past else None), mask, i, compiled)
             new.append(kv)
-        return (*self.finish(out + residual), new)
+        return (*_part(_head, compiled)(self, out, residual), new)
 
     def combine(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [..., A x T] -> the layer's hidden input [..., H]: ``input_norm`` over the whole
@@ -463,6 +512,20 @@ class Eagle3Drafter(nn.Module):
         """The tensors SpecForge saves (its names; no embedding, which serving takes from the target)."""
         return {k: v for k, v in self.state_dict().items()
                 if not k.startswith(("embed_tokens.", "rotary."))}
+
+
+def _layer_inputs(drafter: Eagle3Drafter, hidden: torch.Tensor, positions: torch.Tensor, features: bool
+                  ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The first layer's hidden input (``combine`` of target ``features``, else the drafter's own) and
+    RoPE's cos/sin at ``positions``."""
+    if features:
+        hidden = drafter.combine(hidden)
+    return hidden, drafter.rotary(hidden, positions)
+
+
+def _head(drafter: Eagle3Drafter, m: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The last layer's MLP output and residual -> :meth:`Eagle3Drafter.finish` of their sum."""
+    return drafter.finish(m + residual)
 
 
 def refuse_unsupported(ckpt: Checkpoint) -> None:

@@ -23,13 +23,12 @@ whole sequences): attention is SDPA's causal kernel with HF's arguments (``is_ca
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from draftlab.models.kernels import step_kernels
+from draftlab.models.kernels import compiled_fn, step_kernels
 from draftlab.models.static_kv import cached_attention
 
 _FUSED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[torch.Tensor, torch.Tensor | None]] = \
@@ -113,27 +112,6 @@ def layer_output(residual: torch.Tensor, attended: torch.Tensor, o_proj: torch.T
     return hidden + F.linear(F.silu(gate) * up, down, down_bias)
 
 
-_compiled: dict[str, Callable[..., object]] = {}
-
-
-def _compiled_fn(fn: Callable[..., object]) -> Callable[..., object]:
-    """``fn`` through torch.compile, made once per process. Sizes are compiled as dynamic once a second
-    value is met (dynamo's default): a server's decode meets a batch size per group, a trainer a width
-    per batch, and with fixed shapes every one was a recompile, dynamo's limit of 8 a warning and an
-    uncompiled fallback.
-
-    Inductor's default mode: its ``max-autotune`` GEMMs read the 8B shape's weights at batch 1 at
-    1.05x the copy floor against cuBLAS's 1.16x (benchmarks/gemv_floor.py), but their tuning took
-    15-28 s of every probe's and generate's start on an H200 for 0.2 ms per step (RESULTS.md).
-
-    ``emulate_precision_casts``: inductor rounds a bf16 chain where eager rounds it, instead of keeping
-    float32 intermediates, so a compiled step computes what the eager one does (bit for bit on the CPU;
-    benchmarks/compile_numerics.py): the probe's uncompiled pass and a compiled decode or verify agree."""
-    if fn.__name__ not in _compiled:
-        _compiled[fn.__name__] = torch.compile(fn, fullgraph=True, options={"emulate_precision_casts": True})
-    return _compiled[fn.__name__]
-
-
 class FusedLayer:
     """One decoder layer of llama, mistral, qwen2 or qwen3 with fused QKV and gate_up GEMMs, over any
     cache with the HF ``update``."""
@@ -155,8 +133,8 @@ class FusedLayer:
         """hidden [B, n, H] -> the layer's output; ``mask`` additive [B or 1, 1, n, S] over the slots
         the cache's ``update`` returns. ``cache`` None: a causal pass over the n tokens alone (``mask``
         unused). ``compiled``: the parts around attention through torch.compile."""
-        first = _compiled_fn(attention_input) if compiled else attention_input
-        last = _compiled_fn(layer_output) if compiled else layer_output
+        first = compiled_fn(attention_input) if compiled else attention_input
+        last = compiled_fn(layer_output) if compiled else layer_output
         q_norm, k_norm = self.qk_norms or (None, None)
         q, k, v = first(hidden, self.norms[0].weight, self.norms[0].variance_epsilon, self.qkv, self.qkv_bias,
                         None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,

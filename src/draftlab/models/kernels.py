@@ -16,15 +16,21 @@ pass runs inside :func:`attention_kernels`, whose kernels need no per-shape set-
 split-KV kernels (:mod:`draftlab.models.split_kv`) for steps of up to 64 query rows per kv head, and no
 cuDNN anywhere (a fresh process's first probe on an H200 took 10.9 s with cuDNN's per-shape plans and
 4.2 s without; RESULTS.md, session 15). It is not the default until the GPU smoke run passes with it.
+
+``DRAFTLAB_DRAFTER=compiled`` runs the drafter's work around attention (norms, RoPE, residuals, SiLU, the
+head's norm and cast) through torch.compile wherever the target's verify is compiled (``generate``'s long
+decodes on CUDA): a pass's ~70 small kernels become a few fused ones. The same wait for the smoke run.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
+import torch
 from rich.console import Console
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -33,6 +39,8 @@ from draftlab.errors import DraftlabError
 ALLOWED = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 ATTENTION_ENV = "DRAFTLAB_ATTENTION"
 ATTENTION_CHOICES = ("torch", "split-kv")
+DRAFTER_ENV = "DRAFTLAB_DRAFTER"
+DRAFTER_CHOICES = ("eager", "compiled")
 
 
 def attention_kernels() -> AbstractContextManager[None]:
@@ -40,21 +48,56 @@ def attention_kernels() -> AbstractContextManager[None]:
     return sdpa_kernel(ALLOWED)
 
 
+def _chosen(env: str, choices: tuple[str, ...]) -> str:
+    """The value of ``env``, one of ``choices`` (the first when it is unset)."""
+    choice = os.environ.get(env, choices[0])
+    if choice not in choices:
+        raise DraftlabError(f"{env}={choice!r} is not one of the choices; "
+                            f"set it to {' or '.join(choices)}, or unset it")
+    return choice
+
+
 @functools.cache
 def split_kv_chosen() -> bool:
     """Whether ``DRAFTLAB_ATTENTION`` asks for draftlab's attention (``split-kv``) rather than PyTorch's
     choice (``torch``, the default). Read once per process."""
-    choice = os.environ.get(ATTENTION_ENV, "torch")
-    if choice not in ATTENTION_CHOICES:
-        raise DraftlabError(f"{ATTENTION_ENV}={choice!r} is not an attention choice; "
-                            f"set it to {' or '.join(ATTENTION_CHOICES)}, or unset it")
-    return choice == "split-kv"
+    return _chosen(ATTENTION_ENV, ATTENTION_CHOICES) == "split-kv"
+
+
+@functools.cache
+def drafter_compile_chosen() -> bool:
+    """Whether ``DRAFTLAB_DRAFTER`` asks for the drafter's work around attention to be compiled wherever
+    the target's verify is (``compiled``) rather than run eagerly (``eager``, the default). Read once
+    per process."""
+    return _chosen(DRAFTER_ENV, DRAFTER_CHOICES) == "compiled"
 
 
 def step_kernels() -> AbstractContextManager[None]:
     """The kernels a bucketed step's scaled-dot-product attention may use: PyTorch's choice, cuDNN
     included; with ``split-kv`` chosen, never cuDNN."""
     return attention_kernels() if split_kv_chosen() else nullcontext()
+
+
+_compiled: dict[str, Callable[..., Any]] = {}
+
+
+def compiled_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` through torch.compile, made once per process (the fused target layers' and the drafter's
+    parts around attention). Sizes are compiled as dynamic once a second value is met (dynamo's
+    default): a server's decode meets a batch size per group, a trainer a width per batch, and with
+    fixed shapes every one was a recompile, dynamo's limit of 8 a warning and an uncompiled fallback.
+
+    Inductor's default mode: its ``max-autotune`` GEMMs read the 8B shape's weights at batch 1 at
+    1.05x the copy floor against cuBLAS's 1.16x (benchmarks/gemv_floor.py), but their tuning took
+    15-28 s of every probe's and generate's start on an H200 for 0.2 ms per step (RESULTS.md).
+
+    ``emulate_precision_casts``: inductor rounds a bf16 chain where eager rounds it, instead of keeping
+    float32 intermediates, so a compiled step computes what the eager one does (bit for bit on the CPU;
+    benchmarks/compile_numerics.py): the probe's uncompiled pass and a compiled decode or verify agree."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    if name not in _compiled:
+        _compiled[name] = torch.compile(fn, fullgraph=True, options={"emulate_precision_casts": True})
+    return _compiled[name]
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import aux_layers
 from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.kernels import drafter_compile_chosen
 from draftlab.models.target import TargetRunner
 
 
@@ -29,7 +30,8 @@ def load_pair(target: str | Path, drafter: str | Path, *, engine: str = "sglang"
     it supports, dynamic for a split target). When the target's cache is static the drafter's is too,
     so decoding runs at its fastest: both hold ``max_len`` entries (the target at most its context;
     default the target's own). ``compile``: the static target's bucketed steps compiled
-    (:class:`~draftlab.models.target_static.StaticTarget`).
+    (:class:`~draftlab.models.target_static.StaticTarget`), and the drafter's where
+    ``DRAFTLAB_DRAFTER=compiled`` asks for it (:func:`~draftlab.models.kernels.drafter_compile_chosen`).
     """
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
@@ -38,5 +40,6 @@ def load_pair(target: str | Path, drafter: str | Path, *, engine: str = "sglang"
                                cache=cache, max_len=max_len, compile=compile)
     draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device))
     if runner.max_len is not None:
-        draft_model.use_static_cache(max_len if max_len is not None else runner.max_len)
+        draft_model.use_static_cache(max_len if max_len is not None else runner.max_len,
+                                     compile=compile and drafter_compile_chosen())
     return LoadedPair(runner, draft_model, layers)
