@@ -163,7 +163,7 @@ class _FirstLayer(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor, KV]:
         q, k, v, residual = _part(_first_input, compiled)(self, embeds, hidden, rope)
         attended, kv = attention(self.self_attn, q, k, v, past, mask, 0)
-        return (*_part(_layer_output, compiled)(self, attended, residual), kv)
+        return (*_part(_first_output, compiled)(self, attended, residual), kv)
 
 
 class _ExtraLayer(nn.Module):
@@ -180,11 +180,13 @@ class _ExtraLayer(nn.Module):
                 mask: torch.Tensor, layer: int, compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor, KV]:
         q, k, v = _part(_extra_input, compiled)(self, hidden, rope)
         attended, kv = attention(self.self_attn, q, k, v, past, mask, layer)
-        return (*_part(_layer_output, compiled)(self, attended, hidden), kv)
+        return (*_part(_extra_output, compiled)(self, attended, hidden), kv)
 
 
 # The layers' work around attention, as functions of the modules, so that a compiled drafter runs the
 # same math through torch.compile (``compiled_fn``: rounded where eager rounds) in a few fused kernels.
+# Each function serves one kind of layer: dynamo specialises a function on its module's type, and one
+# function over both kinds recompiled at every alternation, past its limit of 8.
 
 def _part(fn: Callable[..., Any], compiled: bool) -> Callable[..., Any]:
     return compiled_fn(fn) if compiled else fn
@@ -205,10 +207,22 @@ def _extra_input(layer: _ExtraLayer, hidden: torch.Tensor, rope: tuple[torch.Ten
     return layer.self_attn.project(layer.hidden_norm(hidden), rope)
 
 
-def _layer_output(layer: _FirstLayer | _ExtraLayer, attended: torch.Tensor, residual: torch.Tensor
+def _first_output(layer: _FirstLayer, attended: torch.Tensor, residual: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A layer after attention: the MLP's output m and the residual it was added to (m + residual is the
-    layer's pre-norm output)."""
+    """The first layer after attention (:func:`_after_attention`)."""
+    return _after_attention(layer, attended, residual)
+
+
+def _extra_output(layer: _ExtraLayer, attended: torch.Tensor, residual: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """An additional layer after attention (:func:`_after_attention`)."""
+    return _after_attention(layer, attended, residual)
+
+
+def _after_attention(layer: _FirstLayer | _ExtraLayer, attended: torch.Tensor, residual: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """o_proj of the attention result added to the residual, then the MLP: returns the MLP's output m and
+    the residual (m + residual is the layer's pre-norm output)."""
     residual = residual + layer.self_attn.output(attended)
     return layer.mlp(layer.post_attention_layernorm(residual)), residual
 
@@ -471,7 +485,9 @@ class Eagle3Drafter(nn.Module):
         if features and hidden.shape[-1] != self.fc.in_features:
             raise DraftlabError(f"drafter got hidden states of width {hidden.shape[-1]}; expected "
                                 f"{self.fc.in_features} (target features) or {self.config.hidden_size}")
-        hidden, rope = _part(_layer_inputs, compiled)(self, hidden, positions.to(device), features)
+        if features:
+            hidden = _part(_combine, compiled)(self, hidden)
+        rope = _part(_rope, compiled)(self, hidden, positions.to(device))
         mask = mask.to(device)
         static = past if isinstance(past, Preallocated) else None
         out, residual, kv0 = self.midlayer(embeds, hidden, rope, static or (past[0] if past else None), mask, compiled)
@@ -514,13 +530,14 @@ class Eagle3Drafter(nn.Module):
                 if not k.startswith(("embed_tokens.", "rotary."))}
 
 
-def _layer_inputs(drafter: Eagle3Drafter, hidden: torch.Tensor, positions: torch.Tensor, features: bool
-                  ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """The first layer's hidden input (``combine`` of target ``features``, else the drafter's own) and
-    RoPE's cos/sin at ``positions``."""
-    if features:
-        hidden = drafter.combine(hidden)
-    return hidden, drafter.rotary(hidden, positions)
+def _combine(drafter: Eagle3Drafter, features: torch.Tensor) -> torch.Tensor:
+    """Target features -> the first layer's hidden input (:meth:`Eagle3Drafter.combine`)."""
+    return drafter.combine(features)
+
+
+def _rope(drafter: Eagle3Drafter, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE's cos and sin at ``positions`` (in ``hidden``'s dtype)."""
+    return drafter.rotary(hidden, positions)
 
 
 def _head(drafter: Eagle3Drafter, m: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
