@@ -41,6 +41,7 @@ from draftlab.checkpoint import DrafterConfig  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.devices import parse_device, parse_dtype, synchronize  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
+from draftlab.models.kernels import drafter_compile_chosen  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
 from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len  # noqa: E402
 
@@ -57,7 +58,7 @@ def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.
                compile_verify: bool = False):
     """The random pair, its static caches (on CUDA) holding ``max_len`` entries, as ``generate`` sizes them;
     ``compile_verify``: the target's bucketed steps with their layer parts compiled (``generate``'s
-    choice for a long decode)."""
+    choice for a long decode), and the drafter's with ``DRAFTLAB_DRAFTER=compiled``."""
     config = LlamaConfig(**shape, tie_word_embeddings=False)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -74,7 +75,7 @@ def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.
                 p.normal_(0.0, p.shape[1] ** -0.5)
     drafter = drafter.place(dtype, device, keep_embedding=True).eval()
     if target.max_len is not None:  # as load_pair: a static target gets a static drafter cache
-        drafter.use_static_cache(target.max_len)
+        drafter.use_static_cache(target.max_len, compile=compile_verify and drafter_compile_chosen())
     return target, drafter
 
 

@@ -3,9 +3,10 @@
 Every document draftlab writes (``--json`` on stdout, ``bench -o``, a sweep's summary) carries a
 ``provenance`` object: the command line, the versions of draftlab, Python, torch and transformers,
 the torch threads a computing command used (:mod:`draftlab.threads`; null for commands that compute
-nothing), whose attention kernels computed (``DRAFTLAB_ATTENTION``, :mod:`draftlab.models.kernels`) and
-the time. ``draftlab report`` shows it under each result, so a page passed around in a pull
-request says how each number was made. Versions are read from package metadata, without importing
+nothing), whose attention kernels computed and whether the drafter's steps may be compiled
+(``DRAFTLAB_ATTENTION``, ``DRAFTLAB_DRAFTER``: :mod:`draftlab.models.kernels`) and the time.
+``draftlab report`` shows it under each result, so a page passed around in a pull request says how
+each number was made. Versions are read from package metadata, without importing
 torch or transformers (commands that load no model start instantly).
 """
 
@@ -57,6 +58,7 @@ def provenance() -> dict[str, Any]:
         "threads": None if _threads is None else _threads[0],
         "threads_from": None if _threads is None else _threads[1],
         "attention": os.environ.get("DRAFTLAB_ATTENTION", "torch"),  # read here without importing torch
+        "drafter": os.environ.get("DRAFTLAB_DRAFTER", "eager"),
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

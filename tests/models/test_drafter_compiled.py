@@ -16,6 +16,7 @@ from test_drafter_static import _script
 from tiny_drafters import H, drafter_tensors, write_specforge
 from tiny_mla import mla_config, mla_tensors, write_mla
 
+from draftlab.documents import provenance
 from draftlab.errors import DraftlabError
 from draftlab.models import drafter as drafter_module
 from draftlab.models import kernels
@@ -103,6 +104,7 @@ def test_the_toy_pair_decodes_the_same_with_the_drafter_compiled(toy_pair, monke
     kernels.drafter_compile_chosen.cache_clear()
     try:
         pair = load_pair(toy_pair.target_dir, toy_pair.drafter_dir, cache="static", max_len=128, compile=True)
+        assert provenance()["drafter"] == "compiled"
     finally:
         kernels.drafter_compile_chosen.cache_clear()
     assert pair.drafter._compile
@@ -115,7 +117,7 @@ def test_the_toy_pair_decodes_the_same_with_the_drafter_compiled(toy_pair, monke
 def test_without_the_switch_or_a_compiler_the_drafter_runs_eagerly(tmp_path, monkeypatch, capsys) -> None:
     """The switch's default is eager, a wrong value is one clear error, and where torch.compile cannot
     build the drafter's steps go on eagerly (the same outputs) after one line saying so."""
-    assert kernels.drafter_compile_chosen() is False
+    assert kernels.drafter_compile_chosen() is False and provenance()["drafter"] == "eager"
     monkeypatch.setenv(kernels.DRAFTER_ENV, "fast")
     kernels.drafter_compile_chosen.cache_clear()
     try:
