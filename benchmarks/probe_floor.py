@@ -151,7 +151,9 @@ def main() -> None:
     result["speedup_over_generate"] = generate_s / probe_s
     print(json.dumps(result), flush=True)
     every = ", ".join(f"{r['timings']['continuations_s'] + r['timings']['probe_s']:.2f}" for r in runs)
-    print(f"\nprobe runs, continuations + probe: {every} s (the fastest below)\n"
+    capture = ", ".join(f"{r['timings'].get('graphs_captured', 0)} graphs in {r['timings'].get('graph_capture_s', 0):.2f} s "
+                        f"(warm-up {r['timings'].get('graph_warmup_s', 0):.2f} s)" for r in runs)
+    print(f"\nprobe runs, continuations + probe: {every} s (the fastest below); their captures: {capture}\n"
           f"\n| part | measured s | floor s | ratio |\n|---|---|---|---|\n"
           f"| continuations ({args.prompts} x {args.new} new, batch {batch}) | {timings['continuations_s']:.2f} | "
           f"{floor['continuations_floor_s']:.2f} | {timings['continuations_s'] / floor['continuations_floor_s']:.2f}x |\n"

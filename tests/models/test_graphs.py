@@ -88,3 +88,28 @@ def test_a_step_padded_to_its_bucket_keeps_its_tokens_and_walls_off_the_pads() -
     assert torch.equal(out_hidden, torch.cat([hidden, hidden[-1:]]))
     full = graphs.pad_to_bucket(3, ids, positions, tree)  # a full bucket: the inputs as given
     assert all(got is given for got, given in zip(full, (ids, positions, tree), strict=True))
+
+
+def test_captures_are_counted_and_their_warm_up_told_apart(recording: list[bool], monkeypatch) -> None:
+    """Each capture adds one graph and its seconds, of which the two warm-up runs' (where a first call
+    builds its kernels); the probe's timings report a run's own (``graphs_captured``, ``graph_capture_s``,
+    ``graph_warmup_s``). A fake clock that each run of the step moves by a second: 2 s of warm-up and
+    3 s in all per capture."""
+    from draftlab.probe.probe import Clock
+
+    clock = [0.0]
+    monkeypatch.setattr(graphs.time, "perf_counter", lambda: clock[0])
+
+    def step(x: torch.Tensor) -> tuple[torch.Tensor]:
+        clock[0] += 1
+        return (x + 1,)
+
+    run = GraphSteps(step)
+    run(torch.ones(1))
+    before, timed = graphs.captures(), Clock()
+    run(torch.ones(2))
+    run(torch.ones(3))
+    run(torch.ones(3))  # a replay
+    assert graphs.captures() - before == graphs.Captures(graphs=2, seconds=6.0, warmup_seconds=4.0)
+    timings = timed.timings()
+    assert (timings["graphs_captured"], timings["graph_capture_s"], timings["graph_warmup_s"]) == (2, 6.0, 4.0)

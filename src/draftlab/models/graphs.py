@@ -14,6 +14,7 @@ import inspect
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -21,13 +22,28 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 Step = Callable[..., tuple[torch.Tensor, ...]]
 
-_capture_seconds = 0.0  # this process's total, for the timings the probe reports
 
 
-def capture_seconds() -> float:
-    """Seconds this process has spent capturing CUDA graphs (warm-up included): a cost a fresh process
-    pays once per shape, which a run's timings would otherwise hide in its phases."""
-    return _capture_seconds
+@dataclass(frozen=True)
+class Captures:
+    """This process's CUDA graph captures so far: a cost a fresh process pays once per shape, which a
+    run's timings would otherwise hide in its phases."""
+
+    graphs: int = 0
+    seconds: float = 0.0  # warm-up included
+    warmup_seconds: float = 0.0  # the warm-up runs: first calls build torch.compile's, Triton's and cuDNN's kernels
+
+    def __sub__(self, earlier: Captures) -> Captures:
+        return Captures(self.graphs - earlier.graphs, self.seconds - earlier.seconds,
+                        self.warmup_seconds - earlier.warmup_seconds)
+
+
+_captures = Captures()
+
+
+def captures() -> Captures:
+    """This process's captures so far (subtract an earlier value for a run's own)."""
+    return _captures
 
 
 def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
@@ -83,7 +99,7 @@ class GraphSteps:
     def _capture(self, inputs: tuple[torch.Tensor, ...]):
         """Warm up on a side stream (the step's writes are the real call's own), then record with the
         cycle collector paused (it could free another object's graph mid-capture)."""
-        global _capture_seconds
+        global _captures
         began = time.perf_counter()
         static_in = tuple(t.clone() for t in inputs)
         side = torch.cuda.Stream()
@@ -92,6 +108,8 @@ class GraphSteps:
             for _ in range(2):
                 self.step(*static_in)
         torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        warmed = time.perf_counter()
         graph = torch.cuda.CUDAGraph()
         collecting = gc.isenabled()
         gc.disable()
@@ -102,7 +120,9 @@ class GraphSteps:
             if collecting:
                 gc.enable()
         torch.cuda.synchronize()
-        _capture_seconds += time.perf_counter() - began
+        done = time.perf_counter()
+        _captures = Captures(_captures.graphs + 1, _captures.seconds + done - began,
+                             _captures.warmup_seconds + warmed - began)
         return graph, static_in, static_out
 
     def __len__(self) -> int:

@@ -30,7 +30,7 @@ from draftlab.distributed import ONE, World, gather, init_world
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
-from draftlab.models.graphs import capture_seconds
+from draftlab.models.graphs import captures
 from draftlab.models.pair import LoadedPair
 from draftlab.models.target import TargetRunner
 from draftlab.probe.batching import CPU_BATCH, auto_batch_size
@@ -269,7 +269,7 @@ class Clock:
     def __init__(self) -> None:
         self.start = self.last = time.perf_counter()
         self.laps: dict[str, float] = {}
-        self.captured = capture_seconds()
+        self.captured = captures()
 
     def lap(self, name: str) -> None:
         if torch.cuda.is_initialized():
@@ -279,10 +279,13 @@ class Clock:
         self.last = now
 
     def timings(self) -> dict[str, float]:
-        """The laps and their total; on CUDA also ``graph_capture_s``, the part of them spent capturing graphs."""
-        captured = capture_seconds() - self.captured
+        """The laps and their total; on CUDA also the part of them spent capturing graphs
+        (``graph_capture_s``), of which their warm-up runs (``graph_warmup_s``: where kernels are built
+        on first use), and the graphs captured (``graphs_captured``)."""
+        captured = captures() - self.captured
         return {**self.laps, "total_s": round(self.last - self.start, 4),
-                **({"graph_capture_s": round(captured, 4)} if captured else {})}
+                **({"graph_capture_s": round(captured.seconds, 4), "graph_warmup_s": round(captured.warmup_seconds, 4),
+                    "graphs_captured": captured.graphs} if captured.graphs else {})}
 
 
 def _check_run(responses: str, max_new_tokens: int, batch_size: int | None) -> None:
