@@ -17,7 +17,9 @@ Pairs:
 - ``toy``: the trained toy pair (``--toy DIR`` holding ``target/`` and ``drafter/``, e.g. the
   draftlab cache's ``toy-v1-seed0-py311``; trained here when not given). Its commands run in its
   float32 checkpoints' default on CUDA (bfloat16) and, for the exactness check, in float32: the probe's
-  per-prompt accept lengths must equal generate's for the default flags and for the chain 3/1/4.
+  per-prompt accept lengths must equal generate's for the chain 3/1/4, in a short decode and in one
+  long enough (24 prompts x 512 tokens) for generate to compile its verify (and its drafter's steps with
+  ``DRAFTLAB_DRAFTER=compiled``).
 - ``llama-3.1-8b``: a Llama-3.1-8B-shaped target with random bf16 weights arranged for real
   acceptance (benchmarks/multi_gpu.py's ``PredictableWeights``) and its drafter, written to disk
   (16 GB) so that the commands load them as a user's folders. Per-prompt agreement is reported, not
@@ -328,16 +330,29 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         smoke.run(pair, "vocab coverage", ["vocab", "coverage", d, "--counts", str(counts), "--json"])
         smoke.run(pair, "vocab compare", ["vocab", "compare", d, str(mapping), "--json"])
 
-    def probe_equals_generate(name: str, flags: list[str], required: bool) -> Callable[[], None]:
-        """generate then probe with ``flags``; their per-prompt accept lengths compared."""
+    def probe_equals_generate(name: str, flags: list[str], required: bool, *, compiled: bool = False
+                              ) -> Callable[[], None]:
+        """generate then probe with ``flags``; their per-prompt accept lengths compared. ``compiled``: a decode
+        long enough (three copies of each prompt, 512 new tokens) for generate to compile its steps, which on
+        CUDA it must say it did."""
+        copies, tokens = (3, ["--max-new-tokens", "512"]) if compiled else (1, new)
+        given = pair_args
+        if compiled:
+            given = ["--target", t, "--drafter", d, "--prompts", str(work / "prompts-x3.jsonl")]
+
         def job() -> None:
-            gen = smoke.run(pair, f"generate {name}", ["generate", *pair_args, *cuda, *new, *flags, "--json"])
-            got = smoke.run(pair, f"probe {name}", ["probe", *pair_args, *cuda, *new, *flags, "--json"])
+            if compiled:
+                Path(given[-1]).write_text(prompts.read_text() * copies)
+            gen = smoke.run(pair, f"generate {name}", ["generate", *given, *cuda, *tokens, *flags, "--json"])
+            got = smoke.run(pair, f"probe {name}", ["probe", *given, *cuda, *tokens, *flags, "--json"])
             if gen is not None and got is not None:
                 same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
-                smoke.record(pair, f"probe == generate per prompt, {name} ({gen['config']['dtype']})",
-                             same == len(rows) or not required, 0.0, matching=f"{same}/{len(rows)}",
-                             mean_accept_length=gen["mean_accept_length"], timings=got.get("timings"))
+                count = copies * len(rows)
+                ok = (same == count or not required) and (gen["config"].get("compile") or not compiled
+                                                           or device != "cuda")
+                smoke.record(pair, f"probe == generate per prompt, {name} ({gen['config']['dtype']})", ok, 0.0,
+                             matching=f"{same}/{count}", mean_accept_length=gen["mean_accept_length"],
+                             compiled=gen["config"].get("compile"), timings=got.get("timings"))
         return job
 
     def given_and_features() -> None:
@@ -454,8 +469,10 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         assess,
         train,
     ]
-    if pair == "toy":  # the exactness claim, in float32
+    if pair == "toy":  # the exactness claim, in float32; then with generate's steps compiled (a long decode)
         jobs.insert(8, probe_equals_generate("3/1/4 float32", [*chain, "--dtype", "float32"], required=True))
+        jobs.insert(9, probe_equals_generate("3/1/4 float32, compiled", [*chain, "--dtype", "float32"],
+                                             required=True, compiled=True))
     if only:
         jobs = [job for job in jobs if job.__name__ in only]
     for job in jobs:

@@ -82,6 +82,7 @@ def test_no_draft_compiles_only_when_its_steps_pay_for_it(toy_pair, prompts_file
     result = generate(toy_pair.target_dir, None, prompts_file, no_draft=True, max_new_tokens=NEW, batch_size=3)
     assert asked == [2 * NEW] and built == [True, True]  # the group of three, then the last one alone
     assert [r.output_ids for r in result.results] == hf_greedy
+    assert result.config["compile"] is True  # what the document says the run did
 
 
 def test_json_contract(toy_pair, prompts_file, capsys):

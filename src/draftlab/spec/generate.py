@@ -151,6 +151,7 @@ def generate(
         "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed, "ignore_eos": ignore_eos,
         "dtype": dtype, "device": device, "device_map": device_map, "target_devices": model_devices(runner.model),
         "cache": runner.cache, "num_prompts": len(rows), "batch_size": batch_size,
+        "compile": compile,  # the steps' layer parts through torch.compile (compile_pays: long decodes on CUDA)
     }
     return GenerateResult(
         config=config,
