@@ -31,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "models"), str(TESTS)]  # the tiny drafters' writers
 
-from tiny_drafters import H, drafter_tensors, write_specforge  # noqa: E402
+from tiny_drafters import drafter_tensors, write_specforge  # noqa: E402
 from tiny_mla import mla_config, mla_tensors, write_mla  # noqa: E402
 
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402

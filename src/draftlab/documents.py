@@ -3,8 +3,9 @@
 Every document draftlab writes (``--json`` on stdout, ``bench -o``, a sweep's summary) carries a
 ``provenance`` object: the command line, the versions of draftlab, Python, torch and transformers,
 the torch threads a computing command used (:mod:`draftlab.threads`; null for commands that compute
-nothing), whose attention kernels computed and whether the drafter's steps may be compiled
-(``DRAFTLAB_ATTENTION``, ``DRAFTLAB_DRAFTER``: :mod:`draftlab.models.kernels`) and the time.
+nothing), whose attention kernels computed, whether the drafter's steps may be compiled and where a
+greedy cycle's walk runs (``DRAFTLAB_ATTENTION``, ``DRAFTLAB_DRAFTER``, ``DRAFTLAB_CYCLE``:
+:mod:`draftlab.models.kernels`) and the time.
 ``draftlab report`` shows it under each result, so a page passed around in a pull request says how
 each number was made. Versions are read from package metadata, without importing
 torch or transformers (commands that load no model start instantly).
@@ -59,6 +60,7 @@ def provenance() -> dict[str, Any]:
         "threads_from": None if _threads is None else _threads[1],
         "attention": os.environ.get("DRAFTLAB_ATTENTION", "torch"),  # read here without importing torch
         "drafter": os.environ.get("DRAFTLAB_DRAFTER", "eager"),
+        "cycle": os.environ.get("DRAFTLAB_CYCLE", "host"),
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

@@ -17,13 +17,13 @@ from tiny_drafters import H, drafter_tensors, write_specforge
 from tiny_mla import mla_config, mla_tensors, write_mla
 
 from draftlab.documents import provenance
+from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.models import drafter as drafter_module
 from draftlab.models import kernels
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.pair import load_pair
 from draftlab.spec.decoder import SpeculativeDecoder
-from draftlab.engines.sglang_flags import SpecFlags
 
 
 def _speculators(folder: Path) -> Path:

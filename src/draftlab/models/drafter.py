@@ -377,6 +377,11 @@ class Eagle3Drafter(nn.Module):
                                 f"{end}; use a larger max_len")
 
     @property
+    def max_len(self) -> int | None:
+        """Entries the static cache holds; None without one."""
+        return self._max_len if self._static is not None else None
+
+    @property
     def graphs(self) -> bool:
         """Whether the static cache's steps run as CUDA graphs."""
         return self._static is not None and isinstance(self._run_bucket, GraphSteps)
@@ -399,6 +404,22 @@ class Eagle3Drafter(nn.Module):
                                                            hidden.to(self.lm_head.weight.dtype))
         logits, out = self._static_step(input_ids, hidden, positions, cached + self._static.slot_ids[:b], tree, read)
         return DraftStep(logits=logits[:n], hidden=out[:n])
+
+    def extend_at(self, input_ids: torch.Tensor, hidden: torch.Tensor, cached: torch.Tensor, bound: int) -> DraftStep:
+        """:meth:`forward` of up to 64 causal entries written after ``cached`` entries counted on the device
+        ([1]), with no bookkeeping on the host: the pipelined decoder's draft-extend. ``bound`` (the
+        host's upper bound on ``cached``) sets the read width and is checked against the room. Entries
+        past the ones a caller counts are written past its new length, where no later step sees them."""
+        n = input_ids.numel()
+        self._check_room(bound + n)
+        b = bucket(n)
+        weight = self.lm_head.weight
+        positions = cached + self._static.slot_ids[:n]
+        causal = torch.ones(n, n, dtype=torch.bool, device=weight.device).tril()
+        ids, positions, tree, hidden = pad_to_bucket(b, input_ids, positions, causal, hidden.to(weight.dtype))
+        logits, out = self._run_bucket(ids, hidden, positions, cached + self._static.slot_ids[:b], tree,
+                                       self._static.reads(bound + b))
+        return DraftStep(logits=logits[:n].float(), hidden=out[:n])
 
     def reset(self) -> None:
         """Empty the KV cache (start a new prompt)."""

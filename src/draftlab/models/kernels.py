@@ -19,7 +19,9 @@ cuDNN anywhere (a fresh process's first probe on an H200 took 10.9 s with cuDNN'
 
 ``DRAFTLAB_DRAFTER=compiled`` runs the drafter's work around attention (norms, RoPE, residuals, SiLU, the
 head's norm and cast) through torch.compile wherever the target's verify is compiled (``generate``'s long
-decodes on CUDA): a pass's ~70 small kernels become a few fused ones. The same wait for the smoke run.
+decodes on CUDA): a pass's ~60 small kernels become about 20. ``DRAFTLAB_CYCLE=pipelined`` runs greedy
+speculative decoding's walk on the device, the host a cycle behind (:mod:`draftlab.spec.pipeline`).
+Both wait for the same smoke run.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ ATTENTION_ENV = "DRAFTLAB_ATTENTION"
 ATTENTION_CHOICES = ("torch", "split-kv")
 DRAFTER_ENV = "DRAFTLAB_DRAFTER"
 DRAFTER_CHOICES = ("eager", "compiled")
+CYCLE_ENV = "DRAFTLAB_CYCLE"
+CYCLE_CHOICES = ("host", "pipelined")
 
 
 def attention_kernels() -> AbstractContextManager[None]:
@@ -70,6 +74,14 @@ def drafter_compile_chosen() -> bool:
     the target's verify is (``compiled``) rather than run eagerly (``eager``, the default). Read once
     per process."""
     return _chosen(DRAFTER_ENV, DRAFTER_CHOICES) == "compiled"
+
+
+@functools.cache
+def pipelined_chosen() -> bool:
+    """Whether ``DRAFTLAB_CYCLE`` asks for greedy speculative decoding with the walk on the device and the
+    host a cycle behind (``pipelined``: :mod:`draftlab.spec.pipeline`) rather than the walk on the host
+    (``host``, the default). Read once per process."""
+    return _chosen(CYCLE_ENV, CYCLE_CHOICES) == "pipelined"
 
 
 def step_kernels() -> AbstractContextManager[None]:

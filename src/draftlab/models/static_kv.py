@@ -92,8 +92,9 @@ class StaticKV:
             mask = mask & (positions[:, None] - self.positions[None, :self.read.numel()] < window)
         return mask
 
-    def keep(self, start: int, indices: torch.Tensor) -> None:
-        """Move the entries in slots ``start + indices`` to ``start, start + 1, ...`` (every layer)."""
+    def keep(self, start: int | torch.Tensor, indices: torch.Tensor) -> None:
+        """Move the entries in slots ``start + indices`` to ``start, start + 1, ...`` (every layer); ``start``
+        may be a count held on the device ([1])."""
         src = start + indices
         dst = start + self.slot_ids[: indices.numel()]
         for buf in (self.keys, self.values):

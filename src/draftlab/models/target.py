@@ -158,6 +158,11 @@ class TargetRunner:
         """Entries the static cache holds; None for the dynamic cache, which grows."""
         return self._static.max_len if self._static is not None else None
 
+    @property
+    def static(self) -> StaticTarget | None:
+        """The static cache's steps (None with the dynamic cache)."""
+        return self._static
+
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, *, tree_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, max_position: int | None = None) -> TargetStep:

@@ -186,7 +186,23 @@ class StaticTarget:
         logits, aux = self._bucket_step(input_ids, positions, slots, tree, self.kv.reads(cached + b))
         return logits[:n].clone(), aux[:n].clone()
 
-    def keep(self, start: int, indices: torch.Tensor) -> None:
+    def forward_at(self, input_ids: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor, cached: torch.Tensor,
+                   bound: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` of up to 64 tokens after ``cached`` entries counted on the device ([1]), so that
+        nothing waits for the host: the slots follow ``cached``, and ``bound`` (the host's upper bound on
+        it) sets the read width and is checked against the room. Returns views of the step's outputs,
+        valid until the next step of the same bucket."""
+        n = input_ids.numel()
+        if bound + n > self.max_len:
+            raise DraftlabError(f"the static KV cache holds {self.max_len} entries and would need {bound + n}; "
+                                f"load the target with a larger max_len")
+        b = bucket(n)
+        input_ids, positions, tree = pad_to_bucket(b, input_ids, positions, tree)
+        logits, aux = self._bucket_step(input_ids, positions, cached + self.kv.slot_ids[:b], tree,
+                                        self.kv.reads(bound + b))
+        return logits[:n], aux[:n]
+
+    def keep(self, start: int | torch.Tensor, indices: torch.Tensor) -> None:
         self.kv.keep(start, indices)
 
     @contextmanager

@@ -29,6 +29,8 @@ import torch
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.models.graphs import BUCKETS, GraphSteps
+from draftlab.models.kernels import pipelined_chosen
+from draftlab.spec.pipeline import PipelinedCycles
 from draftlab.spec.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
 from draftlab.spec.verify import Walk, walk_tree
 
@@ -98,8 +100,13 @@ class SpeculativeDecoder:
         self.drafter = drafter
         self.flags = flags
         # one graph per draft when every pass fits a bucket; wider passes run as the eager draft runs them
-        graphs = drafter is not None and drafter.graphs and flags.topk * (flags.steps - 1) <= BUCKETS[-1]
-        self._draft_graphs = GraphSteps(self._draft_captured) if graphs else None
+        fits = drafter is not None and flags.topk * (flags.steps - 1) <= BUCKETS[-1]
+        self._draft_graphs = GraphSteps(self._draft_captured) if fits and drafter.graphs else None
+        # greedy cycles on the device, the host a cycle behind (spec/pipeline.py): both caches static, every
+        # step in a bucket, and the lossless walk (not a subclass's own)
+        self._pipelined = (pipelined_chosen() and fits and target.static is not None and drafter.max_len is not None
+                           and max(flags.num_draft_tokens, flags.steps + 1) <= BUCKETS[-1]
+                           and type(self)._walk is SpeculativeDecoder._walk)
 
     @torch.inference_mode()
     def stream(
@@ -125,7 +132,6 @@ class SpeculativeDecoder:
         else:
             gen.manual_seed(seed)
         eos = set() if ignore_eos else set(self.target.eos_token_ids)
-        depth = self.flags.steps if self.drafter is not None else 0
 
         self.target.reset()
         prompt = torch.tensor(input_ids, dtype=torch.long, device=device)
@@ -139,7 +145,23 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             self.drafter.reset()
             state = self._extend(torch.cat([prompt[1:], prompt.new_tensor([root])]), prefill.aux)
+        if self._pipelined and temperature == 0:
+            cycles = PipelinedCycles(self, root, state).run(produced, max_new_tokens)
+        else:
+            cycles = self._cycles(root, state, produced, max_new_tokens, temperature, gen)
+        for tokens in cycles:
+            kept, stopped = trim_commit(tokens, max_new_tokens - produced, eos)
+            produced += len(kept)
+            yield Commit(kept, len(tokens))
+            if stopped or produced >= max_new_tokens:
+                return
 
+    def _cycles(self, root: int, state: _DraftState | None, produced: int, max_new_tokens: int, temperature: float,
+                gen: torch.Generator) -> Iterator[list[int]]:
+        """The cycles with the walk on the host: each one's committed tokens (the accepted drafts and the
+        bonus), until ``max_new_tokens`` or the context's end. The caller stops at an EOS."""
+        depth = self.flags.steps if self.drafter is not None else 0
+        context = self.target.config.max_position_embeddings
         while produced < max_new_tokens:
             if context is not None and self.target.cache_len + depth + 1 > context:
                 return  # the next verify would run past the target's context
@@ -148,15 +170,11 @@ class SpeculativeDecoder:
                                          max_position=self.target.cache_len + depth)
             walk = self._walk(tree, verify.logits, temperature, gen)
             self.target.keep(walk.nodes)  # a chain's accepted prefix moves nothing
-
-            tokens, stopped = trim_commit(walk.tokens, max_new_tokens - produced, eos)
-            produced += len(tokens)
-            yield Commit(tokens, walk.accept_length)
-            if stopped:
-                return
+            yield walk.tokens
+            produced += len(walk.tokens)
             root = walk.tokens[-1]
             if self.drafter is not None and produced < max_new_tokens:
-                new = torch.tensor(walk.tokens, dtype=torch.long, device=device)
+                new = torch.tensor(walk.tokens, dtype=torch.long, device=self.target.device)
                 state = self._extend(new, _rows(verify.aux, walk.nodes))
 
     # -- pieces of one cycle ---------------------------------------------------------------------
@@ -182,11 +200,18 @@ class SpeculativeDecoder:
         if self._draft_graphs is None:
             return self._draft_nodes(root, state.logits, state.hidden, cached)
         device = state.logits.device
+        return self.draft_at(torch.full((1,), root, device=device), state.logits, state.hidden,
+                             torch.full((1,), cached, device=device), cached)
+
+    def draft_at(self, root: torch.Tensor, logits: torch.Tensor, hidden: torch.Tensor, cached: torch.Tensor,
+                 bound: int) -> DraftTree:
+        """The draft from the drafter's state at ``root`` ([1]) after ``cached`` drafter entries counted on
+        the device ([1]), as its CUDA graph runs it (directly where there are no graphs); ``bound``, the
+        host's upper bound on ``cached``, sets the passes' read widths."""
         k, steps = self.flags.topk, self.flags.steps
-        reads = [self.drafter.tree_reads(cached, k * step) for step in range(1, steps)]
-        out = self._draft_graphs(torch.full((1,), root, device=device), state.logits, state.hidden,
-                                 torch.full((1,), cached, device=device), *reads)
-        return DraftTree(*out)
+        reads = [self.drafter.tree_reads(bound, k * step) for step in range(1, steps)]
+        run = self._draft_graphs or self._draft_captured
+        return DraftTree(*run(root, logits, hidden, cached, *reads))
 
     def _draft_captured(self, root: torch.Tensor, logits: torch.Tensor, hidden: torch.Tensor, cached: torch.Tensor,
                         *reads: torch.Tensor) -> tuple[torch.Tensor, ...]:
