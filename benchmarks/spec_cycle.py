@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from decode_profile import copy_bandwidth  # noqa: E402
 
 from draftlab.checkpoint import DrafterConfig  # noqa: E402
+from draftlab.documents import provenance  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.devices import parse_device, parse_dtype, synchronize  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
@@ -55,7 +56,7 @@ TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_la
 
 
 def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.device, max_len: int,
-               compile_verify: bool = False):
+               compile_verify: bool = False, cache: str = "auto"):
     """The random pair, its static caches (on CUDA) holding ``max_len`` entries, as ``generate`` sizes them;
     ``compile_verify``: the target's bucketed steps with their layer parts compiled (``generate``'s
     choice for a long decode), and the drafter's with ``DRAFTLAB_DRAFTER=compiled``."""
@@ -63,7 +64,8 @@ def build_pair(shape: dict, draft_vocab: int, dtype: torch.dtype, device: torch.
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     layers = shape["num_hidden_layers"]
-    target = TargetRunner(model, aux_layers=[1, layers // 2 - 1, layers - 4], max_len=max_len, compile=compile_verify)
+    target = TargetRunner(model, aux_layers=[1, layers // 2 - 1, layers - 4], cache=cache, max_len=max_len,
+                          compile=compile_verify)
     drafter_cfg = DrafterConfig.from_dict({
         "architectures": ["LlamaForCausalLMEagle3"], **{k: v for k, v in shape.items() if k != "num_hidden_layers"},
         "num_hidden_layers": 1, "draft_vocab_size": draft_vocab, "target_hidden_size": shape["hidden_size"],
@@ -106,6 +108,8 @@ def run(decoder: SpeculativeDecoder, prompt: list[int], new_tokens: int, device:
     synchronised around it, which takes away the overlap of one phase's host work with the previous
     one's kernels: its cycle time is not the decoder's."""
     timer = PhaseTimer(device)
+    if phases and decoder._pipelined:  # its cycle is queued whole (DRAFTLAB_CYCLE=pipelined): no phases to time
+        return dict.fromkeys(("draft_ms", "verify_ms", "draft_extend_ms"), float("nan"))
     if phases:
         decoder._draft = timer.wrap(decoder._draft, "draft")
         decoder._extend = timer.wrap(decoder._extend, "draft_extend")
@@ -165,6 +169,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--tiny", action="store_true", help="a tiny model (CPU check of the script)")
+    parser.add_argument("--cache", default="auto", help="the target's cache (static on CUDA by default; "
+                        "static on the CPU checks the static paths, DRAFTLAB_CYCLE=pipelined's included)")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--configs", default="3/1/4,5/1/6,5/4/8", help="steps/topk/num_draft_tokens, comma separated")
@@ -180,7 +186,8 @@ def main() -> None:
     shape = TINY if args.tiny else LLAMA_8B
     flags = {spec: resolve_spec_flags(*(int(v) for v in spec.split("/"))) for spec in args.configs.split(",")}
     room = max(max_cache_len(args.prompt_len, args.new_tokens, f) for f in flags.values())
-    target, drafter = build_pair(shape, 64 if args.tiny else 32000, dtype, device, room, args.compile_verify)
+    target, drafter = build_pair(shape, 64 if args.tiny else 32000, dtype, device, room, args.compile_verify,
+                                 args.cache)
     prompt = torch.randint(0, shape["vocab_size"], (args.prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
 
     decoders = {"baseline": SpeculativeDecoder(target, None, None)}
@@ -202,13 +209,15 @@ def main() -> None:
         row["floor_ms"] = verify_floor + steps_of[name] * pass_floor
         row["x_floor"] = row["cycle_ms"] / row["floor_ms"]
     if args.json:
-        print(json.dumps({"device": str(device), "dtype": args.dtype, "tiny": args.tiny, "copy_bandwidth": bandwidth,
+        print(json.dumps({"device": str(device), "dtype": args.dtype, "tiny": args.tiny, "provenance": provenance(),
+                          "copy_bandwidth": bandwidth,
                           "verify_floor_ms": verify_floor, "drafter_pass_floor_ms": pass_floor, "rows": rows},
                          indent=2))
         return
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    switches = {k: v for k, v in provenance().items() if k in ("attention", "drafter", "cycle")}
     print(f"{'Llama-3.1-8B shape' if not args.tiny else 'tiny'} {args.dtype} on {name}, "
-          f"prompt {args.prompt_len}, {args.new_tokens} new tokens")
+          f"prompt {args.prompt_len}, {args.new_tokens} new tokens, {switches}")
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s: verify floor {verify_floor:.3f} ms, drafter pass floor "
           f"{pass_floor:.3f} ms")
     print(f"{'config':>10} {'cycle ms':>9} {'draft':>8} {'verify':>8} {'extend':>8} {'tok/s':>8} {'AL':>5} "

@@ -16,6 +16,10 @@ frontier's ancestors in one forward with a tree mask and then drop every entry t
 (``keep`` of nothing), because a cached entry is visible to every later token and siblings must not
 see each other. This costs the same number of drafter passes as SGLang (steps - 1 per cycle) and
 the same math; only the token count of a pass grows with depth.
+
+With ``DRAFTLAB_CYCLE=pipelined`` (opt-in), greedy decoding over static caches runs each cycle's walk,
+``keep`` and draft-extend on the device and reads the tokens back a cycle late
+(:mod:`draftlab.spec.pipeline`): the same tokens, without the host in the GPU's way.
 """
 
 from __future__ import annotations
