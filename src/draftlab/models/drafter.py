@@ -502,11 +502,10 @@ class Eagle3Drafter(nn.Module):
         embed_device = self.embed_tokens.weight.device
         embeds = self.embed_tokens(input_ids.to(embed_device)).to(device, dtype)
         hidden = hidden.to(device, dtype)
-        features = hidden.shape[-1] != self.config.hidden_size
-        if features and hidden.shape[-1] != self.fc.in_features:
-            raise DraftlabError(f"drafter got hidden states of width {hidden.shape[-1]}; expected "
-                                f"{self.fc.in_features} (target features) or {self.config.hidden_size}")
-        if features:
+        if hidden.shape[-1] != self.config.hidden_size:
+            if hidden.shape[-1] != self.fc.in_features:
+                raise DraftlabError(f"drafter got hidden states of width {hidden.shape[-1]}; expected "
+                                    f"{self.fc.in_features} (target features) or {self.config.hidden_size}")
             hidden = _part(_combine, compiled)(self, hidden)
         rope = _part(_rope, compiled)(self, hidden, positions.to(device))
         mask = mask.to(device)

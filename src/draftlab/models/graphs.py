@@ -23,7 +23,6 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 Step = Callable[..., tuple[torch.Tensor, ...]]
 
 
-
 @dataclass(frozen=True)
 class Captures:
     """This process's CUDA graph captures so far: a cost a fresh process pays once per shape, which a
@@ -98,7 +97,8 @@ class GraphSteps:
 
     def _capture(self, inputs: tuple[torch.Tensor, ...]):
         """Warm up on a side stream (the step's writes are the real call's own), then record with the
-        cycle collector paused (it could free another object's graph mid-capture)."""
+        cycle collector paused (it could free another object's graph mid-capture). Both are timed
+        (:func:`captures`), the warm-up apart: a first call builds kernels there."""
         global _captures
         began = time.perf_counter()
         static_in = tuple(t.clone() for t in inputs)
