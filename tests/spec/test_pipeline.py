@@ -119,3 +119,32 @@ def test_pipelined_cycles_stop_at_an_eos_and_at_the_context(toy_pair, switch) ->
     ended = [tokens for tokens, _ in want_eos if tokens[-1] in pair.target.eos_token_ids]
     assert len(ended) >= 2 and all(len(tokens) < 200 for tokens in ended)
     assert len(long_prompt) + len(want_context[0][0]) <= 2048 and len(want_context[0][0]) < 64
+
+
+SYNCING = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique_consecutive",
+           "aten::_unique2", "aten::repeat_interleave"}
+
+
+def test_a_cycle_is_queued_without_reading_the_device(toy_pair, switch) -> None:
+    """Nothing a queued cycle runs makes the host wait for the device on a GPU: no operator that reads a
+    value back (``item``, as indexing by a 0-d tensor does) or sizes its output by the data (``nonzero``);
+    the only read is the committed tokens' copy, behind its event, when the host asks for them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    flags = resolve_spec_flags(4, 4, 8)
+    pair = load_pair(toy_pair.target_dir, toy_pair.drafter_dir, cache="static",
+                     max_len=max_cache_len(max(map(len, PROMPTS)), 40, flags))
+    switch.on()
+    decoder = SpeculativeDecoder(pair.target, pair.drafter, flags)
+    recorded, original = [], pipeline.PipelinedCycles._queue
+
+    def watched(cycles, ahead):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            queued = original(cycles, ahead)
+        recorded.append({event.name for event in prof.events()})
+        return queued
+
+    switch.monkeypatch.setattr(pipeline.PipelinedCycles, "_queue", watched)
+    commits = list(decoder.stream(PROMPTS[0], max_new_tokens=40, ignore_eos=True))
+    assert len(recorded) >= len(commits) - 1 >= 5
+    assert all("aten::argmax" in seen and not seen & SYNCING for seen in recorded)

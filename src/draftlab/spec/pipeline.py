@@ -41,8 +41,8 @@ def device_walk(tree: DraftTree, argmax: torch.Tensor, steps: int) -> tuple[torc
     root, move to the child (the first in node order) whose token is the target's argmax at the current
     node, ``steps`` times at most. Returns the path's nodes [steps + 1] (repeating its last node after
     its end) and their count [1]; the committed tokens are ``argmax[path]``, the first count of them."""
-    node = torch.zeros((), dtype=torch.long, device=argmax.device)
-    alive = torch.ones((), dtype=torch.bool, device=argmax.device)
+    node = torch.zeros(1, dtype=torch.long, device=argmax.device)  # [1], not 0-d: indexing by a 0-d tensor reads it
+    alive = torch.ones(1, dtype=torch.bool, device=argmax.device)
     path, count = [node], torch.ones(1, dtype=torch.long, device=argmax.device)
     for _ in range(steps):
         match = (tree.parents == node) & (tree.tokens == argmax[node])
@@ -50,7 +50,7 @@ def device_walk(tree: DraftTree, argmax: torch.Tensor, steps: int) -> tuple[torc
         node = torch.where(alive, match.int().argmax(), node)
         count = count + alive
         path.append(node)
-    return torch.stack(path), count
+    return torch.cat(path), count
 
 
 class _Queued:
