@@ -122,13 +122,15 @@ def test_pipelined_cycles_stop_at_an_eos_and_at_the_context(toy_pair, switch) ->
 
 
 SYNCING = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique_consecutive",
+           "aten::lift_fresh",  # torch.tensor(data): on a GPU, a copy from pageable memory, which waits
            "aten::_unique2", "aten::repeat_interleave"}
 
 
 def test_a_cycle_is_queued_without_reading_the_device(toy_pair, switch) -> None:
     """Nothing a queued cycle runs makes the host wait for the device on a GPU: no operator that reads a
-    value back (``item``, as indexing by a 0-d tensor does) or sizes its output by the data (``nonzero``);
-    the only read is the committed tokens' copy, behind its event, when the host asks for them."""
+    value back (``item``, as indexing by a 0-d tensor does), sizes its output by the data (``nonzero``) or
+    uploads host data (``torch.tensor``); the only read is the committed tokens' copy, behind its event,
+    when the host asks for them."""
     from torch.profiler import ProfilerActivity, profile
 
     flags = resolve_spec_flags(4, 4, 8)
