@@ -4,8 +4,8 @@ Every document draftlab writes (``--json`` on stdout, ``bench -o``, a sweep's su
 ``provenance`` object: the command line, the versions of draftlab, Python, torch and transformers,
 the torch threads a computing command used (:mod:`draftlab.threads`; null for commands that compute
 nothing), whose attention kernels computed, whether the drafter's steps may be compiled and where a
-greedy cycle's walk runs (``DRAFTLAB_ATTENTION``, ``DRAFTLAB_DRAFTER``, ``DRAFTLAB_CYCLE``:
-:mod:`draftlab.models.kernels`) and the time.
+greedy cycle's walk runs and how CUDA graphs are recorded (``DRAFTLAB_ATTENTION``, ``DRAFTLAB_DRAFTER``,
+``DRAFTLAB_CYCLE``, ``DRAFTLAB_CAPTURE``: :mod:`draftlab.models.kernels`) and the time.
 ``draftlab report`` shows it under each result, so a page passed around in a pull request says how
 each number was made. Versions are read from package metadata, without importing
 torch or transformers (commands that load no model start instantly).
@@ -61,6 +61,7 @@ def provenance() -> dict[str, Any]:
         "attention": os.environ.get("DRAFTLAB_ATTENTION", "torch"),  # read here without importing torch
         "drafter": os.environ.get("DRAFTLAB_DRAFTER", "eager"),
         "cycle": os.environ.get("DRAFTLAB_CYCLE", "host"),
+        "capture": os.environ.get("DRAFTLAB_CAPTURE", "torch"),
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

@@ -113,3 +113,36 @@ def test_captures_are_counted_and_their_warm_up_told_apart(recording: list[bool]
     assert graphs.captures() - before == graphs.Captures(graphs=2, seconds=6.0, warmup_seconds=4.0)
     timings = timed.timings()
     assert (timings["graphs_captured"], timings["graph_capture_s"], timings["graph_warmup_s"]) == (2, 6.0, 4.0)
+
+
+def test_a_lean_capture_records_without_emptying_the_caches(recording: list[bool], monkeypatch) -> None:
+    """``DRAFTLAB_CAPTURE=lean`` records with ``capture_begin``/``capture_end`` into the steps' pool, the
+    collector paused, and never through ``torch.cuda.graph`` (which empties the allocator's caches at
+    every capture); replays are unchanged."""
+    from draftlab.models import kernels
+
+    calls: list[tuple] = []
+
+    class Graph:
+        def capture_begin(self, pool: object = None) -> None:
+            calls.append(("begin", pool, gc.isenabled()))
+
+        def capture_end(self) -> None:
+            calls.append(("end",))
+
+        def replay(self) -> None:
+            calls.append(("replay",))
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty_cache",)))
+    monkeypatch.setenv(kernels.CAPTURE_ENV, "lean")
+    kernels.lean_capture_chosen.cache_clear()
+    try:
+        owner = _Owner()
+        owner.run(torch.ones(2))
+        owner.run(torch.ones(2))
+    finally:
+        kernels.lean_capture_chosen.cache_clear()
+    assert [call[0] for call in calls] == ["begin", "end", "replay", "replay"]
+    assert calls[0][1] is owner.run.pool and calls[0][2] is False
+    assert recording == [] and owner.calls == 3 and gc.isenabled()

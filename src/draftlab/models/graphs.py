@@ -13,10 +13,13 @@ import gc
 import inspect
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from draftlab.models.kernels import lean_capture_chosen
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -114,7 +117,7 @@ class GraphSteps:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
+            with _recording(graph, self.pool, side):
                 static_out = self.step(*static_in)
         finally:
             if collecting:
@@ -127,3 +130,22 @@ class GraphSteps:
 
     def __len__(self) -> int:
         return len(self._graphs)
+
+
+@contextmanager
+def _recording(graph: torch.cuda.CUDAGraph, pool: object, stream: torch.cuda.Stream) -> Iterator[None]:
+    """Record ``graph`` from the work queued inside. ``torch.cuda.graph`` first synchronises the device
+    and empties the allocator's caches, device and pinned host, at every capture, so the next steps
+    allocate again what they had; ``DRAFTLAB_CAPTURE=lean`` records on ``stream`` without that
+    (:func:`~draftlab.models.kernels.lean_capture_chosen`)."""
+    if not lean_capture_chosen():
+        with torch.cuda.graph(graph, pool=pool):
+            yield
+        return
+    with torch.cuda.stream(stream):
+        graph.capture_begin(pool)
+        try:
+            yield
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)

@@ -21,7 +21,8 @@ cuDNN anywhere (a fresh process's first probe on an H200 took 10.9 s with cuDNN'
 head's norm and cast) through torch.compile wherever the target's verify is compiled (``generate``'s long
 decodes on CUDA): a pass's ~60 small kernels become about 20. ``DRAFTLAB_CYCLE=pipelined`` runs greedy
 speculative decoding's walk on the device, the host a cycle behind (:mod:`draftlab.spec.pipeline`).
-Both wait for the same smoke run.
+``DRAFTLAB_CAPTURE=lean`` records CUDA graphs without emptying the allocator's caches at each capture
+(a lead for the probe's unexplained 2.5 s of capture in session 15). All wait for the same smoke run.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ DRAFTER_ENV = "DRAFTLAB_DRAFTER"
 DRAFTER_CHOICES = ("eager", "compiled")
 CYCLE_ENV = "DRAFTLAB_CYCLE"
 CYCLE_CHOICES = ("host", "pipelined")
+CAPTURE_ENV = "DRAFTLAB_CAPTURE"
+CAPTURE_CHOICES = ("torch", "lean")
 
 
 def attention_kernels() -> AbstractContextManager[None]:
@@ -82,6 +85,14 @@ def pipelined_chosen() -> bool:
     host a cycle behind (``pipelined``: :mod:`draftlab.spec.pipeline`) rather than the walk on the host
     (``host``, the default). Read once per process."""
     return _chosen(CYCLE_ENV, CYCLE_CHOICES) == "pipelined"
+
+
+@functools.cache
+def lean_capture_chosen() -> bool:
+    """Whether ``DRAFTLAB_CAPTURE`` asks for CUDA graphs recorded without ``torch.cuda.graph``'s
+    synchronise and cache emptying at every capture (``lean``: :mod:`draftlab.models.graphs`) rather than
+    through it (``torch``, the default). Read once per process."""
+    return _chosen(CAPTURE_ENV, CAPTURE_CHOICES) == "lean"
 
 
 def step_kernels() -> AbstractContextManager[None]:
