@@ -1,5 +1,6 @@
-"""Which fused attention kernels a pass may use (cuDNN's only where shapes recur), and whether
-torch.compile and Triton can build kernels here (for the decode steps' and the trainer's fallbacks).
+"""Which kernels a pass may use: the fused attention kernels (cuDNN's only where shapes recur), the
+parts torch.compile builds (:func:`compiled_fn`) and whether it and Triton can build here (for the decode
+steps' and the trainer's fallbacks); and the switches of the GPU paths waiting for their smoke run.
 
 On Hopper GPUs PyTorch prefers cuDNN's attention when a mask is given, and cuDNN builds an execution
 plan for every new shape it meets: about 15-20 ms of host time per new key length on an H200. A pass
