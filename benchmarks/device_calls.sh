@@ -14,7 +14,7 @@
 # TOY=DIR gives the smoke the toy pair (target/ and drafter/; copy ~/.cache/draftlab/toy-v1-seed0-py311 into
 # an ignored folder and carry it) instead of training it there.
 set -euo pipefail
-export PYTHONPATH="$PWD/src"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # after carried wheels, if any
 out="${OUT:-/tmp/device-out}"
 mkdir -p "$out"
 on=(DRAFTLAB_ATTENTION=split-kv DRAFTLAB_DRAFTER=compiled DRAFTLAB_CYCLE=pipelined DRAFTLAB_CAPTURE=lean)
