@@ -366,10 +366,20 @@ class Eagle3Drafter(nn.Module):
             with attention_kernels():  # a long step's shape does not recur
                 return self._static_step(input_ids, hidden, positions, torch.arange(cached, cached + n, device=device),
                                          tree, self._static.reads(cached + n))
-        input_ids, positions, tree, hidden = pad_to_bucket(b, input_ids, positions, tree, hidden)
-        logits, out = self._run_bucket(input_ids, hidden, positions, torch.arange(cached, cached + b, device=device),
-                                       tree, self._static.reads(cached + b))
-        return logits[:n].clone(), out[:n].clone()
+        logits, out = self._bucketed(input_ids, hidden, positions, tree, cached, cached)
+        return logits.clone(), out.clone()
+
+    def _bucketed(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
+                  cached: int | torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """n <= 64 entries written after ``cached`` (a host count, or one held on the device, [1]), padded to
+        their bucket and run through its step (a CUDA graph on CUDA); ``bound`` >= ``cached`` on the host
+        sets the read width. Views of the step's outputs for the n entries."""
+        n = input_ids.numel()
+        b = bucket(n)
+        ids, positions, tree, hidden = pad_to_bucket(b, input_ids, positions, tree, hidden)
+        logits, out = self._run_bucket(ids, hidden, positions, cached + self._static.slot_ids[:b], tree,
+                                       self._static.reads(bound + b))
+        return logits[:n], out[:n]
 
     def _check_room(self, end: int) -> None:
         if end > self._max_len:
@@ -412,14 +422,11 @@ class Eagle3Drafter(nn.Module):
         past the ones a caller counts are written past its new length, where no later step sees them."""
         n = input_ids.numel()
         self._check_room(bound + n)
-        b = bucket(n)
         weight = self.lm_head.weight
-        positions = cached + self._static.slot_ids[:n]
         causal = torch.ones(n, n, dtype=torch.bool, device=weight.device).tril()
-        ids, positions, tree, hidden = pad_to_bucket(b, input_ids, positions, causal, hidden.to(weight.dtype))
-        logits, out = self._run_bucket(ids, hidden, positions, cached + self._static.slot_ids[:b], tree,
-                                       self._static.reads(bound + b))
-        return DraftStep(logits=logits[:n].float(), hidden=out[:n])
+        logits, out = self._bucketed(input_ids, hidden.to(weight.dtype), cached + self._static.slot_ids[:n], causal,
+                                     cached, bound)
+        return DraftStep(logits=logits.float(), hidden=out)
 
     def reset(self) -> None:
         """Empty the KV cache (start a new prompt)."""

@@ -172,35 +172,32 @@ class StaticTarget:
                 cached: int) -> tuple[torch.Tensor, torch.Tensor]:
         """n new tokens after ``cached`` entries; tree [n, n] bool. Returns logits and aux for the n."""
         n = input_ids.numel()
-        if cached + n > self.max_len:
-            raise DraftlabError(f"the static KV cache holds {self.max_len} entries and would need {cached + n}; "
-                                f"load the target with a larger max_len")
-        b = bucket(n)
-        device = input_ids.device
-        if b is None:
-            slots = torch.arange(cached, cached + n, device=device)
+        self._check_room(cached + n)
+        if bucket(n) is None:
+            slots = torch.arange(cached, cached + n, device=input_ids.device)
             with attention_kernels():  # a long step's shape does not recur
                 return self._forward(input_ids, positions, slots, tree, self.kv.reads(cached + n), False)
-        input_ids, positions, tree = pad_to_bucket(b, input_ids, positions, tree)
-        slots = torch.arange(cached, cached + b, device=device)
-        logits, aux = self._bucket_step(input_ids, positions, slots, tree, self.kv.reads(cached + b))
-        return logits[:n].clone(), aux[:n].clone()
+        logits, aux = self.forward_at(input_ids, positions, tree, cached, cached)
+        return logits.clone(), aux.clone()
 
-    def forward_at(self, input_ids: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor, cached: torch.Tensor,
-                   bound: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward` of up to 64 tokens after ``cached`` entries counted on the device ([1]), so that
-        nothing waits for the host: the slots follow ``cached``, and ``bound`` (the host's upper bound on
-        it) sets the read width and is checked against the room. Returns views of the step's outputs,
-        valid until the next step of the same bucket."""
+    def forward_at(self, input_ids: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
+                   cached: int | torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` of up to 64 tokens after ``cached`` entries, which the pipelined decoder counts on
+        the device ([1]) so that nothing waits for the host: the slots follow ``cached``, and ``bound``
+        (the host's upper bound on it) sets the read width and is checked against the room. Returns
+        views of the step's outputs, valid until the next step of the same bucket."""
         n = input_ids.numel()
-        if bound + n > self.max_len:
-            raise DraftlabError(f"the static KV cache holds {self.max_len} entries and would need {bound + n}; "
-                                f"load the target with a larger max_len")
+        self._check_room(bound + n)
         b = bucket(n)
         input_ids, positions, tree = pad_to_bucket(b, input_ids, positions, tree)
         logits, aux = self._bucket_step(input_ids, positions, cached + self.kv.slot_ids[:b], tree,
                                         self.kv.reads(bound + b))
         return logits[:n], aux[:n]
+
+    def _check_room(self, end: int) -> None:
+        if end > self.max_len:
+            raise DraftlabError(f"the static KV cache holds {self.max_len} entries and would need {end}; "
+                                f"load the target with a larger max_len")
 
     def keep(self, start: int | torch.Tensor, indices: torch.Tensor) -> None:
         self.kv.keep(start, indices)

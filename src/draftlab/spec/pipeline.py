@@ -75,7 +75,11 @@ class _Queued:
 
 
 class PipelinedCycles:
-    """The cycles of one prompt after its prefill and first draft-extend, queued ahead of the host."""
+    """The cycles of one prompt after its prefill and first draft-extend, queued ahead of the host.
+
+    Both caches hold the same entries throughout (the prompt, then every committed token but the last:
+    a cycle keeps its accepted path in the target's and extends the drafter's over it), so one length
+    serves both: on the device for the steps, and on the host as read back."""
 
     def __init__(self, decoder: SpeculativeDecoder, root: int, state: _DraftState) -> None:
         self.decoder = decoder
@@ -83,10 +87,8 @@ class PipelinedCycles:
         device = state.logits.device
         self.root = torch.full((1,), root, dtype=torch.long, device=device)
         self.logits, self.hidden = state.logits, state.hidden
-        target, drafter = decoder.target, decoder.drafter
-        self.target_len = torch.full((1,), target.cache_len, dtype=torch.long, device=device)
-        self.drafter_len = torch.full((1,), drafter.cache_len, dtype=torch.long, device=device)
-        self.target_known, self.drafter_known = target.cache_len, drafter.cache_len  # exact, as read back
+        self.known = decoder.target.cache_len  # exact, as read back (the drafter's cache_len too)
+        self.length = torch.full((1,), self.known, dtype=torch.long, device=device)
 
     def run(self, produced: int, max_new_tokens: int) -> Iterator[list[int]]:
         """Each cycle's committed tokens, as the host-walk loop (``SpeculativeDecoder._cycles``) yields
@@ -99,43 +101,40 @@ class PipelinedCycles:
             if not queued:
                 return
             tokens = queued.popleft().tokens()
-            self.target_known += len(tokens)
-            self.drafter_known += len(tokens)
+            self.known += len(tokens)
             produced += len(tokens)
             yield tokens
 
     def _may_queue(self, produced: int, queued: int, max_new_tokens: int) -> bool:
-        """Whether to queue a cycle now, ``queued`` unread ones before it. With none unread the lengths are
+        """Whether to queue a cycle now, ``queued`` unread ones before it. With none unread the length is
         exact and this is the host-walk loop's own test (tokens left, the verify inside the context).
         Otherwise each unread cycle commits 1 to steps + 1 tokens: queue only where the loop may still
         run the cycle and every bound fits (a cycle it would not run is dropped unread)."""
         if produced + queued >= max_new_tokens:
             return False
         steps, flags = self.steps, self.decoder.flags
-        grown = queued * (steps + 1)
+        bound = self.known + queued * (steps + 1)
         context = self.decoder.target.config.max_position_embeddings
-        if context is not None and self.target_known + grown + steps + 1 > context:
+        if context is not None and bound + steps + 1 > context:
             return False
         widest_draft = max(flags.topk * (steps - 1), steps + 1)
-        return queued == 0 or (self.target_known + grown + flags.num_draft_tokens <= self.decoder.target.max_len
-                               and self.drafter_known + grown + widest_draft <= self.decoder.drafter.max_len)
+        return queued == 0 or (bound + flags.num_draft_tokens <= self.decoder.target.max_len
+                               and bound + widest_draft <= self.decoder.drafter.max_len)
 
     def _queue(self, queued: int) -> _Queued:
         """One whole cycle on the device; ``queued`` cycles before it are still unread."""
         decoder, steps = self.decoder, self.steps
-        ahead = queued * (steps + 1)
-        target_bound, drafter_bound = self.target_known + ahead, self.drafter_known + ahead
-        tree = decoder.draft_at(self.root, self.logits, self.hidden, self.drafter_len, drafter_bound)
-        logits, aux = decoder.target.static.forward_at(tree.tokens, self.target_len + tree.depth, tree.mask,
-                                                       self.target_len, target_bound)
+        bound = self.known + queued * (steps + 1)
+        tree = decoder.draft_at(self.root, self.logits, self.hidden, self.length, bound)
+        logits, aux = decoder.target.static.forward_at(tree.tokens, self.length + tree.depth, tree.mask,
+                                                       self.length, bound)
         argmax = logits.argmax(dim=-1)
         path, count = device_walk(tree, argmax, steps)
-        decoder.target.static.keep(self.target_len, path)
+        decoder.target.static.keep(self.length, path)
         tokens = argmax[path]
-        step = decoder.drafter.extend_at(tokens, aux[path], self.drafter_len, drafter_bound)
+        step = decoder.drafter.extend_at(tokens, aux[path], self.length, bound)
         last = count - 1
         self.logits, self.hidden = step.logits[last][0], step.hidden[last][0]
         self.root = tokens[last]
-        self.target_len = self.target_len + count
-        self.drafter_len = self.drafter_len + count
+        self.length = self.length + count
         return _Queued(count, tokens)
