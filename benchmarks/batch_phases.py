@@ -34,7 +34,7 @@ from draftlab.models.devices import synchronize
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
-from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
 
 SPENT: dict[str, float] = defaultdict(float)
 

@@ -4,7 +4,7 @@
     PYTHONPATH=src python benchmarks/batch_trees.py --device cuda      # a GPU: launch costs included
 
 For each batch size, a cycle's pool (``--config`` steps/topk/num_draft_tokens, random drafter
-scores) is turned into trees by :func:`~draftlab.spec.tree.organize_draft_results` once per row (as
+scores) is turned into trees by :func:`~draftlab.decode.tree.organize_draft_results` once per row (as
 the batched decoder did until session 16) and once over the whole batch (as it does now), then the
 greedy walks read back per row and once. Prints milliseconds per cycle and the operators each way
 dispatches (torch.profiler), which on a GPU are kernel launches.
@@ -19,8 +19,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from draftlab.engines.sglang_flags import resolve_spec_flags
-from draftlab.spec.tree import PoolChunk, organize_draft_results, select_top_k
-from draftlab.spec.verify import walk_tree, walk_trees
+from draftlab.decode.tree import PoolChunk, organize_draft_results, select_top_k
+from draftlab.decode.verify import walk_tree, walk_trees
 
 
 def pool(batch: int, steps: int, topk: int, device: torch.device) -> list[PoolChunk]:

@@ -4,7 +4,7 @@
 
 Builds the Llama-3.1-8B-shaped target with random bf16 weights (benchmarks/runtime_speed.py's
 builder) and, for each batch size, decodes ``--new`` tokens after that many random prompts with
-:func:`draftlab.spec.plain_decode.plain_decode` (the loop the probe, and so ``assess``, ``train
+:func:`draftlab.decode.plain_decode.plain_decode` (the loop the probe, and so ``assess``, ``train
 regenerate`` and ``generate --no-draft --batch-size`` run) in three variants of the
 :class:`~draftlab.models.target_batch.BatchTarget`: ``unfused`` (HF's layers, separate q/k/v and
 gate/up GEMMs, in the CUDA graphs), ``fused`` (one QKV and one gate_up GEMM per layer) and
@@ -32,7 +32,7 @@ from draftlab.models import TargetRunner
 from draftlab.models.devices import synchronize
 from draftlab.models.static_kv import BatchKV
 from draftlab.models.target_batch import BatchTarget
-from draftlab.spec.plain_decode import plain_decode
+from draftlab.decode.plain_decode import plain_decode
 
 VARIANTS = {"unfused": {"fused": False, "compile": False}, "fused": {"fused": True, "compile": False},
             "fused+compiled": {"fused": True, "compile": True}}

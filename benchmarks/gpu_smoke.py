@@ -4,7 +4,7 @@
 CPU check of the script itself (a tiny random pair instead of the 8B one; minutes):
     PYTHONPATH=src python benchmarks/gpu_smoke.py --device cpu --pairs toy,tiny
 
-Run it on a GPU machine whenever a change touches models/, spec/, probe/, cost/ or serve/, and record
+Run it on a GPU machine whenever a change touches models/, decode/, probe/, cost/ or serve/, and record
 the last run in benchmarks/RESULTS.md ("GPU smoke run"). Every command runs in its own process
 (`python -m draftlab ...`, default flags plus `--device cuda` where the command takes one) and must
 exit 0: inspect, check (SGLang and vLLM, --fix), vocab (count, build, coverage, compare), generate (its

@@ -47,8 +47,8 @@ from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.devices import synchronize
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe_sequences
-from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
-from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder
 
 CONFIGS = "2/1/3,3/1/4,5/1/6,6/1/7,3/4/8,5/4/8"  # none of them the overhead's calibration chains
 

@@ -82,7 +82,7 @@ def plain_decoding(target: Path, args) -> dict:
     import transformers as tf
 
     from draftlab.models.target import TargetRunner
-    from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
+    from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
 
     device = torch.device(args.device)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from draftlab.probe.acceptance_profile import accept_length_for, profile_from_probe
+from draftlab.acceptance.profile import accept_length_for
+from draftlab.probe.to_profile import profile_from_probe
 from draftlab.probe.probe import probe
 from draftlab.toy import cached_toy_pair
 

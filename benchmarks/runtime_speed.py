@@ -1,5 +1,5 @@
 """Speed of the runtime, eager and fast side by side: target decode, target verify, drafter step
-and extend, cost vs position, and (where draftlab.spec is present) whole speculative cycles.
+and extend, cost vs position, and (where draftlab.decode is present) whole speculative cycles.
 
 GPU (the lead runs this on an H200):
     python benchmarks/runtime_speed.py --device cuda --model llama-3.1-8b --out runtime_speed.json
@@ -152,10 +152,10 @@ def compare(fast: dict, eager: dict, forced: torch.Tensor) -> dict:
 
 
 def spec_runs(target: TargetRunner, drafter: Eagle3Drafter, prompt: torch.Tensor, new: int, device: str) -> dict:
-    """Tokens/s of plain decoding and of speculative chains/trees through draftlab.spec (if present)."""
+    """Tokens/s of plain decoding and of speculative chains/trees through draftlab.decode (if present)."""
     try:
         from draftlab.engines.sglang_flags import SpecFlags
-        from draftlab.spec.decoder import SpeculativeDecoder
+        from draftlab.decode.decoder import SpeculativeDecoder
     except ImportError:
         return {}
     configs = {"baseline": None, "chain_3_1_4": (3, 1, 4), "tree_5_4_8": (5, 4, 8)}

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from draftlab.demo import DEMO_PROMPTS
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 from draftlab.threads import default_threads
 from draftlab.toy import cached_toy_pair
 

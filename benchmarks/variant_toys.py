@@ -3,7 +3,7 @@ drafter trained from scratch for the toy DeepSeek-V3 target: evidence that the f
 
     PYTHONPATH=src python benchmarks/variant_toys.py
 
-CPU, float32; the prompts of tests/spec/test_variant_exactness.py (6) and tests/spec/test_mla_exact.py (5).
+CPU, float32; the prompts of tests/decode/test_variant_exactness.py (6) and tests/decode/test_mla_exact.py (5).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 
 from draftlab.cli import main
 from draftlab.models import target as target_module
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 
 sys.path.insert(0, str(Path(__file__).parent / "serve"))
 

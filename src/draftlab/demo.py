@@ -22,13 +22,13 @@ import transformers
 from rich.console import Console
 from rich.rule import Rule
 
-from draftlab.checkpoint.summary import InspectResult, inspect_checkpoint
+from draftlab.compat.summary import InspectResult, inspect_checkpoint
 from draftlab.checkpoint.synth import specforge_drafter_config, write_drafter, write_target
 from draftlab.checkpoint.configs import TargetConfig
 from draftlab.compat import CheckResult, FixResult, check_pair, fix_pair
 from draftlab.engines import written_aux_ids
 from draftlab.toy import ToyPair
-from draftlab.spec.generate import GenerateResult, generate
+from draftlab.decode.generate import GenerateResult, generate
 
 ENGINE = "sglang"
 NUM_LAYERS = 8
@@ -454,7 +454,7 @@ def assess_section(demo: Demo) -> None:
     """The whole phase 0 again, as a user with a real pair would run it: one command, one decision."""
     from draftlab.assess.run import assess
     from draftlab.cost.model import SpecConfig
-    from draftlab.report.assess import render_assess
+    from draftlab.assess.render import render_assess
     from draftlab.toy import cached_toy_pair
 
     demo.toy = demo.toy or cached_toy_pair()

@@ -19,7 +19,7 @@ from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep, run_swe
 from draftlab.cli import main
 from draftlab.engines.launch import group_members
 from draftlab.errors import DraftlabError
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 
 TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self."]
 MAX_TOKENS = 16

@@ -88,7 +88,7 @@ def test_real_sweep_with_schedule_and_predictions(toy_pair, tmp_path, files):
 
 
 def test_schedule_and_synthetic_acceptance_are_refused_together(files):
-    from draftlab.spec.synthetic import parse_synthetic
+    from draftlab.acceptance.synthetic import parse_synthetic
 
     options = SweepOptions("draftlab", "T", "D", tuple(parse_grid("1,3,1,4")), schedule=load_schedule(files[0]),
                            synthetic=parse_synthetic("2.5"))

@@ -14,7 +14,7 @@ from draftlab.bench.grid import parse_grid
 from draftlab.bench.result import load_result
 from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep, run_sweep
 from draftlab.cli import main
-from draftlab.spec.synthetic import parse_synthetic
+from draftlab.acceptance.synthetic import parse_synthetic
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))
 

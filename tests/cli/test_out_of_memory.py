@@ -18,7 +18,7 @@ CPU_OOM = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPU
 # (command line, the library function it calls, what the one line must name)
 COMMANDS = [
     (["generate", "--target", "T", "--prompts", "p.jsonl", "--batch-size", "8", "--max-new-tokens", "64"],
-     "draftlab.spec.generate.generate", ["--batch-size (now 8)", "--max-new-tokens (now 64)"]),
+     "draftlab.decode.generate.generate", ["--batch-size (now 8)", "--max-new-tokens (now 64)"]),
     (["probe", "--target", "T", "--drafter", "D", "--prompts", "p.jsonl"],
      "draftlab.probe.probe.probe", ["--batch-size (now auto)", "--max-new-tokens (now 128)"]),
     (["drift", "--target-a", "A", "--target-b", "B", "--prompts", "p.jsonl", "--batch-size", "16"],
@@ -61,7 +61,7 @@ def test_out_of_memory_is_one_line_naming_the_flags(monkeypatch, capsys, tmp_pat
 
 def test_other_runtime_errors_are_not_taken_for_out_of_memory(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("draftlab.spec.generate.generate", _raise(RuntimeError("shape mismatch")))
+    monkeypatch.setattr("draftlab.decode.generate.generate", _raise(RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         main(["generate", "--target", "T", "--prompts", "p.jsonl"])
 

@@ -125,7 +125,7 @@ def test_a_check_error_that_check_fix_cannot_fix_is_not_sent_to_check_fix(tmp_pa
     """num-layers (two decoder layers in SGLang) is no config edit: launch names its own fix instead."""
     from builders import make_pair
 
-    from draftlab.engines.launch import check_before_launch
+    from draftlab.compat.prelaunch import check_before_launch
 
     drafter, target = make_pair(tmp_path, target_configs["llama"], num_hidden_layers=2)
     with pytest.raises(DraftlabError) as info:

@@ -11,7 +11,8 @@ from schedule_fixtures import FALLING
 
 from draftlab.cli import main
 from draftlab.engines.launch import LaunchRequest, engine_command
-from draftlab.engines.schedule import engine_schedule, load_schedule
+from draftlab.cost.schedule import engine_schedule
+from draftlab.engines.schedule import load_schedule
 from draftlab.errors import DraftlabError
 
 

@@ -8,8 +8,8 @@ import pytest
 from engine_schedule_rules import sglang_steps, trtllm_draft_len, vllm_dense
 from schedule_fixtures import FALLING, RISING, plan_of
 
-from draftlab.cost.schedule import schedule_from_plan
-from draftlab.engines.schedule import engine_schedule, load_schedule
+from draftlab.cost.schedule import engine_schedule, schedule_from_plan
+from draftlab.engines.schedule import load_schedule
 from draftlab.errors import DraftlabError
 
 

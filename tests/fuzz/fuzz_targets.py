@@ -183,7 +183,7 @@ PROMPT_ROWS = [{"input_ids": [1, 2, 3]}, {"prompt": "hello"}, {"messages": [{"ro
 
 
 def _prompts(folder: Path, blob: bytes) -> Any:
-    from draftlab.spec.prompts import read_prompts
+    from draftlab.decode.prompts import read_prompts
 
     return read_prompts(_write(folder, "prompts.jsonl", blob), tokenizer_dir=folder, vocab_size=8)
 
@@ -321,7 +321,7 @@ def _acceptance(folder: Path, text: str) -> Any:
     """speculation_profile.json as plan --profile and --synthetic-acceptance read it, mapped onto a few configs."""
     from draftlab.cost.model import SpecConfig
     from draftlab.cost.probes import profile_accept_lengths
-    from draftlab.spec.synthetic import parse_synthetic
+    from draftlab.acceptance.synthetic import parse_synthetic
 
     path = _write(folder, "speculation_profile.json", text)
     synthetic = parse_synthetic(str(path))
@@ -337,7 +337,7 @@ TARGETS = [
     Target("config.json (target, drafter)", st.sampled_from([TARGET_CONFIG, DRAFTER_CONFIG]).flatmap(mutated_json),
            _configs),
     Target("model.safetensors.index.json", mutated_json(VALID_INDEX), _index),
-    Target("prompts (spec/prompts.py)", jsonl(_row(PROMPT_ROWS)), _prompts),
+    Target("prompts (decode/prompts.py)", jsonl(_row(PROMPT_ROWS)), _prompts),
     Target("vocab count rows (vocab/rows.py)", jsonl(_row(DATA_ROWS)), _vocab_count),
     Target("train rows (train/data.py)", jsonl(_row(DATA_ROWS)), _train_rows),
     Target("feature files (probe/features.py)", feature_files(), _features),

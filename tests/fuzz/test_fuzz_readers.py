@@ -55,11 +55,11 @@ def test_index(text):
 
 
 @FUZZ
-@given(BY_NAME["prompts (spec/prompts.py)"].strategy)
+@given(BY_NAME["prompts (decode/prompts.py)"].strategy)
 @example(b'{"input_ids": [' + b"9" * 5000 + b"]}")
 @example(deep(100_000).encode())
 def test_prompts(blob):
-    _holds("prompts (spec/prompts.py)", blob)
+    _holds("prompts (decode/prompts.py)", blob)
 
 
 @FUZZ
@@ -150,7 +150,7 @@ VALID = {
     "safetensors header": safetensors_bytes(VALID_HEADER, VALID_DATA),
     "config.json (target, drafter)": json.dumps(TARGET_CONFIG),
     "model.safetensors.index.json": json.dumps(VALID_INDEX),
-    "prompts (spec/prompts.py)": b'{"input_ids": [1, 2, 3]}',
+    "prompts (decode/prompts.py)": b'{"input_ids": [1, 2, 3]}',
     "vocab count rows (vocab/rows.py)": b'{"input_ids": [1, 2, 3]}',
     "train rows (train/data.py)": b'{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}',
     "feature files (probe/features.py)": ("data_0.ckpt", b""),

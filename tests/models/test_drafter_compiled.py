@@ -23,7 +23,7 @@ from draftlab.models import drafter as drafter_module
 from draftlab.models import kernels
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.pair import load_pair
-from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder
 
 
 def _speculators(folder: Path) -> Path:

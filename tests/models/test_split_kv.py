@@ -27,7 +27,7 @@ from draftlab.models import kernels, split_kv
 from draftlab.models.static_kv import StaticKV, cached_attention, gqa_attention
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 
 pytestmark = pytest.mark.skipif(not split_kv.available(), reason="needs Triton (the test extras install it)")
 

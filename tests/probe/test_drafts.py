@@ -18,7 +18,7 @@ from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
 from draftlab.probe.drafts import accepted_drafts, drafted_trees  # noqa: E402
-from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
+from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from draftlab.cli import main
 from draftlab.errors import DraftlabError
 from draftlab.probe.probe import probe
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len("]
 NEW = 32

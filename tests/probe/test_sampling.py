@@ -8,8 +8,8 @@ import torch
 
 from draftlab.probe.probe import probe
 from draftlab.probe.sampling import expected_accept_length, expected_by_step, expected_histogram, reach_by_depth
-from draftlab.spec.generate import generate
-from draftlab.spec.tree import PoolChunk
+from draftlab.decode.generate import generate
+from draftlab.decode.tree import PoolChunk
 
 
 def test_closed_forms_for_a_constant_acceptance_rate():

@@ -15,7 +15,7 @@ from chromium import chromium
 sys.path.insert(0, str(Path(__file__).parents[1] / "assess"))
 from costs import toy_profile  # noqa: E402
 
-from draftlab.report.html import figures  # noqa: E402
+from draftlab import figures  # noqa: E402
 from draftlab.report.html.report import make_report  # noqa: E402
 
 ORDER = ["inspect", "check", "vocab-compare", "probe", "drift", "plan", "bench", "bench-compare"]

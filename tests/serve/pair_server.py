@@ -1,6 +1,6 @@
 """A real ``draftlab serve`` HTTP server over the real speculative decoder, on a tiny synthetic pair.
 
-The pair is the spec tests' table model (tests/spec/spec_fakes.py): the real SpeculativeDecoder
+The pair is the spec tests' table model (tests/decode/spec_fakes.py): the real SpeculativeDecoder
 runs on it with non-trivial acceptance, in milliseconds. Token text is the ids themselves (a
 whitespace "tokenizer"), so the OpenAI endpoints stream visible text too. Run as a script to get
 a server in its own process (it prints its port).
@@ -19,7 +19,7 @@ from spec_fakes import make_pair  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.serve.engine import ServeEngine  # noqa: E402
 from draftlab.serve.http import ServeContext, make_server  # noqa: E402
-from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
+from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
 
 VOCAB = 12
 EOS = 11

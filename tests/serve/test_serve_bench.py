@@ -15,7 +15,7 @@ from draftlab.bench.client import BenchConfig
 from draftlab.bench.run import run_bench
 from draftlab.bench.workload import Prompt
 from draftlab.serve.http import make_server
-from draftlab.spec.metrics import accept_stats
+from draftlab.decode.metrics import accept_stats
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 0, 7, 8], [9], [2, 2, 10], [3, 1]]
 

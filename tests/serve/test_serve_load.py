@@ -18,7 +18,7 @@ from pair_server import start
 from draftlab.engines.metrics import parse_prometheus
 from draftlab.serve.http import MAX_BODY_BYTES
 from draftlab.serve.load import load_context
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 
 CLIENTS = 64
 MAX_NEW = 10

@@ -15,7 +15,7 @@ from draftlab.models.pair import load_pair
 from draftlab.serve.batched import BatchServeEngine
 from draftlab.serve.engine import Job
 from draftlab.serve.load import load_context
-from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder
 
 PROMPTS = [list(b"def __init__(self"), list(b"import os\nimport sys\n"), list(b"    return self._"),
            list(b"for i in range(len("), list(b"x")]

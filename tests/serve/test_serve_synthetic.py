@@ -22,8 +22,8 @@ from draftlab.errors import DraftlabError  # noqa: E402
 from draftlab.serve.engine import ServeEngine  # noqa: E402
 from draftlab.serve.http import ServeContext  # noqa: E402
 from draftlab.serve.synthetic import SyntheticDecoder  # noqa: E402
-from draftlab.spec.decoder import SpeculativeDecoder  # noqa: E402
-from draftlab.spec.synthetic import SyntheticAcceptance, parse_synthetic  # noqa: E402
+from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
+from draftlab.acceptance.synthetic import SyntheticAcceptance, parse_synthetic  # noqa: E402
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 0, 7, 8], [9], [2, 2, 10], [3, 1]]
 
@@ -110,7 +110,7 @@ def test_the_forcing_rule_is_unbiased():
     1,000 cycles the standard error of the mean is sqrt(Var(AL) / 1000), about 0.045 for the first profile)."""
     import random
 
-    from draftlab.spec.synthetic import accepted_drafts, forced_conditionals
+    from draftlab.acceptance.synthetic import accepted_drafts, forced_conditionals
 
     marginals = [0.82, 0.6, 0.41, 0.2]
     synthetic = SyntheticAcceptance("p", marginals=tuple(marginals))

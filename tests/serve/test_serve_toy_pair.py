@@ -11,7 +11,7 @@ from draftlab.bench.client import BenchConfig
 from draftlab.bench.run import run_bench
 from draftlab.bench.workload import Prompt
 from draftlab.serve.load import load_context
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 
 TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self.", "return self._"]
 

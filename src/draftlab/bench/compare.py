@@ -79,7 +79,7 @@ def compare_results(paths: list[Path], *, baseline: str | None = None, plot: Pat
 
 def plot_rows(rows: list[CompareRow], dest: Path) -> None:
     """Output throughput and TPOT against concurrency, one line per arm, as a PNG."""
-    from draftlab.report.html import figures
+    from draftlab import figures
 
     fig, (ax_t, ax_l) = figures.plt.subplots(1, 2, figsize=(10, 4))
     for label in dict.fromkeys(r.label for r in rows):

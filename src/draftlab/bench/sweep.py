@@ -32,17 +32,17 @@ from draftlab.engines.launch import (
     EngineCommand,
     EngineProcess,
     LaunchRequest,
-    check_before_launch,
     check_installed,
     check_port_free,
     engine_command,
     local_architecture,
 )
+from draftlab.compat.prelaunch import check_before_launch
 from draftlab.documents import document
 from draftlab.engines.schedule import LoadedSchedule, check_for_engine
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
-from draftlab.spec.synthetic import SyntheticAcceptance
+from draftlab.acceptance.synthetic import SyntheticAcceptance
 
 SUMMARY_NAME = "sweep.json"
 PLOT_NAME = "sweep.png"

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def plot_sweep(rows: list[SweepRow], dest: Path) -> None:
     """Write the two-panel bar chart; a failed entry shows as "failed" where its bar would be."""
-    from draftlab.report.html import figures
+    from draftlab import figures
 
     batches = sorted({r.batch for r in rows})
     configs = list(dict.fromkeys(r.config for r in rows))

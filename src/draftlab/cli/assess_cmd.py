@@ -15,7 +15,6 @@ from draftlab.cli.common import (
     at_least_one,
     check_device,
     checked,
-    console,
     emit_json,
     lower_on_oom,
     non_negative,
@@ -24,6 +23,7 @@ from draftlab.cli.common import (
     share,
     use_threads,
 )
+from draftlab.console import console
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 
@@ -75,7 +75,7 @@ def assess_command(
     from draftlab.assess.run import assess
     from draftlab.cost.plan import parse_grid
     from draftlab.probe.modelfree import Ngram
-    from draftlab.report.assess import render_assess
+    from draftlab.assess.render import render_assess
 
     try:
         lookup = [int(v) for v in ngram.split(",")]

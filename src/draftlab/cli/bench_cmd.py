@@ -10,9 +10,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    IgnoreEosOption, JsonOption, MaxTokensOption, PromptsOption, TemperatureOption, at_least_one,
-    console, emit_json, err_console, non_negative, positive,
+    IgnoreEosOption,
+    JsonOption,
+    MaxTokensOption,
+    PromptsOption,
+    TemperatureOption,
+    at_least_one,
+    emit_json,
+    non_negative,
+    positive,
 )
+from draftlab.console import console, err_console
 from draftlab.documents import document
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap, write_json_atomic
@@ -62,7 +70,7 @@ def bench(
 
     if base_url is None or prompts is None:
         raise DraftlabError("bench needs --base-url URL and --prompts FILE (or: draftlab bench compare A.json B.json)")
-    from draftlab.spec.synthetic import parse_synthetic
+    from draftlab.acceptance.synthetic import parse_synthetic
 
     synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     if output is not None:

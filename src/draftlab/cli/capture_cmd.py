@@ -9,9 +9,20 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, TargetOption, ThreadsOption,
-    at_least_one, console, emit_json, main_process, parse_layer_ids, use_threads,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    EngineOption,
+    JsonOption,
+    TargetOption,
+    ThreadsOption,
+    at_least_one,
+    emit_json,
+    main_process,
+    parse_layer_ids,
+    use_threads,
 )
+from draftlab.console import console
 
 
 @app.command("capture")

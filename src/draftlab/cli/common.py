@@ -11,13 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
-from rich.console import Console
 
 from draftlab.documents import document
 from draftlab.errors import DraftlabError
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
 
 
 # --- validation at the edge: every number and device is checked while the options are parsed, so a

@@ -8,9 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    JsonOption, ThreadsOption, console, emit_json, use_threads,
-)
+from draftlab.cli.common import JsonOption, ThreadsOption, emit_json, use_threads
+from draftlab.console import console
 from draftlab.errors import DraftlabError
 
 EngineOpt = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
@@ -30,7 +29,7 @@ def inspect(
     json_out: JsonOption = False,
 ) -> int:
     """What a checkpoint is (target or drafter), from headers and config only."""
-    from draftlab.checkpoint.summary import inspect_checkpoint
+    from draftlab.compat.summary import inspect_checkpoint
 
     result = inspect_checkpoint(path, engine=engine, num_target_layers=target_layers, target=target)
     if json_out:

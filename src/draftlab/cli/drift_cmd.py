@@ -9,9 +9,19 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, ThreadsOption, TopkOption, at_least_one,
-    check_device, console, emit_json, lower_on_oom, use_threads,
+    DtypeOption,
+    JsonOption,
+    NumDraftTokensOption,
+    StepsOption,
+    ThreadsOption,
+    TopkOption,
+    at_least_one,
+    check_device,
+    emit_json,
+    lower_on_oom,
+    use_threads,
 )
+from draftlab.console import console
 from draftlab.errors import DraftlabError
 
 

@@ -8,10 +8,24 @@ from typing import Annotated, Optional
 import typer
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption,
-    SamplingSeedOption, StepsOption, TargetOption, TemperatureOption, ThreadsOption, TopkOption, at_least_one,
-    console, emit_json, lower_on_oom, use_threads,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    EngineOption,
+    JsonOption,
+    NumDraftTokensOption,
+    SamplingSeedOption,
+    StepsOption,
+    TargetOption,
+    TemperatureOption,
+    ThreadsOption,
+    TopkOption,
+    at_least_one,
+    emit_json,
+    lower_on_oom,
+    use_threads,
 )
+from draftlab.console import console
 
 
 @app.command("generate")
@@ -41,7 +55,7 @@ def generate_command(
     """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
     use_threads(threads)
     from draftlab.report.generate import render_generate
-    from draftlab.spec.generate import generate
+    from draftlab.decode.generate import generate
 
     with lower_on_oom(batch_size=batch_size, max_new_tokens=max_new_tokens):
         result = generate(

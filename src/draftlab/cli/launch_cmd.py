@@ -10,9 +10,21 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, NumDraftTokensOption, PortOption, SkipCheckOption,
-    StepsOption, SyntheticAcceptanceOption, TargetIdOption, TopkOption, TpOption, console, emit_json, err_console,
+    DrafterIdOption,
+    DryRunOption,
+    HealthTimeoutOption,
+    HostOption,
+    NumDraftTokensOption,
+    PortOption,
+    SkipCheckOption,
+    StepsOption,
+    SyntheticAcceptanceOption,
+    TargetIdOption,
+    TopkOption,
+    TpOption,
+    emit_json,
 )
+from draftlab.console import console, err_console
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import local_inputs, refuse_overlap
 from draftlab.report.launch import render_launch
@@ -47,10 +59,9 @@ def launch(
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
     """Start an engine server with EAGLE-3 (or the baseline); extra engine args go after --."""
-    from draftlab.engines.launch import (
-        EngineProcess, LaunchRequest, check_before_launch, engine_command, local_architecture,
-    )
-    from draftlab.spec.synthetic import parse_synthetic
+    from draftlab.acceptance.synthetic import parse_synthetic
+    from draftlab.compat.prelaunch import check_before_launch
+    from draftlab.engines.launch import EngineProcess, LaunchRequest, engine_command, local_architecture
 
     loaded = None
     if schedule is not None:

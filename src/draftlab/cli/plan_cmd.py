@@ -20,7 +20,6 @@ from draftlab.cli.common import (
     at_least_one,
     check_device,
     checked,
-    console,
     emit_json,
     lower_on_oom,
     non_negative,
@@ -29,6 +28,7 @@ from draftlab.cli.common import (
     share,
     use_threads,
 )
+from draftlab.console import console
 from draftlab.cli.schedule_opts import ScheduleRequest
 from draftlab.cost.engine_numbers import estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid

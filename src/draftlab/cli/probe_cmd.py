@@ -10,10 +10,25 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, EngineOption, JsonOption, NumDraftTokensOption,
-    SamplingSeedOption, StepsOption, TargetOption, ThreadsOption, TopkOption, at_least_one, console, emit_json,
-    err_console, lower_on_oom, main_process, non_negative, use_threads,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    EngineOption,
+    JsonOption,
+    NumDraftTokensOption,
+    SamplingSeedOption,
+    StepsOption,
+    TargetOption,
+    ThreadsOption,
+    TopkOption,
+    at_least_one,
+    emit_json,
+    lower_on_oom,
+    main_process,
+    non_negative,
+    use_threads,
 )
+from draftlab.console import console, err_console
 
 
 @app.command("probe")
@@ -58,7 +73,7 @@ def probe_command(
     categories = None
     if profile_out is not None:
         from draftlab.fsutil import local_inputs, refuse_overlap
-        from draftlab.spec.prompts import read_categories
+        from draftlab.decode.prompts import read_categories
 
         refuse_overlap(profile_out, {**local_inputs(target=target, drafter=drafter, features=features),
                                      "--prompts": prompts})
@@ -79,7 +94,8 @@ def probe_command(
     if not main_process():  # torchrun: every rank holds the result; rank 0 prints it
         return
     if profile_out is not None:
-        from draftlab.probe.acceptance_profile import profile_from_probe, write_profile
+        from draftlab.acceptance.profile import write_profile
+        from draftlab.probe.to_profile import profile_from_probe
 
         write_profile(profile_from_probe(result, prompts=prompts, categories=categories), profile_out)
         if not json_out:

@@ -9,9 +9,18 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, JsonOption, ThreadsOption, at_least_one, check_device, console, emit_json, lower_on_oom,
-    non_negative, parse_ints, use_threads,
+    DtypeOption,
+    JsonOption,
+    ThreadsOption,
+    at_least_one,
+    check_device,
+    emit_json,
+    lower_on_oom,
+    non_negative,
+    parse_ints,
+    use_threads,
 )
+from draftlab.console import console
 from draftlab.cost.profile import ModelInfo, Profile, save_profile
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap

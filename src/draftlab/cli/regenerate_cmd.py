@@ -9,9 +9,18 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, JsonOption, ThreadsOption, at_least_one, console, emit_json,
-    main_process, non_negative, use_threads,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    JsonOption,
+    ThreadsOption,
+    at_least_one,
+    emit_json,
+    main_process,
+    non_negative,
+    use_threads,
 )
+from draftlab.console import console
 
 
 @app.command("regenerate")

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import JsonOption, console, emit_json
+from draftlab.cli.common import JsonOption, emit_json
+from draftlab.console import console
 from draftlab.fsutil import refuse_overlap
 
 

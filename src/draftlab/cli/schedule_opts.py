@@ -6,12 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draftlab.cost.plan import Plan
-from draftlab.engines.schedule import (
-    EngineSchedule,
-    check_release,
-    dumps,
-    engine_schedule,
-)
+from draftlab.cost.schedule import engine_schedule
+from draftlab.engines.schedule import EngineSchedule, check_release, dumps
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_text_atomic
 

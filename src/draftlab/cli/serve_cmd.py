@@ -11,10 +11,18 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DtypeOption, EngineOption, HostOption, NumDraftTokensOption, StepsOption, SyntheticAcceptanceOption,
-    ThreadsOption, TopkOption,
-    check_device, console, err_console, use_threads,
+    DtypeOption,
+    EngineOption,
+    HostOption,
+    NumDraftTokensOption,
+    StepsOption,
+    SyntheticAcceptanceOption,
+    ThreadsOption,
+    TopkOption,
+    check_device,
+    use_threads,
 )
+from draftlab.console import console, err_console
 
 
 @app.command()
@@ -42,7 +50,7 @@ def serve(
     threads: ThreadsOption = None,
 ) -> int:
     """Serve /v1/completions, /v1/chat/completions, /generate, /get_server_info, /metrics, /health."""
-    from draftlab.spec.synthetic import parse_synthetic
+    from draftlab.acceptance.synthetic import parse_synthetic
 
     synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     use_threads(threads)

@@ -12,10 +12,25 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from draftlab.bench.grid import GRID_HELP, SweepEntry, parse_grid
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, IgnoreEosOption, MaxTokensOption, PortOption,
-    PromptsOption, SkipCheckOption, SyntheticAcceptanceOption, TargetIdOption, TemperatureOption, TimeoutOption, TpOption, at_least_one,
-    console, emit_json, err_console, non_negative,
+    DrafterIdOption,
+    DryRunOption,
+    HealthTimeoutOption,
+    HostOption,
+    IgnoreEosOption,
+    MaxTokensOption,
+    PortOption,
+    PromptsOption,
+    SkipCheckOption,
+    SyntheticAcceptanceOption,
+    TargetIdOption,
+    TemperatureOption,
+    TimeoutOption,
+    TpOption,
+    at_least_one,
+    emit_json,
+    non_negative,
 )
+from draftlab.console import console, err_console
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import local_inputs, refuse_overlap
 from draftlab.report.sweep import render_sweep, render_sweep_plan
@@ -65,7 +80,7 @@ def sweep(
 ) -> int:
     """Bench every batch,steps,topk,draft-tokens entry on its own engine launch; extra engine args go after --."""
     from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep
-    from draftlab.spec.synthetic import parse_synthetic
+    from draftlab.acceptance.synthetic import parse_synthetic
 
     synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     if out is not None and not dry_run:

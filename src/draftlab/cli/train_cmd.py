@@ -9,10 +9,25 @@ import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.common import (
-    DeviceMapOption, DeviceOption, DtypeOption, JsonOption, NumDraftTokensOption, StepsOption, TargetOption,
-    ThreadsOption, TopkOption, at_least_one, console, emit_json, lower_on_oom, main_process, non_negative,
-    parse_layer_ids, positive, use_threads,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    JsonOption,
+    NumDraftTokensOption,
+    StepsOption,
+    TargetOption,
+    ThreadsOption,
+    TopkOption,
+    at_least_one,
+    emit_json,
+    lower_on_oom,
+    main_process,
+    non_negative,
+    parse_layer_ids,
+    positive,
+    use_threads,
 )
+from draftlab.console import console
 
 
 @app.command("train")

@@ -11,7 +11,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from draftlab.cli.app import app
-from draftlab.cli.common import console, emit_json, err_console
+from draftlab.cli.common import emit_json
+from draftlab.console import console, err_console
 from draftlab.documents import to_jsonable
 from draftlab.fsutil import refuse_overlap
 from draftlab.report.vocab import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from draftlab.cost.plan import Plan
-from draftlab.report.html import figures
+from draftlab import figures
 
 
 def plot_plan(plan: Plan, dest: str | Path) -> Path:

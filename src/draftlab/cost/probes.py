@@ -8,7 +8,7 @@ of ``model_type``, ``hidden_size``, ``num_layers``, ``vocab_size``, compared wit
 
 An acceptance profile (``probe --profile-out``, ModelOpt's ``speculation_profile.json``) gives accept
 lengths too: :func:`profile_accept_lengths` maps it onto the configs to plan
-(:func:`draftlab.probe.acceptance_profile.accept_length_for` says which it can give, and how).
+(:func:`draftlab.acceptance.profile.accept_length_for` says which it can give, and how).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def profile_accept_lengths(path: str | Path, configs: Sequence[SpecConfig] | Non
                            covered: Sequence[SpecConfig] = ()) -> list[AcceptLength]:
     """Accept lengths from the acceptance profile at ``path`` for ``configs`` (None: the config it was
     measured on), skipping those in ``covered`` (given by probe files); DraftlabError for one it cannot give."""
-    from draftlab.probe.acceptance_profile import accept_length_for, read_profile
+    from draftlab.acceptance.profile import accept_length_for, read_profile
 
     profile = read_profile(path)
     if configs is None:

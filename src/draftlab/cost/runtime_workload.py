@@ -10,7 +10,7 @@ so every timed call sees the same cache length:
 
 Batch size 1 times the passes ``generate`` runs one prompt at a time with (the runner's own cache,
 static on CUDA); a larger batch B times the batched passes of
-:class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` (:class:`~draftlab.models.target_batch.BatchTarget`,
+:class:`~draftlab.decode.batch_decoder.BatchSpeculativeDecoder` (:class:`~draftlab.models.target_batch.BatchTarget`,
 :class:`~draftlab.models.drafter_batch.BatchDrafter`) over B rows of ``context_tokens`` each. A
 timed pass leaves the caches as it found them (a batched pass writes its slots of preallocated
 buffers and crops them away), so every call does the same work and none allocates a cache; the
@@ -38,8 +38,8 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
-from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
-from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder
 
 CYCLE_TOKENS = 49  # new tokens per prompt when timing real decoder cycles (the first comes from the prefill)
 CYCLE_RUNS = 5  # timed runs of each length (prefill alone, and the full decode), medians taken

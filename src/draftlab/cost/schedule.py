@@ -17,44 +17,10 @@ TensorRT-LLM switches speculation off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 from draftlab.cost.plan import ConfigPlan, Plan
+from draftlab.engines.schedule import BatchSchedule, EngineSchedule, ScheduleRange, check_release, write_schedule
 from draftlab.errors import DraftlabError
-
-RULE = ("each planned batch size starts a range that runs to the next planned size - 1 (the first from 1, "
-        "the last to the largest batch the schedule covers)")
-
-
-@dataclass(frozen=True)
-class ScheduleRange:
-    """Batches ``lo``..``hi`` (inclusive) draft ``draft_length`` tokens; the prediction it was chosen by."""
-
-    lo: int
-    hi: int
-    draft_length: int  # 0: no speculation
-    planned_batch: int  # the planned batch size the choice was made at
-    tokens_per_second: float  # predicted at planned_batch with draft_length
-    baseline_tokens_per_second: float  # predicted at planned_batch without speculation
-
-    @property
-    def speedup(self) -> float:
-        return self.tokens_per_second / self.baseline_tokens_per_second
-
-
-@dataclass(frozen=True)
-class BatchSchedule:
-    """Contiguous ranges from batch 1 to ``max_batch_size``, one per planned batch size."""
-
-    ranges: list[ScheduleRange]
-    max_batch_size: int
-    rule: str = RULE
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def max_draft_length(self) -> int:
-        return max(r.draft_length for r in self.ranges)
-
 
 def chain_length(row: ConfigPlan) -> int | None:
     """The chain length of a plan row (its steps), None for a tree config or a model-free method."""
@@ -104,3 +70,18 @@ def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
         else:
             ranges.append(ScheduleRange(lo, hi, best.steps, b, _rate(best), base))
     return BatchSchedule(ranges, top, notes=notes)
+
+
+def engine_schedule(plan: Plan, engine: str, version: str | None = None, *,
+                    max_batch_size: int | None = None) -> EngineSchedule:
+    """The plan's best chain length per batch-size range, in ``engine``'s format for ``version``
+    (default: the newest release draftlab knows); DraftlabError for a release without the feature."""
+    version = check_release(engine, version)
+    schedule = schedule_from_plan(plan, max_batch_size=max_batch_size)
+    notes = list(schedule.notes)
+    first = schedule.ranges[0].draft_length
+    if engine == "trtllm" and first and schedule.max_draft_length > first:
+        schedule = schedule_from_plan(plan, max_batch_size=max_batch_size, max_draft_length=first)
+        notes.append(f"TensorRT-LLM: every range's K is capped at batch 1's ({first}), which must equal "
+                     "max_draft_len; the capped ranges take the best K up to it")
+    return write_schedule(schedule, engine, version, notes=notes)

@@ -52,7 +52,7 @@ from draftlab.engines.schedule import LoadedSchedule, launch_args, schedule_step
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags, resolve_spec_flags
 from draftlab.engines.synthetic import with_synthetic
 from draftlab.errors import DraftlabError
-from draftlab.spec.synthetic import SyntheticAcceptance
+from draftlab.acceptance.synthetic import SyntheticAcceptance
 
 SGLANG_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 REFERENCE = "draftlab"  # the reference server, a launch target next to the real engines
@@ -397,42 +397,6 @@ def group_members(pgid: int) -> list[int]:
 
 
 # --- check first -----------------------------------------------------------------------------
-
-CONTEXT_TOO_SHORT = "context-too-short"  # the compat finding that calls for the SGLang override
-
-
-def check_before_launch(request: LaunchRequest, engine_version: str | None = None) -> tuple[bool, list[str]]:
-    """Run ``draftlab check`` on a local drafter/target pair before launching it, with the rules of
-    ``engine_version`` (default: the newest release draftlab knows).
-
-    Returns (context_too_short, notes). Error findings refuse the launch (the engine would fail or
-    silently accept almost nothing); a too-short drafter context is the one error the engine can be
-    told to live with, so it becomes the SGLang override instead. Hub ids are not checked (no
-    network here): the notes say so.
-    """
-    if request.drafter is None:
-        return False, []
-    if not (Path(request.target).is_dir() and Path(request.drafter).is_dir()):
-        return False, ["check skipped: target or drafter is not a local folder (hub ids are not fetched)"]
-    from draftlab.compat import check_pair
-
-    convention = REFERENCE_CONVENTION if request.engine == REFERENCE else request.engine
-    result = check_pair(request.drafter, request.target, convention, engine_version)
-    errors = [f for f in result.findings if f.severity == "error" and f.code != CONTEXT_TOO_SHORT]
-    if errors:
-        unfixable = [f for f in errors if not f.fixable]
-        first = (unfixable or errors)[0]
-        todo = (f"{first.fix} (draftlab check --fix cannot fix {first.code})" if unfixable
-                else "run draftlab check --fix OUT and launch OUT")
-        which = "first" if first is errors[0] else "among them"
-        raise DraftlabError(
-            f"check found {len(errors)} error(s) for {request.engine} {result.engine_version}, {which} {first.code} "
-            f"({first.field}): {first.message}; {todo}, or pass --skip-check"
-        )
-    too_short = any(f.code == CONTEXT_TOO_SHORT for f in result.findings)
-    return too_short, [f"check ({result.engine} {result.engine_version} rules): {len(result.findings)} finding(s), "
-                       "no errors"]
-
 
 def local_architecture(target: str) -> str | None:
     """The first ``architectures`` entry of a local target's config.json (None for hub ids)."""

@@ -20,7 +20,8 @@ Formats (engine-interop.md sections 1, 3b, 4; the rules below were read in the e
   {"<inclusive upper bound>": K}}`` in ``speculative_config``; the smallest key's K must equal
   ``max_draft_len`` and none may exceed it; above the largest key speculation is off.
 
-The plan's ranges (:mod:`draftlab.cost.schedule`) are written with equal neighbours merged.
+A schedule arrives as ranges (:mod:`draftlab.cost.schedule` chooses them from a plan) and is written with
+equal neighbours merged.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from draftlab import jsonio
-from draftlab.cost.plan import Plan
-from draftlab.cost.schedule import BatchSchedule, schedule_from_plan
 from draftlab.documents import to_jsonable
 from draftlab.engines.releases import (
     SCHEDULE_FIRST,
@@ -50,6 +49,40 @@ VLLM_KEY = "num_speculative_tokens_per_batch_size"
 TRTLLM_KEY = "draft_len_schedule"
 
 Ranges = list[tuple[int, int, int]]  # inclusive (lo, hi, K)
+
+
+RULE = ("each planned batch size starts a range that runs to the next planned size - 1 (the first from 1, "
+        "the last to the largest batch the schedule covers)")
+
+
+@dataclass(frozen=True)
+class ScheduleRange:
+    """Batches ``lo``..``hi`` (inclusive) draft ``draft_length`` tokens; the prediction it was chosen by."""
+
+    lo: int
+    hi: int
+    draft_length: int  # 0: no speculation
+    planned_batch: int  # the planned batch size the choice was made at
+    tokens_per_second: float  # predicted at planned_batch with draft_length
+    baseline_tokens_per_second: float  # predicted at planned_batch without speculation
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_second / self.baseline_tokens_per_second
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """Contiguous ranges from batch 1 to ``max_batch_size``, one per planned batch size."""
+
+    ranges: list[ScheduleRange]
+    max_batch_size: int
+    rule: str = RULE
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def max_draft_length(self) -> int:
+        return max(r.draft_length for r in self.ranges)
 
 
 @dataclass(frozen=True)
@@ -75,21 +108,6 @@ class EngineSchedule:
         """Everything about the schedule but the engine-format object itself (that is ``value``)."""
         return {"engine": self.engine, "version": self.version, "ranges": [list(r) for r in self.ranges],
                 "planned": to_jsonable(self.plan), "notes": self.notes}
-
-
-def engine_schedule(plan: Plan, engine: str, version: str | None = None, *,
-                    max_batch_size: int | None = None) -> EngineSchedule:
-    """The plan's best chain length per batch-size range, in ``engine``'s format for ``version``
-    (default: the newest release draftlab knows); DraftlabError for a release without the feature."""
-    version = check_release(engine, version)
-    schedule = schedule_from_plan(plan, max_batch_size=max_batch_size)
-    notes = list(schedule.notes)
-    first = schedule.ranges[0].draft_length
-    if engine == "trtllm" and first and schedule.max_draft_length > first:
-        schedule = schedule_from_plan(plan, max_batch_size=max_batch_size, max_draft_length=first)
-        notes.append(f"TensorRT-LLM: every range's K is capped at batch 1's ({first}), which must equal "
-                     "max_draft_len; the capped ranges take the best K up to it")
-    return write_schedule(schedule, engine, version, notes=notes)
 
 
 def write_schedule(schedule: BatchSchedule, engine: str, version: str | None = None, *,

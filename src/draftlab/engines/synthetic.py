@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from draftlab.engines.releases import newest, release, version_key
 from draftlab.errors import DraftlabError
-from draftlab.spec.synthetic import OPTION, SyntheticAcceptance
+from draftlab.acceptance.synthetic import OPTION, SyntheticAcceptance
 
 if TYPE_CHECKING:
     from draftlab.engines.launch import EngineCommand

@@ -21,7 +21,7 @@ cuDNN anywhere (a fresh process's first probe on an H200 took 10.9 s with cuDNN'
 ``DRAFTLAB_DRAFTER=compiled`` runs the drafter's work around attention (norms, RoPE, residuals, SiLU, the
 head's norm and cast) through torch.compile wherever the target's verify is compiled (``generate``'s long
 decodes on CUDA): a pass's ~60 small kernels become about 20. ``DRAFTLAB_CYCLE=pipelined`` runs greedy
-speculative decoding's walk on the device, the host a cycle behind (:mod:`draftlab.spec.pipeline`).
+speculative decoding's walk on the device, the host a cycle behind (:mod:`draftlab.decode.pipeline`).
 ``DRAFTLAB_CAPTURE=lean`` records CUDA graphs without emptying the allocator's caches at each capture
 (a lead for the probe's unexplained 2.5 s of capture in session 15). All wait for the same smoke run.
 """
@@ -83,7 +83,7 @@ def drafter_compile_chosen() -> bool:
 @functools.cache
 def pipelined_chosen() -> bool:
     """Whether ``DRAFTLAB_CYCLE`` asks for greedy speculative decoding with the walk on the device and the
-    host a cycle behind (``pipelined``: :mod:`draftlab.spec.pipeline`) rather than the walk on the host
+    host a cycle behind (``pipelined``: :mod:`draftlab.decode.pipeline`) rather than the walk on the host
     (``host``, the default). Read once per process."""
     return _chosen(CYCLE_ENV, CYCLE_CHOICES) == "pipelined"
 

@@ -2,7 +2,7 @@
 or responses given in the data.
 
 Continuations are decoded in batches of left-padded prompts by
-:func:`~draftlab.spec.plain_decode.plain_decode`, the loop ``generate --no-draft --batch-size`` runs,
+:func:`~draftlab.decode.plain_decode.plain_decode`, the loop ``generate --no-draft --batch-size`` runs,
 on the batched target (:class:`~draftlab.models.target_batch.BatchTarget`): for the families it has
 them, over one preallocated KV cache, each step (lm_head and argmax included) one CUDA graph replay
 on CUDA with no host sync, reading the cache's filled part rounded up to a read bucket (one graph per
@@ -27,7 +27,7 @@ import torch
 from draftlab.errors import DraftlabError
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget, compile_pays
-from draftlab.spec.plain_decode import plain_decode
+from draftlab.decode.plain_decode import plain_decode
 
 
 @torch.inference_mode()

@@ -1,6 +1,6 @@
 """The drafter for every possible cycle start at once: how many drafted tokens each cycle would accept.
 
-Alignment (the reference decoder's, :mod:`draftlab.spec.decoder`): drafter entry s holds the target
+Alignment (the reference decoder's, :mod:`draftlab.decode.decoder`): drafter entry s holds the target
 feature of position s and the token at s + 1, at RoPE position s. A cycle whose root (last committed
 token) sits at position r = s + 1 starts from entry s; its cache is entries 0..s.
 
@@ -9,8 +9,8 @@ token) sits at position r = s + 1 starts from entry s; its cache is entries 0..s
   a node at depth d of the cycle from entry s sits at position s + d and attends entries 0..s plus
   its own ancestors (EAGLE-3's training-time-test pattern: causal block, then one diagonal block per
   earlier depth, its ancestors' keys gathered into the node's row);
-- candidates, scores, frontier and kept nodes come from :func:`draftlab.spec.tree.draft_top_k`,
-  :func:`~draftlab.spec.tree.select_top_k` and :func:`~draftlab.spec.tree.kept_pool_mask`, the
+- candidates, scores, frontier and kept nodes come from :func:`draftlab.decode.tree.draft_top_k`,
+  :func:`~draftlab.decode.tree.select_top_k` and :func:`~draftlab.decode.tree.kept_pool_mask`, the
   decoder's own rules, over all cycles at once.
 
 Under greedy verification a cycle accepts the longest path of kept nodes that spells the tokens
@@ -27,7 +27,7 @@ import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.models.drafter import KV, Eagle3Drafter
-from draftlab.spec.tree import Frontier, PoolChunk, draft_top_k, kept_pool_mask, select_top_k
+from draftlab.decode.tree import Frontier, PoolChunk, draft_top_k, kept_pool_mask, select_top_k
 
 
 @torch.no_grad()
@@ -77,7 +77,7 @@ def drafted_trees(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.
                   flags: SpecFlags) -> list[PoolChunk]:
     """The whole draft pool of the cycle rooted at each position 1..L-1, one chunk per step (depth =
     step + 1): entries [B, L - 1, m] with their target ids, scores and parents' pool indices. The
-    tree a cycle verifies is the pool's :func:`~draftlab.spec.tree.kept_pool_mask`."""
+    tree a cycle verifies is the pool's :func:`~draftlab.decode.tree.kept_pool_mask`."""
     return [chunk for _, chunk, _, _ in _draft_steps(drafter, tokens, features, flags)]
 
 

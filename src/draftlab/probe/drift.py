@@ -24,7 +24,7 @@ from draftlab.models.devices import default_dtype
 from draftlab.models.target import TargetRunner
 from draftlab.probe.drift_metrics import HiddenDrift, LayerDrift, NextTokenDrift
 from draftlab.probe.probe import Clock, check_room, probe
-from draftlab.spec.prompts import read_prompts
+from draftlab.decode.prompts import read_prompts
 
 
 @dataclass

@@ -40,8 +40,8 @@ from draftlab.probe.features import feature_files, read_sample, response_spans
 from draftlab.probe.heads import TargetHeads
 from draftlab.probe.sampling import expected_accept_length, expected_by_step, expected_histogram, reach_by_depth
 from draftlab.probe.walk import acceptance_by_step, decoder_walk, histogram_list, per_position_lengths
-from draftlab.spec.metrics import accept_stats
-from draftlab.spec.prompts import read_prompts
+from draftlab.decode.metrics import accept_stats
+from draftlab.decode.prompts import read_prompts
 
 RESPONSES = ("generate", "given")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from draftlab.spec.tree import PoolChunk, kept_pool_mask
+from draftlab.decode.tree import PoolChunk, kept_pool_mask
 
 
 @torch.no_grad()

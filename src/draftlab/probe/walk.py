@@ -1,17 +1,17 @@
 """The greedy decode loop replayed over a known continuation, and the probe's acceptance figures.
 
-:func:`decoder_walk` follows :meth:`draftlab.spec.decoder.SpeculativeDecoder.stream` step by step:
+:func:`decoder_walk` follows :meth:`draftlab.decode.decoder.SpeculativeDecoder.stream` step by step:
 the prefill commits the first continuation token; each cycle rooted at the last committed token
 commits its accepted drafts plus the bonus; the list is trimmed to ``max_new_tokens`` and at EOS,
 while the accept length counts the whole cycle; no cycle starts whose verify would pass the
-context. Accept lengths are counted by :mod:`draftlab.spec.metrics`, the one place for that.
+context. Accept lengths are counted by :mod:`draftlab.decode.metrics`, the one place for that.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from draftlab.spec.metrics import accept_stats
+from draftlab.decode.metrics import accept_stats
 
 
 def decoder_walk(accepted: Sequence[int], tokens: Sequence[int], prompt_len: int, max_new_tokens: int, *,

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
-from draftlab.checkpoint.summary import DrafterSummary, InspectResult
+from draftlab.compat.summary import DrafterSummary, InspectResult
 from draftlab.compat.findings import CheckResult
 from draftlab.compat.fix import FixResult
 from draftlab.engines.loading import engine_loading

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from draftlab.spec.metrics import accept_stats
+from draftlab.decode.metrics import accept_stats
 
 if TYPE_CHECKING:
-    from draftlab.spec.generate import GenerateResult
+    from draftlab.decode.generate import GenerateResult
 
 SHOWN_LENGTHS = 24
 

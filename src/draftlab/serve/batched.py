@@ -3,12 +3,12 @@
 :class:`BatchServeEngine` replaces :class:`~draftlab.serve.engine.ServeEngine`'s one-at-a-time
 worker: it takes the waiting requests (up to ``max_batch``; after the first arrives it keeps
 gathering while more arrive within ``gather_s`` of each other) and decodes them together, in
-lockstep, with :class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` (static batching: the
+lockstep, with :class:`~draftlab.decode.batch_decoder.BatchSpeculativeDecoder` (static batching: the
 batch runs until its last row is done; requests that arrive meanwhile wait for the next batch).
 The batch's size picks the draft length K through ``draft_length`` (a schedule's engine reading,
 :meth:`draftlab.engines.schedule.LoadedSchedule.draft_length`, or a constant): a chain of K drafts,
 or plain decoding for K = 0. That is the batch the planner predicts (the profile's batched passes;
-a batch of one runs the batch-1 :class:`~draftlab.spec.decoder.SpeculativeDecoder`, as the planner
+a batch of one runs the batch-1 :class:`~draftlab.decode.decoder.SpeculativeDecoder`, as the planner
 profiles batch 1), so a sweep over concurrencies measures the plan's own claim.
 
 Counting: a K = 0 step is a cycle that commits one token (it drafts nothing), so per-request and
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.serve.engine import _END, JobStream, ServeEngine, SpecCounters
-from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
-from draftlab.spec.decoder import Commit, SpeculativeDecoder
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import Commit, SpeculativeDecoder
 
 DEFAULT_GATHER_S = 0.02
 

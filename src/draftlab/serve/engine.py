@@ -26,7 +26,7 @@ class CommitLike(Protocol):
 
 
 class Decoder(Protocol):
-    """``draftlab.spec.decoder.SpeculativeDecoder``'s streaming interface."""
+    """``draftlab.decode.decoder.SpeculativeDecoder``'s streaming interface."""
 
     def stream(self, input_ids: list[int], *, max_new_tokens: int, temperature: float = 0.0,
                ignore_eos: bool = False, seed: int | None = None) -> Iterator[CommitLike]: ...

@@ -13,7 +13,7 @@ from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.serve.engine import ServeEngine
 from draftlab.serve.http import ServeContext
-from draftlab.spec.synthetic import SyntheticAcceptance
+from draftlab.acceptance.synthetic import SyntheticAcceptance
 
 SCHEDULE_MAX_BATCH = 48  # requests batched together with a schedule unless --max-batch says otherwise
 
@@ -38,7 +38,7 @@ def load_context(
     from draftlab.models.devices import default_dtype
     from draftlab.models.pair import load_pair
     from draftlab.models.target import TargetRunner
-    from draftlab.spec.decoder import SpeculativeDecoder
+    from draftlab.decode.decoder import SpeculativeDecoder
 
     if engine not in ENGINES:
         raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")

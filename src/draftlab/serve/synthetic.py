@@ -1,7 +1,7 @@
 """``draftlab serve --synthetic-acceptance``: the reference decoder with acceptance forced, as engines force it.
 
 Each cycle drafts and verifies as usual (so a cycle costs what a real one does), then accepts drafts
-by the requested per-position rates instead of the target's argmax (:mod:`draftlab.spec.synthetic`,
+by the requested per-position rates instead of the target's argmax (:mod:`draftlab.acceptance.synthetic`,
 vLLM's rule: draft i accepted with probability m_i / m_{i-1} given the drafts before it were, the
 chain stopping at the first rejection). The draws come from one stream seeded by ``seed``: the same
 requests in the same order get the same accept lengths.
@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from draftlab.errors import DraftlabError
-from draftlab.spec.decoder import SpeculativeDecoder, pick_token
-from draftlab.spec.synthetic import OPTION, SyntheticAcceptance, accepted_drafts, forced_conditionals
-from draftlab.spec.verify import Walk
+from draftlab.decode.decoder import SpeculativeDecoder, pick_token
+from draftlab.acceptance.synthetic import OPTION, SyntheticAcceptance, accepted_drafts, forced_conditionals
+from draftlab.decode.verify import Walk
 
 if TYPE_CHECKING:
     from draftlab.engines.sglang_flags import SpecFlags
     from draftlab.models.drafter import Eagle3Drafter
     from draftlab.models.target import TargetRunner
-    from draftlab.spec.tree import DraftTree
+    from draftlab.decode.tree import DraftTree
 
 
 def check_forceable(synthetic: SyntheticAcceptance, flags: SpecFlags) -> None:

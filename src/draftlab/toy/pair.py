@@ -126,6 +126,6 @@ def cached_toy_pair(seed: int = 0) -> ToyPair:
 
 
 def _stderr():
-    from draftlab.cli.common import err_console
+    from draftlab.console import err_console
 
     return err_console

@@ -111,7 +111,7 @@ def _bar(enabled: bool, total: int):
         return
     from rich.progress import Progress
 
-    from draftlab.cli.common import err_console
+    from draftlab.console import err_console
 
     with Progress(console=err_console, transient=True) as progress:
         task = progress.add_task("capture", total=total)

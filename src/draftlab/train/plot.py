@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def plot_training(log: list[dict], dest: Path) -> None:
-    from draftlab.report.html import figures
+    from draftlab import figures
 
     steps = [e["step"] for e in log]
     fig, (ax_loss, ax_eval, ax_acc) = figures.plt.subplots(1, 3, figsize=(13, 3.6))

@@ -518,7 +518,7 @@ def _progress(enabled: bool, total: int, done: int):
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from draftlab.cli.common import err_console
+    from draftlab.console import err_console
 
     columns = [TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                TextColumn("acc {task.fields[acc]}"), TextColumn("{task.fields[rate]} tok/s"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from draftlab.report.html import figures
+from draftlab import figures
 from draftlab.report.html.markup import Section, esc, figure, num, para, table
 
 

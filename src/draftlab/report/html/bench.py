@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from draftlab.report.html import figures
+from draftlab import figures
 from draftlab.report.html.markup import Section, figure, num, para, table
 
 

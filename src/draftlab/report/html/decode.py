@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from draftlab.probe.walk import acceptance_by_step, histogram_list
-from draftlab.report.html import figures
+from draftlab import figures
 from draftlab.report.html.markup import Section, config_label, figure, num, para, pct, table
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from draftlab.report.html import figures
+from draftlab import figures
 from draftlab.report.html.markup import Section, figure, num, para, pct, table
 
 

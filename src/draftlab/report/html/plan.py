@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from draftlab.report.html import figures
+from draftlab import figures
 from draftlab.report.html.markup import Section, config_label, figure, num, para, table
 
 PARTS = (("draft", ("draft_extend_ms", "draft_steps_ms")), ("verify", ("verify_ms",)),

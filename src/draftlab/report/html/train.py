@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from draftlab.report.html import figures
+from draftlab import figures
 from draftlab.report.html.markup import Section, figure, num, para, pct, table
 
 LOG_FILE = "train_log.jsonl"  # written by draftlab train into OUT, one entry per optimizer step

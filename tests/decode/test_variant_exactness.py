@@ -1,7 +1,7 @@
 """Today's drafter variants computed exactly: norm_before_fc, EAGLE-3.1 (fc_norm + norm_output) and
 speculators' v0.7 defaults (norm_before_fc + norm_output), each a toy drafter trained with its variant.
 
-generate's per-cycle accept lengths equal an independent plain decoder's (tests/spec/variant_reference.py)
+generate's per-cycle accept lengths equal an independent plain decoder's (tests/decode/variant_reference.py)
 on every prompt, chain and tree; probe equals generate; and the same drafter run with a flag dropped
 (the flag and its tensors gone, as an engine that does not read the flag runs it) accepts differently.
 """
@@ -15,7 +15,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from draftlab.probe.probe import probe
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 from draftlab.toy.pair import AUX_LAYERS
 from draftlab.toy.variants import VARIANT_FLAGS, cached_variant_drafter
 from variant_reference import Reference

@@ -1,6 +1,6 @@
 """The speculative decoding loop over B prompts at once, in lockstep.
 
-Each cycle is the batch-1 loop of :mod:`draftlab.spec.decoder` with every pass batched: one drafter
+Each cycle is the batch-1 loop of :mod:`draftlab.decode.decoder` with every pass batched: one drafter
 pass per draft step over B x (nodes so far) rows, one target verify over B x num_draft_tokens tokens,
 one draft-extend over B x (longest accepted path). Rows accept different numbers of tokens; the
 caches (:mod:`draftlab.models.batch_slots`) keep each row's own path and pad the rest. The trees are
@@ -15,7 +15,7 @@ at batch 64, 5.2 ms on a 2-core CPU, against 49 and 0.40 ms for the whole batch 
 At temperature > 0, as in the batch-1 decoder, every config, chains included, drafts the top-k tree
 and verifies it with the lossless tree sampling walk (SGLang's and vLLM's way).
 
-With no drafter (plain decoding) the loop is :func:`~draftlab.spec.plain_decode.plain_decode`: one
+With no drafter (plain decoding) the loop is :func:`~draftlab.decode.plain_decode.plain_decode`: one
 token per row and step, no host sync inside a step, each token after the prefill's a cycle of 1.
 
 A finished row (EOS or ``max_new_tokens``) keeps riding along until the whole batch is done, as in a
@@ -40,16 +40,16 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
-from draftlab.spec.decoder import max_cache_len, pick_token, trim_commit
-from draftlab.spec.plain_decode import plain_decode
-from draftlab.spec.tree import DraftTree, draft_top_k, organize_draft_results, select_top_k
-from draftlab.spec.verify import Walk, walk_trees
+from draftlab.decode.decoder import max_cache_len, pick_token, trim_commit
+from draftlab.decode.plain_decode import plain_decode
+from draftlab.decode.tree import DraftTree, draft_top_k, organize_draft_results, select_top_k
+from draftlab.decode.verify import Walk, walk_trees
 
 
 def batch_cache_slots(width: int, max_new_tokens: int, flags: SpecFlags | None) -> int:
     """Slots per row the batched caches can need for left-padded prompts ``width`` tokens wide.
 
-    More than one row's :func:`~draftlab.spec.decoder.max_cache_len`: every row's cache grows by the
+    More than one row's :func:`~draftlab.decode.decoder.max_cache_len`: every row's cache grows by the
     longest accepted path of the cycle (shorter paths are padded), finished rows ride along, and the
     batch runs until its slowest row is done, at most ``max_new_tokens - 1`` cycles that each add up
     to ``steps + 1`` slots. So the bound is one row's that committed a full path every cycle."""
@@ -155,7 +155,7 @@ class BatchSpeculativeDecoder:
     @staticmethod
     def _plain(target: BatchTarget, prompts: list[list[int]], max_new_tokens: int, temperature: float,
                gen: torch.Generator, eos: set[int], on_commit: OnCommit | None) -> list[RowResult]:
-        """No drafter: :func:`~draftlab.spec.plain_decode.plain_decode`, each token after the prefill's
+        """No drafter: :func:`~draftlab.decode.plain_decode.plain_decode`, each token after the prefill's
         counted as a cycle that accepted 1 (what a verify of the root alone commits)."""
         heard = [0] * len(prompts)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from draftlab.errors import DraftlabError
-from draftlab.probe.acceptance_profile import conditional_rates, read_profile
+from draftlab.acceptance.profile import conditional_rates, read_profile
 
 OPTION = "--synthetic-acceptance"
 

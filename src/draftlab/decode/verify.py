@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from draftlab.spec.tree import DraftTree, children_of
+from draftlab.decode.tree import DraftTree, children_of
 
 
 @dataclass

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftlab.cli import main
-from draftlab.spec.generate import generate
+from draftlab.decode.generate import generate
 
 PROMPTS = [b"def __init__(self", b"import os\nimport sys\n", b"    return self._", b"for i in range(len("]
 CONFIGS = [(3, 1, 4), (2, 2, 4), (4, 4, 8), (5, 4, 8)]
@@ -65,7 +65,7 @@ def test_no_draft_equals_target_greedy(toy_pair, prompts_file, hf_greedy, batch_
 def test_no_draft_compiles_only_when_its_steps_pay_for_it(toy_pair, prompts_file, hf_greedy, monkeypatch):
     """torch.compile's set-up costs seconds: plain decoding asks for it by the steps the groups will take
     in all (here 2 groups x NEW), and the batched target gets that answer."""
-    import draftlab.spec.generate as generate_module
+    import draftlab.decode.generate as generate_module
     from draftlab.models.target_batch import BatchTarget
 
     asked: list[int] = []

@@ -22,8 +22,8 @@ from draftlab.models.pair import load_pair
 from draftlab.models.target import TargetRunner
 from draftlab.probe.continuations import target_continuations
 from draftlab.probe.probe import probe, probe_sequences
-from draftlab.spec.decoder import SpeculativeDecoder
-from draftlab.spec.generate import generate
+from draftlab.decode.decoder import SpeculativeDecoder
+from draftlab.decode.generate import generate
 
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len("]
 NEW = 24

@@ -17,7 +17,7 @@ from cost_fixtures import profile_doc, write_json  # noqa: E402
 
 from draftlab.cli import main  # noqa: E402
 from draftlab.errors import DraftlabError  # noqa: E402
-from draftlab.probe.acceptance_profile import (  # noqa: E402
+from draftlab.acceptance.profile import (  # noqa: E402
     AcceptanceProfile, accept_length_for, rates_from_histogram, read_profile, validation, write_profile,
 )
 
@@ -191,7 +191,7 @@ def _result(histogram, *, topk=1, estimate=False, per_prompt=((2, 3), (1,))):
 
 
 def test_a_trees_profile_is_measured_per_k_and_an_estimates_keeps_its_shares():
-    from draftlab.probe.acceptance_profile import profile_from_probe
+    from draftlab.probe.to_profile import profile_from_probe
 
     tree = profile_from_probe(_result([0, 1, 1, 1], topk=4), categories=["a", "b"])
     assert tree.accept_length_model == "measured_per_k" and tree.accept_length_by_k == {} and not tree.is_chain
@@ -206,7 +206,7 @@ def test_a_trees_profile_is_measured_per_k_and_an_estimates_keeps_its_shares():
 
 
 def test_categories_are_read_without_a_tokenizer_in_read_prompts_order(tmp_path):
-    from draftlab.spec.prompts import read_categories, read_prompts
+    from draftlab.decode.prompts import read_categories, read_prompts
 
     path = tmp_path / "p.jsonl"
     path.write_text('{"input_ids": [1], "category": "code"}\n\n{"input_ids": [2]}\n{"input_ids": [3], "category": "c"}\n')

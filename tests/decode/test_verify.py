@@ -1,8 +1,8 @@
 import torch
 from stats import chi_square_p
 
-from draftlab.spec.tree import build_tree
-from draftlab.spec.verify import greedy_walk, sampling_walk, tree_sampling_walk
+from draftlab.decode.tree import build_tree
+from draftlab.decode.verify import greedy_walk, sampling_walk, tree_sampling_walk
 
 # root(9) -> a(1), b(2); a -> c(3); b -> d(4)
 TREE = build_tree(9, torch.tensor([1, 2, 3, 4]), torch.tensor([0, 0, 1, 2]))

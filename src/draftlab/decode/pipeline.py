@@ -1,7 +1,7 @@
 """Greedy speculative decoding with the walk on the device and the host a cycle behind
 (``DRAFTLAB_CYCLE=pipelined``; opt-in until the GPU smoke run passes with it).
 
-:class:`~draftlab.spec.decoder.SpeculativeDecoder` reads every verify back before it drafts again: the
+:class:`~draftlab.decode.decoder.SpeculativeDecoder` reads every verify back before it drafts again: the
 walk, ``keep`` and the next extend's inputs are decided on the host while the GPU waits (session 15's
 profile: about 0.9 ms of an 8B 3/1/4 cycle of 6.9 ms). At temperature 0 all a cycle decides is a
 function of tensors already on the device, so here it is decided there:
@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from draftlab.spec.tree import DraftTree
+from draftlab.decode.tree import DraftTree
 
 if TYPE_CHECKING:
-    from draftlab.spec.decoder import SpeculativeDecoder, _DraftState
+    from draftlab.decode.decoder import SpeculativeDecoder, _DraftState
 
 AHEAD = 2  # cycles queued at once: the one being read back and the next
 
 
 def device_walk(tree: DraftTree, argmax: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The greedy walk (:func:`~draftlab.spec.verify.greedy_walk`) without reading anything back: from the
+    """The greedy walk (:func:`~draftlab.decode.verify.greedy_walk`) without reading anything back: from the
     root, move to the child (the first in node order) whose token is the target's argmax at the current
     node, ``steps`` times at most. Returns the path's nodes [steps + 1] (repeating its last node after
     its end) and their count [1]; the committed tokens are ``argmax[path]``, the first count of them."""

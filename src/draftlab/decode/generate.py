@@ -1,11 +1,11 @@
 """``generate``: real speculative decoding over a prompts file, one prompt at a time or in batches.
 
-Batch size 1 runs :class:`~draftlab.spec.decoder.SpeculativeDecoder` at the runtime's fastest settings
+Batch size 1 runs :class:`~draftlab.decode.decoder.SpeculativeDecoder` at the runtime's fastest settings
 (static caches and CUDA graphs on CUDA); a larger batch runs
-:class:`~draftlab.spec.batch_decoder.BatchSpeculativeDecoder` over consecutive groups of prompts (its
+:class:`~draftlab.decode.batch_decoder.BatchSpeculativeDecoder` over consecutive groups of prompts (its
 own batched caches: preallocated, with CUDA graphs on CUDA, for the families that have them), whose
 greedy output per prompt is the same. ``--no-draft``, at any batch size (1 included: no token is read
-back per step), runs the plain batched loop (:func:`~draftlab.spec.plain_decode.plain_decode`), the one
+back per step), runs the plain batched loop (:func:`~draftlab.decode.plain_decode.plain_decode`), the one
 the probe's continuations run.
 """
 
@@ -27,10 +27,10 @@ from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement, synchronize
 from draftlab.models.target_batch import compile_pays
-from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
-from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
-from draftlab.spec.metrics import accept_stats
-from draftlab.spec.prompts import read_prompts
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
+from draftlab.decode.metrics import accept_stats
+from draftlab.decode.prompts import read_prompts
 
 
 @dataclass

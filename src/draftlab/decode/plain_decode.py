@@ -18,7 +18,7 @@ import torch
 
 from draftlab.models.batch_slots import left_pad
 from draftlab.models.target_batch import BatchTarget, pick_next
-from draftlab.spec.decoder import trim_commit
+from draftlab.decode.decoder import trim_commit
 
 CHECK_EVERY = 16  # decode steps between reads of the tokens when stopping at EOS
 

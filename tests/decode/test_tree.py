@@ -2,7 +2,7 @@ import itertools
 
 import torch
 
-from draftlab.spec.tree import build_tree, draft_top_k, organize_draft_results, select_top_k
+from draftlab.decode.tree import build_tree, draft_top_k, organize_draft_results, select_top_k
 
 
 def _probs(pairs: dict[int, float], vocab: int = 10) -> torch.Tensor:

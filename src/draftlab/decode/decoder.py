@@ -9,7 +9,7 @@
 
 Without a drafter the tree is the root alone, so the same loop is plain decoding. At temperature > 0
 the drafts stay the drafter's top-k, as SGLang and vLLM draft them, and the walk samples
-(:func:`~draftlab.spec.verify.walk_tree`): the output follows the target's distribution exactly.
+(:func:`~draftlab.decode.verify.walk_tree`): the output follows the target's distribution exactly.
 
 The drafter's cache holds only committed positions between cycles. Its draft passes re-run the
 frontier's ancestors in one forward with a tree mask and then drop every entry they appended
@@ -19,7 +19,7 @@ the same math; only the token count of a pass grows with depth.
 
 With ``DRAFTLAB_CYCLE=pipelined`` (opt-in), greedy decoding over static caches runs each cycle's walk,
 ``keep`` and draft-extend on the device and reads the tokens back a cycle late
-(:mod:`draftlab.spec.pipeline`): the same tokens, without the host in the GPU's way.
+(:mod:`draftlab.decode.pipeline`): the same tokens, without the host in the GPU's way.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.models.graphs import BUCKETS, GraphSteps
 from draftlab.models.kernels import pipelined_chosen
-from draftlab.spec.pipeline import PipelinedCycles
-from draftlab.spec.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
-from draftlab.spec.verify import Walk, walk_tree
+from draftlab.decode.pipeline import PipelinedCycles
+from draftlab.decode.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
+from draftlab.decode.verify import Walk, walk_tree
 
 if TYPE_CHECKING:
     from draftlab.models.drafter import DraftStep, Eagle3Drafter
@@ -106,7 +106,7 @@ class SpeculativeDecoder:
         # one graph per draft when every pass fits a bucket; wider passes run as the eager draft runs them
         fits = drafter is not None and flags.topk * (flags.steps - 1) <= BUCKETS[-1]
         self._draft_graphs = GraphSteps(self._draft_captured) if fits and drafter.graphs else None
-        # greedy cycles on the device, the host a cycle behind (spec/pipeline.py): both caches static, every
+        # greedy cycles on the device, the host a cycle behind (decode/pipeline.py): both caches static, every
         # step in a bucket, and the lossless walk (not a subclass's own)
         self._pipelined = (pipelined_chosen() and fits and target.static is not None and drafter.max_len is not None
                            and max(flags.num_draft_tokens, flags.steps + 1) <= BUCKETS[-1]

@@ -11,8 +11,8 @@ import torch
 
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.pair import load_pair
-from draftlab.spec.batch_decoder import BatchSpeculativeDecoder
-from draftlab.spec.decoder import SpeculativeDecoder
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 

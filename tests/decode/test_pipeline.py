@@ -1,4 +1,4 @@
-"""Greedy cycles on the device, the host a cycle behind (``DRAFTLAB_CYCLE=pipelined``, spec/pipeline.py):
+"""Greedy cycles on the device, the host a cycle behind (``DRAFTLAB_CYCLE=pipelined``, decode/pipeline.py):
 the walk on the device is the host's walk, and on the trained toy pair the pipelined decoder commits the
 host-walk decoder's tokens and accept lengths, chains and trees, where decoding ends by max_new_tokens,
 by an EOS and by the context, in caches sized exactly as generate sizes them."""
@@ -11,10 +11,10 @@ import torch
 from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.models import kernels
 from draftlab.models.pair import load_pair
-from draftlab.spec import pipeline
-from draftlab.spec.decoder import SpeculativeDecoder, max_cache_len
-from draftlab.spec.tree import build_tree
-from draftlab.spec.verify import greedy_walk
+from draftlab.decode import pipeline
+from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
+from draftlab.decode.tree import build_tree
+from draftlab.decode.verify import greedy_walk
 
 PROMPTS = [list(t.encode()) for t in ("def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len(")]
 CONFIGS = [(3, 1, 4), (4, 4, 8), (5, 1, 4)]
