@@ -1,6 +1,6 @@
 """A real ``draftlab serve`` HTTP server over the real speculative decoder, on a tiny synthetic pair.
 
-The pair is the spec tests' table model (tests/decode/spec_fakes.py): the real SpeculativeDecoder
+The pair is the decode tests' table model (tests/decode/spec_fakes.py): the real SpeculativeDecoder
 runs on it with non-trivial acceptance, in milliseconds. Token text is the ids themselves (a
 whitespace "tokenizer"), so the OpenAI endpoints stream visible text too. Run as a script to get
 a server in its own process (it prints its port).
@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spec"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
 
 from spec_fakes import make_pair  # noqa: E402
 

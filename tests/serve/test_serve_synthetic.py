@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pair_server import EOS, VOCAB, IdTokenizer, start
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spec"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
 
 from spec_fakes import make_pair  # noqa: E402
 
