@@ -26,24 +26,21 @@ from rich.progress import Progress
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines import ENGINES, aux_layers
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
-from draftlab.distributed import ONE, World, gather, init_world
+from draftlab.distributed import World, gather, init_world
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.graphs import captures
 from draftlab.models.pair import LoadedPair
 from draftlab.models.target import TargetRunner
-from draftlab.probe.batching import CPU_BATCH, auto_batch_size
-from draftlab.probe.continuations import read_responses, target_continuations
 from draftlab.probe.drafts import accepted_drafts, drafted_trees
-from draftlab.probe.features import feature_files, read_sample, response_spans
 from draftlab.probe.heads import TargetHeads
+from draftlab.probe.options import ProbeModels, ProbeOptions, check_run
+from draftlab.probe.samples import Decoded, Sample, feature_samples, live_samples, no_room
 from draftlab.probe.sampling import expected_accept_length, expected_by_step, expected_histogram, reach_by_depth
 from draftlab.probe.walk import acceptance_by_step, decoder_walk, histogram_list, per_position_lengths
 from draftlab.decode.metrics import accept_stats
 from draftlab.decode.prompts import read_prompts
-
-RESPONSES = ("generate", "given")
 
 
 @dataclass
@@ -71,16 +68,6 @@ class ProbeResult:
     timings: dict[str, float] | None = None  # seconds: load_s, continuations_s, probe_s, total_s
 
 
-@dataclass
-class _Sample:
-    index: int
-    tokens: list[int]  # prompt + continuation (+ look-ahead)
-    prompt_len: int
-    max_new_tokens: int  # tokens the walk must produce
-    aux: torch.Tensor | None = None  # captured features (--features), else computed by the live target
-    final_hidden: torch.Tensor | None = None
-
-
 def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = None, *, steps: int | None = None,
           topk: int | None = None, num_draft_tokens: int | None = None, max_new_tokens: int = 128,
           responses: str = "generate", features: str | Path | None = None, temperature: float = 0.0,
@@ -104,27 +91,15 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     dtype = dtype or default_dtype(device, device_map)
     world = init_world(device or "cpu")
     if world.size > 1:
-        if device_map is not None:
-            raise DraftlabError("under torchrun every rank holds the whole target; drop --device-map (or run one "
-                                "process that splits it)")
-        if device == "cuda":
-            device = f"cuda:{world.local_rank}"
-        progress = progress and world.main
-    if device_map is not None and features is not None:
-        raise DraftlabError("--device-map splits a live target; with --features only its embedding and lm_head "
-                            "load, so use --device")
-    if engine not in ENGINES:
-        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    _check_run(responses, max_new_tokens, batch_size)
-    if (prompts is None) == (features is None):
-        raise DraftlabError("give --prompts (a live target) or --features (captured hidden states), not both")
-    if temperature < 0:
-        raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
+        device, progress = _rank_device(world, device, device_map), progress and world.main
+    _check_target(device_map, features, engine)
+    check_run(responses, max_new_tokens, batch_size)
+    _check_text(prompts, features, temperature)
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
-    drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
-    layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers, target=target_cfg).layers
-    context = target_cfg.max_position_embeddings
+    layers = aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config), target_cfg.num_layers,
+                        target=target_cfg).layers
+    options = ProbeOptions((flags,), max_new_tokens, responses, batch_size, temperature, seed, world=world)
 
     if features is None:
         check_room(prompts, target, target_cfg)  # before any model loads
@@ -132,75 +107,66 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         if features is None:
             runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device, device_map=device_map)
-            draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device))
+            models = ProbeModels.live(runner, Eagle3Drafter.load(drafter, target=runner, dtype=dtype,
+                                                                 device=str(runner.device)), target_cfg)
             clock.lap("load_s")
-            samples, num_inputs, batch_size = _live_samples(runner, draft_model, target, prompts, target_cfg, [flags],
-                                                            responses, max_new_tokens, batch_size, bar, temperature,
-                                                            seed, world=world)
-            lm_head, eos = runner.lm_head, runner.eos_token_ids
+            decoded = live_samples(models, options, target, prompts, bar)
         else:
-            runner, heads = None, TargetHeads(target, dtype=dtype, device=device)
-            draft_model = Eagle3Drafter.load(drafter, target=heads, dtype=dtype, device=device)
+            heads = TargetHeads(target, dtype=dtype, device=device)
+            models = ProbeModels(Eagle3Drafter.load(drafter, target=heads, dtype=dtype, device=device), None,
+                                 heads.lm_head, heads.eos_token_ids, target_cfg)
             clock.lap("load_s")
-            samples, num_inputs = _feature_samples(features, target_cfg, draft_model, max_new_tokens)
-            lm_head, eos = heads.lm_head, heads.eos_token_ids
-            batch_size = batch_size or CPU_BATCH
+            decoded = feature_samples(features, models, options)
         clock.lap("continuations_s")
         config = {
             "target": str(target), "drafter": str(drafter), "engine": engine, "aux_layers": layers,
             "responses": "features" if features is not None else responses,
             "features": None if features is None else str(features), "dtype": dtype, "device": device,
-            "device_map": device_map, "target_devices": None if runner is None else model_devices(runner.model),
-            "seed": seed,
+            "device_map": device_map,
+            "target_devices": None if models.runner is None else model_devices(models.runner.model), "seed": seed,
+            **({"ranks": world.size} if world.size > 1 else {}),
         }
-        if world.size > 1:
-            config["ranks"] = world.size
-        result = _run(runner, lm_head, eos, draft_model, samples, flags, batch_size=batch_size, context=context,
-                      max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                      temperature=temperature, world=world)
+        result = _run(models, options, decoded, config, bar)
     clock.lap("probe_s")
     return replace(result, timings=clock.timings())
+
+
+def _rank_device(world: World, device: str | None, device_map: str | None) -> str | None:
+    """Under torchrun: each rank's own GPU for ``--device cuda``; a device map, which would split every
+    rank's target over the same GPUs, is refused."""
+    if device_map is not None:
+        raise DraftlabError("under torchrun every rank holds the whole target; drop --device-map (or run one "
+                            "process that splits it)")
+    return f"cuda:{world.local_rank}" if device == "cuda" else device
+
+
+def _check_target(device_map: str | None, features: str | Path | None, engine: str) -> None:
+    """Refuse a placement or engine the target cannot run with."""
+    if device_map is not None and features is not None:
+        raise DraftlabError("--device-map splits a live target; with --features only its embedding and lm_head "
+                            "load, so use --device")
+    if engine not in ENGINES:
+        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def _check_text(prompts: str | Path | None, features: str | Path | None, temperature: float) -> None:
+    """Refuse a run with no text, or two, to walk, or a negative temperature."""
+    if (prompts is None) == (features is None):
+        raise DraftlabError("give --prompts (a live target) or --features (captured hidden states), not both")
+    if temperature < 0:
+        raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
 
 
 def probe_sequences(runner: TargetRunner, drafter: Eagle3Drafter, prompts: list[list[int]],
                     continuations: list[list[int]], flags: SpecFlags, *, max_new_tokens: int, batch_size: int = 4,
                     progress: bool = False) -> ProbeResult:
     """The probe over models already in memory and given continuations (benchmarks, notebooks)."""
-    context = runner.config.max_position_embeddings
-    samples = [_Sample(i, p + c, len(p), min(max_new_tokens, len(c)))
+    options = ProbeOptions((flags,), max_new_tokens, "given", batch_size)
+    samples = [Sample(i, p + c, len(p), min(max_new_tokens, len(c)))
                for i, (p, c) in enumerate(zip(prompts, continuations))]
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        return _run(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, flags, batch_size=batch_size,
-                    context=context, max_new_tokens=max_new_tokens, num_inputs=len(prompts),
-                    config={"responses": "given"}, bar=bar)
-
-
-@dataclass
-class Decoded:
-    """Prompts with the continuations the probe walks (the target's greedy ones, or the file's)."""
-
-    samples: list[_Sample]
-    num_inputs: int  # prompts in the file, kept or not
-    batch_size: int
-
-    @property
-    def indices(self) -> list[int]:
-        """Each kept prompt's 0-based line in the file."""
-        return [s.index for s in self.samples]
-
-    @property
-    def prompts(self) -> list[list[int]]:
-        return [s.tokens[:s.prompt_len] for s in self.samples]
-
-    @property
-    def continuations(self) -> list[list[int]]:
-        """Each continuation with its look-ahead (what a last cycle's drafts are checked against)."""
-        return [s.tokens[s.prompt_len:] for s in self.samples]
-
-    @property
-    def max_new_tokens(self) -> list[int]:
-        """Tokens each walk must produce."""
-        return [s.max_new_tokens for s in self.samples]
+        return _run(ProbeModels.live(runner, drafter), options, Decoded(samples, len(prompts), batch_size),
+                    {"responses": "given"}, bar)
 
 
 def decode_continuations(pair: LoadedPair, target_dir: str | Path, prompts: str | Path, configs: Sequence[SpecFlags],
@@ -209,12 +175,10 @@ def decode_continuations(pair: LoadedPair, target_dir: str | Path, prompts: str 
                          progress: bool = False) -> Decoded:
     """The continuations :func:`probe_configs` walks, decoded once; ``lookahead`` extends them past
     ``max_new_tokens`` by at least that many tokens (a model-free drafter's longest proposal, say)."""
-    _check_run(responses, max_new_tokens, batch_size)
+    check_run(responses, max_new_tokens, batch_size)
+    options = ProbeOptions(tuple(configs), max_new_tokens, responses, batch_size, temperature, seed, lookahead)
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        samples, num_inputs, batch_size = _live_samples(pair.target, pair.drafter, target_dir, prompts,
-                                                        pair.target.config, list(configs), responses, max_new_tokens,
-                                                        batch_size, bar, temperature, seed, lookahead=lookahead)
-    return Decoded(samples, num_inputs, batch_size)
+        return live_samples(ProbeModels.live(pair.target, pair.drafter), options, target_dir, prompts, bar)
 
 
 def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path, configs: Sequence[SpecFlags], *,
@@ -234,30 +198,22 @@ def probe_configs(pair: LoadedPair, target_dir: str | Path, prompts: str | Path,
         raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
     if not configs:
         raise DraftlabError("no speculation configs to probe; give at least one steps/topk/num_draft_tokens")
-    _check_run(responses, max_new_tokens, batch_size)
-    runner, drafter = pair.target, pair.drafter
+    check_run(responses, max_new_tokens, batch_size)
+    models = ProbeModels.live(pair.target, pair.drafter)
     for flags in configs:
-        _check_topk(drafter, flags)
+        _check_topk(models.drafter, flags)
+    options = ProbeOptions(tuple(configs), max_new_tokens, responses, batch_size, temperature, seed)
     clock = clock or Clock()
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         if decoded is None:
-            samples, num_inputs, batch_size = _live_samples(runner, drafter, target_dir, prompts, runner.config,
-                                                            list(configs), responses, max_new_tokens, batch_size, bar,
-                                                            temperature, seed)
+            decoded = live_samples(models, options, target_dir, prompts, bar)
             clock.lap("continuations_s")
-        else:
-            samples, num_inputs, batch_size = decoded.samples, decoded.num_inputs, decoded.batch_size
+        runner = pair.target
         config = {"target": str(target_dir), "aux_layers": pair.aux_layers, "responses": responses,
                   "features": None, "dtype": str(runner.dtype).removeprefix("torch."), "device": str(runner.device),
                   "seed": seed}
-        if temperature > 0:
-            results = _run_sampled(runner, runner.lm_head, drafter, samples, list(configs), batch_size=batch_size,
-                                   max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                                   temperature=temperature)
-        else:
-            results = _run_greedy(runner, runner.lm_head, runner.eos_token_ids, drafter, samples, list(configs),
-                                  batch_size=batch_size, context=runner.config.max_position_embeddings,
-                                  max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar)
+        run = _run_sampled if temperature > 0 else _run_greedy
+        results = run(models, options, decoded, config, bar)
     clock.lap("probe_s")
     timings = clock.timings()  # the configs share one set of continuations and target passes
     return [replace(r, timings=timings) for r in results]
@@ -288,48 +244,31 @@ class Clock:
                     "graphs_captured": captured.graphs} if captured.graphs else {})}
 
 
-def _check_run(responses: str, max_new_tokens: int, batch_size: int | None) -> None:
-    if responses not in RESPONSES:
-        raise DraftlabError(f"--responses must be one of {', '.join(RESPONSES)}, got {responses!r}")
-    if max_new_tokens < 2:
-        raise DraftlabError(f"--max-new-tokens must be >= 2 (the first token belongs to no cycle), "
-                            f"got {max_new_tokens}")
-    if batch_size is not None and batch_size < 1:
-        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
-
-
 def _check_topk(drafter: Eagle3Drafter, flags: SpecFlags) -> None:
     if flags.topk > drafter.config.draft_vocab_size:
         raise DraftlabError(f"--topk {flags.topk} is larger than the drafter's vocabulary "
                             f"({drafter.config.draft_vocab_size} tokens); use a smaller --topk")
 
 
-def _run(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], drafter: Eagle3Drafter,
-         samples: list[_Sample], flags: SpecFlags, *, batch_size: int, context: int | None, max_new_tokens: int,
-         num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float = 0.0,
-         world: World = ONE) -> ProbeResult:
-    """Probe every sample, walk each continuation, and gather the figures."""
-    _check_topk(drafter, flags)
-    if temperature > 0:
-        return _run_sampled(runner, lm_head, drafter, samples, [flags], batch_size=batch_size,
-                            max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar,
-                            temperature=temperature, world=world)[0]
-    return _run_greedy(runner, lm_head, eos, drafter, samples, [flags], batch_size=batch_size, context=context,
-                       max_new_tokens=max_new_tokens, num_inputs=num_inputs, config=config, bar=bar, world=world)[0]
+def _run(models: ProbeModels, options: ProbeOptions, decoded: Decoded, config: dict[str, Any],
+         bar: Progress) -> ProbeResult:
+    """Probe every sample with the one config of ``options``, walk each continuation, gather the figures."""
+    _check_topk(models.drafter, options.configs[0])
+    run = _run_sampled if options.temperature > 0 else _run_greedy
+    return run(models, options, decoded, config, bar)[0]
 
 
-def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[int], drafter: Eagle3Drafter,
-                samples: list[_Sample], configs: list[SpecFlags], *, batch_size: int, context: int | None,
-                max_new_tokens: int, num_inputs: int, config: dict[str, Any], bar: Progress,
-                world: World = ONE) -> list[ProbeResult]:
+def _run_greedy(models: ProbeModels, options: ProbeOptions, decoded: Decoded, config: dict[str, Any],
+                bar: Progress) -> list[ProbeResult]:
     """Every config over the same samples: one target pass per batch, then the drafter and walk per config
     (each rank over its share of the samples, the figures then gathered from every rank)."""
-    mine = samples[world.rank::world.size]
+    configs, world = options.configs, options.world
+    mine = decoded.samples[world.rank::world.size]
     task = bar.add_task("probing", total=len(mine))
     per_prompt: list[dict[int, ProbePromptResult]] = [{} for _ in configs]
     per_position: list[list[int]] = [[] for _ in configs]
     disagree, judged = 0, 0
-    for batch, accepted_by_config, argmax in _probe_batches(runner, lm_head, drafter, mine, configs, batch_size):
+    for batch, accepted_by_config, argmax in _probe_batches(models, configs, mine, decoded.batch_size):
         for row, (sample, top) in enumerate(zip(batch, argmax)):
             span = range(sample.prompt_len, sample.prompt_len + sample.max_new_tokens)
             off = None if top is None else sum(int(top[i - 1]) != sample.tokens[i] for i in span)
@@ -338,7 +277,7 @@ def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[
             for c, flags in enumerate(configs):
                 acc = accepted_by_config[c][row]
                 lengths = decoder_walk(acc, sample.tokens, sample.prompt_len, sample.max_new_tokens,
-                                       steps=flags.steps, eos=eos, context=context)
+                                       steps=flags.steps, eos=models.eos, context=models.context)
                 per_position[c] += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
                 _add(per_prompt[c], sample.index, lengths, len(span), off)
         bar.advance(task, len(batch))
@@ -353,54 +292,25 @@ def _run_greedy(runner: TargetRunner | None, lm_head: torch.nn.Module, eos: set[
         results = [prompts_of[i] for i in sorted(prompts_of)]
         all_lengths = [n for r in results for n in r.accept_lengths]
         out.append(ProbeResult(
-            config={**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
-                    "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": 0.0,
-                    "batch_size": batch_size, "num_prompts": num_inputs},
+            config=_result_config(config, flags, options, decoded, temperature=0.0),
             mean_accept_length=accept_stats(all_lengths).mean_accept_length,
             acceptance_by_step=acceptance_by_step(all_lengths, flags.steps),
             accept_length_histogram=histogram_list(all_lengths, flags.steps),
             per_position_accept_length=accept_stats(positions).mean_accept_length,
-            vocab_bound=_vocab_bound(drafter, samples),
+            vocab_bound=_vocab_bound(models.drafter, decoded.samples),
             target_disagreement=disagree / judged if judged else None,
-            skipped_prompts=num_inputs - len(results),
+            skipped_prompts=decoded.num_inputs - len(results),
             results=results,
         ))
     return out
 
 
-def _live_samples(runner: TargetRunner, drafter: Eagle3Drafter, target: str | Path, prompts: str | Path,
-                  target_cfg: TargetConfig, configs: list[SpecFlags], responses: str, max_new_tokens: int,
-                  batch_size: int | None, bar: Progress, temperature: float = 0.0, seed: int | None = None,
-                  world: World = ONE, lookahead: int = 0) -> tuple[list[_Sample], int, int]:
-    """Prompts and their continuations (the target's greedy ones, or the file's), cut to the context; the
-    number of prompts; the batch size (``batch_size``, or chosen from free memory when None)."""
-    rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
-    context = target_cfg.max_position_embeddings
-    kept = [(i, row.input_ids) for i, row in enumerate(rows) if context is None or len(row.input_ids) < context]
-    if rows and not kept:
-        raise no_room(prompts, len(rows), context)
-    if responses == "given":
-        given = read_responses(prompts, len(rows), target_cfg.vocab_size)
-        samples = []
-        for i, p in kept:
-            response = given[i][:context - len(p)] if context is not None else given[i]
-            samples.append(_Sample(i, p + response, len(p), min(max_new_tokens, len(response))))
-        longest = max((len(s.tokens) for s in samples), default=1)
-        return samples, len(rows), batch_size or auto_batch_size(runner, drafter, configs, longest, len(samples))
-    steps = max(lookahead, *(flags.steps for flags in configs))
-    room = [max_new_tokens + steps if context is None else min(max_new_tokens + steps, context - len(p))
-            for _, p in kept]
-    longest = max((len(p) + r for (_, p), r in zip(kept, room)), default=1)
-    batch_size = batch_size or auto_batch_size(runner, drafter, configs, longest, len(kept))
-    mine = kept[world.rank::world.size]
-    task = bar.add_task("target continuations", total=len(mine))
-    conts = target_continuations(runner, [p for _, p in mine], max(room, default=0), batch_size=batch_size,
-                                 temperature=temperature, seed=seed, advance=lambda n: bar.advance(task, n))
-    if world.size > 1:  # every rank's share, back in prompt order
-        parts = gather(world, conts)
-        conts = [parts[i % world.size][i // world.size] for i in range(len(kept))]
-    samples = [_Sample(i, p + c[:r], len(p), min(max_new_tokens, r)) for (i, p), c, r in zip(kept, conts, room)]
-    return samples, len(rows), batch_size
+def _result_config(config: dict[str, Any], flags: SpecFlags, options: ProbeOptions, decoded: Decoded, *,
+                   temperature: float) -> dict[str, Any]:
+    """One config's result: the run's settings, then that config's flags and what the run walked."""
+    return {**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
+            "flags_source": flags.source, "max_new_tokens": options.max_new_tokens, "temperature": temperature,
+            "batch_size": decoded.batch_size, "num_prompts": decoded.num_inputs}
 
 
 def check_room(prompts: str | Path, target: str | Path, target_cfg: TargetConfig) -> None:
@@ -409,32 +319,6 @@ def check_room(prompts: str | Path, target: str | Path, target_cfg: TargetConfig
     context = target_cfg.max_position_embeddings
     if rows and context is not None and all(len(row.input_ids) >= context for row in rows):
         raise no_room(prompts, len(rows), context)
-
-
-def no_room(prompts: str | Path, count: int, context: int | None) -> DraftlabError:
-    """The error for a prompts file none of whose prompts leaves room for a continuation: a probe of it
-    would measure nothing (and a mean of 0.0 would read as a drafter that accepts nothing)."""
-    return DraftlabError(f"every prompt ({count}) is at least as long as the target's context ({context} tokens), "
-                         "so none leaves room for a continuation; use shorter prompts or a target with a longer "
-                         "context", path=prompts)
-
-
-def _feature_samples(folder: str | Path, target_cfg: TargetConfig, drafter: Eagle3Drafter,
-                     max_new_tokens: int) -> tuple[list[_Sample], int]:
-    """One walk per run of target-produced tokens in each captured file (at most ``max_new_tokens``)."""
-    width = target_cfg.hidden_size
-    if drafter.fc.in_features % width:
-        raise DraftlabError(f"the drafter's fc takes {drafter.fc.in_features} features, not a multiple of the "
-                            f"target's hidden size {width}; the drafter does not belong to this target")
-    files = feature_files(folder)
-    samples = []
-    for index, path in enumerate(files):
-        sample = read_sample(path, hidden_size=width, num_aux=drafter.fc.in_features // width)
-        for start, end in response_spans(sample):  # tokens after the response are not the target's
-            final = None if sample.final_hidden is None else sample.final_hidden[:end]
-            samples.append(_Sample(index, sample.input_ids[:end], start, min(max_new_tokens, end - start),
-                                   sample.aux[:end], final))
-    return samples, len(files)
 
 
 def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int], tokens: int,
@@ -451,27 +335,27 @@ def _add(per_prompt: dict[int, ProbePromptResult], index: int, lengths: list[int
         r.target_disagreement = ((r.target_disagreement or 0.0) * before + off) / r.continuation_tokens
 
 
-def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
-                 samples: list[_Sample], configs: list[SpecFlags], *, batch_size: int, max_new_tokens: int,
-                 num_inputs: int, config: dict[str, Any], bar: Progress, temperature: float,
-                 world: World = ONE) -> list[ProbeResult]:
+def _run_sampled(models: ProbeModels, options: ProbeOptions, decoded: Decoded, config: dict[str, Any],
+                 bar: Progress) -> list[ProbeResult]:
     """Temperature > 0: every config's expected acceptance of the draft tree rooted at every continuation
     token; the target runs once per batch of samples (each rank's share, gathered)."""
+    configs, world, samples, lm_head = options.configs, options.world, decoded.samples, models.lm_head
     mine = samples[world.rank::world.size]
     task = bar.add_task("probing (expected acceptance)", total=len(mine))
     per_prompt: list[list[ProbePromptResult]] = [[] for _ in configs]
     rows: list[list[torch.Tensor]] = [[] for _ in configs]
-    for start in range(0, len(mine), batch_size):
-        batch = mine[start:start + batch_size]
-        tokens, aux, hidden = _batch_inputs(runner, batch)
+    for start in range(0, len(mine), decoded.batch_size):
+        batch = mine[start:start + decoded.batch_size]
+        tokens, aux, hidden = _batch_inputs(models.runner, batch)
         if hidden is None:
             raise DraftlabError("temperature > 0 needs the target's distributions: captured features without a "
                                 "final hidden state cannot give them")
         hidden = hidden.to(lm_head.weight.device, lm_head.weight.dtype)
         last = hidden.shape[1] - 1
         for c, flags in enumerate(configs):
-            reach = reach_by_depth(drafted_trees(drafter, tokens, aux, flags), flags.num_draft_tokens,
-                                   lambda pos: lm_head(hidden[:, pos.clamp(max=last).to(hidden.device)]), temperature)
+            reach = reach_by_depth(drafted_trees(models.drafter, tokens, aux, flags), flags.num_draft_tokens,
+                                   lambda pos: lm_head(hidden[:, pos.clamp(max=last).to(hidden.device)]),
+                                   options.temperature)
             for row, sample in enumerate(batch):
                 a = reach[row, sample.prompt_len - 1:sample.prompt_len + sample.max_new_tokens - 2].cpu()
                 known = len(sample.tokens) - 1 - torch.arange(sample.prompt_len - 1,
@@ -488,30 +372,28 @@ def _run_sampled(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter:
             merged = sorted(zip(order, [p for part in parts for p in part[0][c]],
                                 [a for part in parts for a in part[1][c]]), key=lambda x: x[0])
             per_prompt[c], rows[c] = [m[1] for m in merged], [m[2] for m in merged]
-    bound = _vocab_bound(drafter, samples)
+    bound = _vocab_bound(models.drafter, samples)
     results = []
     for flags, config_rows, prompts in zip(configs, rows, per_prompt):
         reach = torch.cat(config_rows) if config_rows else torch.zeros(0, flags.steps)
         mean = float(expected_accept_length(reach).mean()) if reach.numel() else 0.0
         results.append(ProbeResult(
-            config={**config, "steps": flags.steps, "topk": flags.topk, "num_draft_tokens": flags.num_draft_tokens,
-                    "flags_source": flags.source, "max_new_tokens": max_new_tokens, "temperature": temperature,
-                    "batch_size": batch_size, "num_prompts": num_inputs},
+            config=_result_config(config, flags, options, decoded, temperature=options.temperature),
             mean_accept_length=mean, acceptance_by_step=expected_by_step(reach),
             accept_length_histogram=expected_histogram(reach), per_position_accept_length=mean,
-            vocab_bound=bound, target_disagreement=None, skipped_prompts=num_inputs - len(prompts), results=prompts,
-            estimate=True,
+            vocab_bound=bound, target_disagreement=None, skipped_prompts=decoded.num_inputs - len(prompts),
+            results=prompts, estimate=True,
         ))
     return results
 
 
-def _vocab_bound(drafter: Eagle3Drafter, samples: list[_Sample]) -> float:
+def _vocab_bound(drafter: Eagle3Drafter, samples: list[Sample]) -> float:
     ids = set(drafter.to_target_ids(torch.arange(drafter.d2t.numel())).tolist())
     tokens = [s.tokens[i] for s in samples for i in range(s.prompt_len + 1, s.prompt_len + s.max_new_tokens)]
     return sum(t in ids for t in tokens) / len(tokens) if tokens else 0.0
 
 
-def _batch_inputs(runner: TargetRunner | None, batch: list[_Sample]
+def _batch_inputs(runner: TargetRunner | None, batch: list[Sample]
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Right-padded tokens [B, L], aux features and final hidden states (live target or captured)."""
     width = max(len(s.tokens) for s in batch)
@@ -526,15 +408,14 @@ def _batch_inputs(runner: TargetRunner | None, batch: list[_Sample]
     return tokens, aux, hidden
 
 
-def _probe_batches(runner: TargetRunner | None, lm_head: torch.nn.Module, drafter: Eagle3Drafter,
-                   samples: list[_Sample], configs: list[SpecFlags], batch_size: int
-                   ) -> Iterator[tuple[list[_Sample], list[list[list[int]]], list[list[int] | None]]]:
+def _probe_batches(models: ProbeModels, configs: Sequence[SpecFlags], samples: list[Sample], batch_size: int
+                   ) -> Iterator[tuple[list[Sample], list[list[list[int]]], list[list[int] | None]]]:
     """Per batch: for each config, the drafts each cycle start accepts; and the target's argmax at every
     position (None for captured features without a final state). The target runs once per batch."""
-    look_ahead = max(flags.steps for flags in configs) + 1
+    look_ahead, lm_head = max(flags.steps for flags in configs) + 1, models.lm_head
     for start in range(0, len(samples), batch_size):
         batch = samples[start:start + batch_size]
-        tokens, aux, hidden = _batch_inputs(runner, batch)
+        tokens, aux, hidden = _batch_inputs(models.runner, batch)
         width = tokens.shape[1]
         argmax = None if hidden is None else _argmax(lm_head, hidden.to(lm_head.weight.device, lm_head.weight.dtype))
         truth = torch.full((len(batch), width + look_ahead), -1, dtype=torch.long)
@@ -542,7 +423,7 @@ def _probe_batches(runner: TargetRunner | None, lm_head: torch.nn.Module, drafte
             truth[row, :len(s.tokens)] = tokens[row, :len(s.tokens)]
             if argmax is not None:
                 truth[row, len(s.tokens)] = argmax[row, len(s.tokens) - 1]
-        accepted = [accepted_drafts(drafter, tokens, aux, truth, flags).tolist() for flags in configs]
+        accepted = [accepted_drafts(models.drafter, tokens, aux, truth, flags).tolist() for flags in configs]
         yield batch, accepted, argmax.tolist() if argmax is not None else [None] * len(batch)
 
 
