@@ -1,6 +1,6 @@
 """Kernels one drafter pass runs, eager against compiled (``DRAFTLAB_DRAFTER=compiled``), counted on the CPU.
 
-    PYTHONPATH=src python benchmarks/drafter_pass_kernels.py            # seconds: a tiny drafter of each kind
+    PYTHONPATH=src python benchmarks/drafter_pass_kernels.py            # seconds: a toy-sized drafter of each kind
 
 Inside the draft's CUDA graph a drafter pass costs its kernels, and at batch 1 most of them are small
 elementwise ones (RMSNorms in float32, RoPE, casts, residual adds, SiLU) that each take a few
@@ -13,39 +13,39 @@ microseconds however little they compute. This runs one static-cache step of eac
   kernels inductor generated (the profiler's ``cpp_fused_*`` events; on CUDA they are Triton kernels,
   fused by the same scheduler).
 
-The counts do not depend on the width, so a tiny drafter gives the 8B drafter's.
+The counts do not depend on the width or the weights, so a drafter of the toy pairs' sizes
+(:mod:`draftlab.toy`) with random weights gives the 8B drafter's.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import sys
-import tempfile
-from pathlib import Path
 
 import torch
 import torch._inductor.config as inductor_config
 from torch.profiler import ProfilerActivity, profile, record_function
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-sys.path[:0] = [str(TESTS / "models"), str(TESTS)]  # the tiny drafters' writers
-
-from tiny_drafters import drafter_tensors, write_specforge  # noqa: E402
-from tiny_mla import mla_config, mla_tensors, write_mla  # noqa: E402
-
-from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
+from draftlab.checkpoint import DrafterConfig
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.toy import mla, pair
 
 MARK = "forward_masked"
 VIEWS = {"aten::view", "aten::_unsafe_view", "aten::transpose", "aten::unsqueeze", "aten::squeeze", "aten::slice",
          "aten::select", "aten::expand", "aten::as_strided", "aten::t", "aten::split", "aten::split_with_sizes",
          "aten::chunk", "aten::narrow", "aten::alias", "aten::detach", "aten::permute", "aten::unbind",
          "aten::reshape", "aten::lift_fresh", "aten::empty", "aten::empty_strided"}
+# the toy drafters' configs (draftlab.toy), built with random weights: the counts do not depend on them
 KINDS = {
-    "llama": lambda d: write_specforge(d, drafter_tensors()),
-    "two layers": lambda d: write_specforge(d, drafter_tensors(layers=2), layers=2),
-    "mla (EAGLE-3.1)": lambda d: write_mla(d, mla_tensors(fc_norm=True), mla_config(fc_norm=True, norm_output=True)),
+    "llama": pair.drafter_config_dict(),
+    "two layers": {**pair.drafter_config_dict(), "num_hidden_layers": 2},
+    "mla (EAGLE-3.1)": mla.drafter_config_dict(mla.target_config().to_dict(), fc_norm=True, norm_output=True),
 }
+
+
+def tiny_drafter(config: dict) -> Eagle3Drafter:
+    """A float32 drafter of ``config`` on the CPU, as :meth:`Eagle3Drafter.load` leaves one (weights random)."""
+    return Eagle3Drafter(DrafterConfig.from_dict(config)).eval()
 
 
 def pass_kernels(drafter: Eagle3Drafter, prepare, step) -> collections.Counter:
@@ -108,12 +108,11 @@ def main() -> None:
     inductor_config.cpp.enable_kernel_profile = True
     print("| drafter | pass | eager kernels | compiled: aten + fused = kernels | aten operators left |")
     print("|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
-        for kind, write in KINDS.items():
-            folder = write(Path(tmp) / kind.replace(" ", "-"))
+    with torch.inference_mode():
+        for kind, config in KINDS.items():
             for name, prepare, step in (("extend of 4", empty, extend), ("draft of a 4-node tree", extended, draft)):
-                eager = pass_kernels(Eagle3Drafter.load(folder).use_static_cache(64), prepare, step)
-                compiled = pass_kernels(Eagle3Drafter.load(folder).use_static_cache(64, compile=True), prepare, step)
+                eager = pass_kernels(tiny_drafter(config).use_static_cache(64), prepare, step)
+                compiled = pass_kernels(tiny_drafter(config).use_static_cache(64, compile=True), prepare, step)
                 fused = compiled.pop("fused kernel", 0)
                 print(f"| {kind} | {name} | {sum(eager.values())} | {sum(compiled.values())} + {fused} = "
                       f"{sum(compiled.values()) + fused} | {', '.join(sorted(n.removeprefix('aten::') for n in compiled))} |")
