@@ -3,12 +3,18 @@
 The standard parser raises more than JSONDecodeError on hostile input: RecursionError for deep
 nesting (``[[[[...``), ValueError for an integer of more than 4300 digits. Readers catch
 JSONDecodeError to turn it into one DraftlabError line; this keeps those two from escaping as tracebacks.
+:func:`read` is that line for draftlab's own JSON files (profiles, probe results, plans, schedules,
+bench results): the one reader each of them goes through before checking what the document holds.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+
+from draftlab.errors import DraftlabError
+from draftlab.readable import regular_file
 
 
 def loads(text: str | bytes) -> Any:
@@ -21,3 +27,14 @@ def loads(text: str | bytes) -> Any:
         raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
     except ValueError as exc:  # an integer too long to convert; bytes that are not UTF-8
         raise json.JSONDecodeError(str(exc), text if isinstance(text, str) else "", 0) from None
+
+
+def read(path: str | Path, missing: str = "not found", *, option: str = "") -> Any:
+    """The parsed JSON file ``path``; one DraftlabError line when it cannot be. ``missing`` is the line for a
+    path with nothing there (say how to write one); ``option`` (``--schedule``), when given, leads the
+    line for a file that is there but cannot be read or parsed."""
+    try:
+        return loads(regular_file(path, missing).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        lead = f"{option}: " if option else ""
+        raise DraftlabError(f"{lead}not a readable JSON file ({exc})", path=path) from None

@@ -23,7 +23,6 @@ with the same figures per prompt ``category``. Torch-free: ``plan --profile`` re
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ from draftlab import jsonio
 from draftlab.documents import document
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
-from draftlab.readable import regular_file
 
 SCHEMA_VERSION = "1.0"
 MEAN_TOLERANCE = 0.02  # ModelOpt's mean_consistency tolerance
@@ -158,10 +156,7 @@ def write_profile(profile: AcceptanceProfile, path: str | Path) -> Path:
 def read_profile(path: str | Path) -> AcceptanceProfile:
     """Read and check a ``speculation_profile.json`` (draftlab's or ModelOpt's); one line on what is wrong."""
     path = Path(path)
-    try:
-        doc = jsonio.loads(regular_file(path, "no such file; write one with draftlab probe --profile-out").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DraftlabError(f"not a readable JSON file ({exc})", path=path) from None
+    doc = jsonio.read(path, "no such file; write one with draftlab probe --profile-out")
     where = str(path)
     if not isinstance(doc, dict) or "schema_version" not in doc:
         raise DraftlabError(f"{where}: not a speculation profile (no schema_version); write one with "

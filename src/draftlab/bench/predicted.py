@@ -9,13 +9,11 @@ predicts ``draftlab serve`` itself (``served_*``); a sweep of the batching refer
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from draftlab import jsonio
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 
 
 @dataclass(frozen=True)
@@ -35,14 +33,12 @@ class Predictions:
 
 def load_predictions(path: str | Path) -> Predictions:
     """Read ``draftlab plan --json`` output; DraftlabError if it is not one."""
+    doc = jsonio.read(path, "no such file; write one with draftlab plan ... --json > FILE", option="--predicted")
     try:
-        doc = jsonio.loads(regular_file(path, "no such file; write one with draftlab plan ... --json > FILE").read_text())
         table = _table(doc, "baseline_tokens_per_second", "tokens_per_second")
         served = None
         if doc.get("served_baseline_tokens_per_second") is not None:
             served = Predictions(_table(doc, "served_baseline_tokens_per_second", "served_tokens_per_second"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DraftlabError(f"--predicted: not a readable JSON file ({exc})", path=path) from None
     except (KeyError, TypeError, ValueError, AttributeError):
         raise DraftlabError("--predicted: not a plan (expected draftlab plan --json output with "
                             "baseline_tokens_per_second and configs)", path=path) from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,6 @@ from draftlab.bench.client import BenchConfig, RunOutcome
 from draftlab.bench.stats import summarize_ms
 from draftlab.engines.metrics import SpecSummary
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 
 CONTRACT_KEYS = (
     "config", "completed", "failed", "duration_s", "output_throughput", "request_throughput",
@@ -83,11 +81,7 @@ def build_result(config: BenchConfig, outcome: RunOutcome, spec: SpecSummary, mo
 def load_result(path: str | Path) -> BenchResult:
     """Read a result file written by ``bench -o``, checking it has every contract field."""
     path = Path(path)
-    regular_file(path, "result file not found; write one with draftlab bench -o FILE")
-    try:
-        data = jsonio.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise DraftlabError(f"not valid JSON ({exc.msg} at line {exc.lineno})", path=path) from None
+    data = jsonio.read(path, "result file not found; write one with draftlab bench -o FILE")
     missing = [k for k in CONTRACT_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
         raise DraftlabError(f"not a draftlab bench result: missing {', '.join(missing)}", path=path)

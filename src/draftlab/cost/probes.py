@@ -13,7 +13,6 @@ lengths too: :func:`profile_accept_lengths` maps it onto the configs to plan
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from draftlab import jsonio
 from draftlab.cost.model import SpecConfig
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 from draftlab.fsutil import write_json_atomic
 
 if TYPE_CHECKING:
@@ -58,10 +56,7 @@ def load_probes(paths: list[str | Path]) -> list[AcceptLength]:
 
 
 def _load_one(path: Path) -> list[AcceptLength]:
-    try:
-        doc = jsonio.loads(regular_file(path, "no such file; write one with draftlab probe --json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DraftlabError(f"not a readable JSON file ({exc})", path=path) from None
+    doc = jsonio.read(path, "no such file; write one with draftlab probe --json")
     items = doc if isinstance(doc, list) else [doc]
     if not items:
         raise DraftlabError("holds an empty list of probe results", path=path)

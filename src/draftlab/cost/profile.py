@@ -32,7 +32,6 @@ Costs between measured token counts are interpolated linearly; batch sizes must 
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,7 +43,6 @@ from draftlab.cost.overhead import Overhead
 from draftlab.cost.measurement import Measurement
 from draftlab.cost.served import ServedCost
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 from draftlab.fsutil import write_json_atomic
 
 FORMAT = "draftlab-profile/1"
@@ -207,11 +205,7 @@ def save_profile(profile: Profile, path: str | Path) -> Path:
 def load_profile(path: str | Path) -> Profile:
     """Read and validate PROFILE.json."""
     path = Path(path)
-    try:
-        doc = jsonio.loads(regular_file(path, "no such file; write one with draftlab profile").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DraftlabError(f"not a readable JSON file ({exc})", path=path) from None
-    return profile_from_dict(doc, source=path)
+    return profile_from_dict(jsonio.read(path, "no such file; write one with draftlab profile"), source=path)
 
 
 def profile_from_dict(doc: Any, *, source: str | Path = "profile") -> Profile:

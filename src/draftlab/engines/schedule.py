@@ -41,7 +41,6 @@ from draftlab.engines.releases import (
     release,
 )
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 
 SCHEDULE_ENGINES = ("sglang", "vllm", "trtllm")
 NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
@@ -253,12 +252,8 @@ class LoadedSchedule:
 
 def load_schedule(path: str | Path, *, option: str = "--schedule") -> LoadedSchedule:
     """Read a schedule file written by ``plan --schedule-out`` (or by hand); DraftlabError if it is not one."""
-    try:
-        text = regular_file(path, "no such file; write one with draftlab plan --schedule ENGINE --schedule-out FILE"
-                            ).read_text()
-        value = jsonio.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DraftlabError(f"{option}: not a readable JSON file ({exc})", path=path) from None
+    value = jsonio.read(path, "no such file; write one with draftlab plan --schedule ENGINE --schedule-out FILE",
+                        option=option)
     try:
         engine = detect_engine(value)
     except DraftlabError as exc:
