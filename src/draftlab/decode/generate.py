@@ -12,7 +12,9 @@ the probe's continuations run.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,14 @@ from draftlab.engines import ENGINES
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement, synchronize
+from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.pair import load_pair
+from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import compile_pays
 from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
 from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
 from draftlab.decode.metrics import accept_stats
-from draftlab.decode.prompts import read_prompts
+from draftlab.decode.prompts import Prompt, read_prompts
 
 
 @dataclass
@@ -68,32 +73,14 @@ def generate(
     The target runs on ``device`` (default cpu) or split across the GPUs by ``device_map`` ("auto"),
     not both; the drafter sits with the target's input embedding.
     """
-    from draftlab.models.pair import load_pair
-    from draftlab.models.target import TargetRunner
-
     device, device_map = resolve_placement(device, device_map)
     dtype = dtype or default_dtype(device, device_map)
-    if engine not in ENGINES:
-        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    if max_new_tokens < 1:
-        raise DraftlabError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise DraftlabError(f"--temperature must be >= 0, got {temperature}")
-    if batch_size < 1:
-        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
-    if drafter is None and not no_draft:
-        raise DraftlabError("give --drafter, or --no-draft to decode with the target alone")
+    sampling = _Sampling(max_new_tokens, temperature, seed, ignore_eos)
+    _check_arguments(drafter, no_draft, engine, sampling, batch_size)
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     flags = None if no_draft else exact_spec_flags(steps, topk, num_draft_tokens,
                                                    architecture=target_cfg.architecture)
-    rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
-    context = target_cfg.max_position_embeddings
-    for row in rows:
-        if context is not None and len(row.input_ids) >= context:
-            raise DraftlabError(
-                f"{prompts}:{row.line}: the prompt has {len(row.input_ids)} tokens but the target's context "
-                f"is {context}; shorten it"
-            )
+    rows = _fitting_prompts(prompts, target, target_cfg)
 
     batched = batch_size > 1 or no_draft  # plain decoding runs the batched loop at any batch size
     if batched and cache == "auto":
@@ -102,47 +89,19 @@ def generate(
     # compiling pays only for long decodes; no device: a device map, which splits the target over GPUs
     compile = compile_pays(decode_steps(len(rows), batch_size, max_new_tokens, None if batched else flags),
                            torch.device(device or "cuda"))
-    if no_draft:
-        runner = TargetRunner.load(target, dtype=dtype, device=device, device_map=device_map, cache=cache,
-                                   max_len=max_len)
-        draft_model, layers = None, None
-    else:
-        _refuse_incompatible(drafter, target, engine)
-        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device, device_map=device_map,
-                         cache=cache, max_len=max_len, compile=compile and not batched)
-        runner, draft_model, layers = pair.target, pair.drafter, pair.aux_layers
+    runner, draft_model, layers = _load(target, None if no_draft else drafter, engine, dtype=dtype, device=device,
+                                        device_map=device_map, cache=cache, max_len=max_len,
+                                        compile=compile and not batched)
 
-    results, elapsed, group_cycles = [], 0.0, []
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         task = bar.add_task("generating", total=len(rows))
-        if not batched:
-            decoder = SpeculativeDecoder(runner, draft_model, flags)
-            for index, row in enumerate(rows):
-                start = time.perf_counter()
-                output, lengths = [], []
-                for commit in decoder.stream(row.input_ids, max_new_tokens=max_new_tokens,
-                                             temperature=temperature, ignore_eos=ignore_eos, seed=seed):
-                    output += commit.tokens
-                    if commit.accept_length is not None:
-                        lengths.append(commit.accept_length)
-                elapsed += time.perf_counter() - start
-                results.append(PromptResult(index, output, lengths, len(lengths)))
-                bar.advance(task)
+        advance = partial(bar.advance, task)
+        if batched:
+            run = _decode_in_groups(BatchSpeculativeDecoder(runner, draft_model, flags, compile=compile), rows,
+                                    batch_size, sampling, advance)
         else:
-            decoder = BatchSpeculativeDecoder(runner, draft_model, flags, compile=compile)
-            for first in range(0, len(rows), batch_size):
-                group = rows[first:first + batch_size]
-                start = time.perf_counter()
-                done = decoder.generate([r.input_ids for r in group], max_new_tokens=max_new_tokens,
-                                        temperature=temperature, ignore_eos=ignore_eos, seed=seed)
-                synchronize(runner.device)
-                elapsed += time.perf_counter() - start
-                results += [PromptResult(first + i, d.output_ids, d.accept_lengths, len(d.accept_lengths))
-                            for i, d in enumerate(done)]
-                group_cycles.append([len(d.accept_lengths) for d in done])
-                bar.advance(task, len(group))
+            run = _decode_one_by_one(SpeculativeDecoder(runner, draft_model, flags), rows, sampling, advance)
 
-    generated = sum(len(r.output_ids) for r in results)
     config = {
         "target": str(target), "drafter": None if no_draft else str(drafter), "engine": engine,
         "no_draft": no_draft, "steps": flags.steps if flags else None, "topk": flags.topk if flags else None,
@@ -155,11 +114,109 @@ def generate(
     }
     return GenerateResult(
         config=config,
-        mean_accept_length=accept_stats(n for r in results for n in r.accept_lengths).mean_accept_length,
-        tokens_per_second=generated / elapsed if elapsed > 0 else 0.0,
-        results=results,
-        row_busy_fraction=_busy_fraction(group_cycles),
+        mean_accept_length=accept_stats(n for r in run.results for n in r.accept_lengths).mean_accept_length,
+        tokens_per_second=run.tokens / run.elapsed if run.elapsed > 0 else 0.0,
+        results=run.results,
+        row_busy_fraction=_busy_fraction(run.group_cycles),
     )
+
+
+@dataclass(frozen=True)
+class _Sampling:
+    """How every prompt decodes: the arguments both decoders take per call."""
+
+    max_new_tokens: int
+    temperature: float
+    seed: int | None
+    ignore_eos: bool
+
+
+@dataclass
+class _Run:
+    """What the decoding loop gives back: each prompt's output and the wall time spent decoding."""
+
+    results: list[PromptResult] = field(default_factory=list)
+    elapsed: float = 0.0  # seconds in the decoders (prefill included, loading excluded)
+    group_cycles: list[list[int]] = field(default_factory=list)  # batched: each group's rows' cycle counts
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(r.output_ids) for r in self.results)
+
+
+def _check_arguments(drafter: str | Path | None, no_draft: bool, engine: str, sampling: _Sampling,
+                     batch_size: int) -> None:
+    """Refuse what no decode can run with, before anything is read or loaded (the CLI's own checks
+    cover its options; a library caller reaches here directly)."""
+    if engine not in ENGINES:
+        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if sampling.max_new_tokens < 1:
+        raise DraftlabError(f"--max-new-tokens must be >= 1, got {sampling.max_new_tokens}")
+    if sampling.temperature < 0:
+        raise DraftlabError(f"--temperature must be >= 0, got {sampling.temperature}")
+    if batch_size < 1:
+        raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
+    if drafter is None and not no_draft:
+        raise DraftlabError("give --drafter, or --no-draft to decode with the target alone")
+
+
+def _fitting_prompts(prompts: str | Path, target: str | Path, target_cfg: TargetConfig) -> list[Prompt]:
+    """The prompts, each refused unless shorter than the target's context (generate leaves none out)."""
+    rows = read_prompts(prompts, tokenizer_dir=target, vocab_size=target_cfg.vocab_size)
+    context = target_cfg.max_position_embeddings
+    for row in rows:
+        if context is not None and len(row.input_ids) >= context:
+            raise DraftlabError(
+                f"{prompts}:{row.line}: the prompt has {len(row.input_ids)} tokens but the target's context "
+                f"is {context}; shorten it"
+            )
+    return rows
+
+
+def _load(target: str | Path, drafter: str | Path | None, engine: str, *, compile: bool,
+          **placement: Any) -> tuple[TargetRunner, Eagle3Drafter | None, list[int] | None]:
+    """The target alone (``drafter`` None), or the pair once ``draftlab check`` finds no error; with the
+    drafter's aux layers. ``placement``: dtype, device, device_map, cache, max_len."""
+    if drafter is None:
+        return TargetRunner.load(target, **placement), None, None
+    _refuse_incompatible(drafter, target, engine)
+    pair = load_pair(target, drafter, engine=engine, compile=compile, **placement)
+    return pair.target, pair.drafter, pair.aux_layers
+
+
+def _decode_one_by_one(decoder: SpeculativeDecoder, rows: list[Prompt], sampling: _Sampling,
+                       advance: Callable[[int], None]) -> _Run:
+    """Each prompt through the batch-1 decoder, its commits streamed and timed."""
+    run = _Run()
+    for index, row in enumerate(rows):
+        start = time.perf_counter()
+        output, lengths = [], []
+        for commit in decoder.stream(row.input_ids, **asdict(sampling)):
+            output += commit.tokens
+            if commit.accept_length is not None:
+                lengths.append(commit.accept_length)
+        run.elapsed += time.perf_counter() - start
+        run.results.append(PromptResult(index, output, lengths, len(lengths)))
+        advance(1)
+    return run
+
+
+def _decode_in_groups(decoder: BatchSpeculativeDecoder, rows: list[Prompt], batch_size: int, sampling: _Sampling,
+                      advance: Callable[[int], None]) -> _Run:
+    """Consecutive groups of ``batch_size`` prompts through the batched decoder, each group timed once
+    its device work is done."""
+    run = _Run()
+    for first in range(0, len(rows), batch_size):
+        group = rows[first:first + batch_size]
+        start = time.perf_counter()
+        done = decoder.generate([r.input_ids for r in group], **asdict(sampling))
+        synchronize(decoder.runner.device)
+        run.elapsed += time.perf_counter() - start
+        run.results += [PromptResult(first + i, d.output_ids, d.accept_lengths, len(d.accept_lengths))
+                        for i, d in enumerate(done)]
+        run.group_cycles.append([len(d.accept_lengths) for d in done])
+        advance(len(group))
+    return run
 
 
 def _busy_fraction(group_cycles: list[list[int]]) -> float:
