@@ -75,30 +75,38 @@ def _inner_os_error(exc: Exception) -> OSError | None:
 
 
 @contextlib.contextmanager
-def atomic_path(dest: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``dest``; on success rename it onto ``dest``."""
-    dest = Path(dest)
-    refuse_special(dest)
-    tmp_path: Path | None = None
+def _said_as_write_error(dest: Path, tmp: Path | None = None) -> Iterator[None]:
+    """Turn an OSError (or a library's write error around one) raised while writing ``dest`` through
+    ``tmp`` into the one line :func:`_write_failed` says; anything else passes unchanged."""
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        os.close(fd)
-        tmp_path = Path(tmp)
-        yield tmp_path
-        if tmp_path.exists():
-            _plain_mode(tmp_path, 0o666)
-        os.replace(tmp_path, dest)
+        yield
     except OSError as exc:
-        raise _write_failed(dest, exc, tmp_path) from None
+        raise _write_failed(dest, exc, tmp) from None
     except Exception as exc:
         inner = _inner_os_error(exc)
         if inner is None:
             raise
-        raise _write_failed(dest, inner, tmp_path) from None
+        raise _write_failed(dest, inner, tmp) from None
+
+
+@contextlib.contextmanager
+def atomic_path(dest: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``dest``; on success rename it onto ``dest``."""
+    dest = Path(dest)
+    refuse_special(dest)
+    with _said_as_write_error(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        os.close(fd)
+    tmp = Path(name)
+    try:
+        with _said_as_write_error(dest, tmp):
+            yield tmp
+            if tmp.exists():
+                _plain_mode(tmp, 0o666)
+            os.replace(tmp, dest)
     finally:
-        if tmp_path is not None:
-            tmp_path.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
 
 
 def write_text_atomic(dest: str | Path, text: str) -> None:
@@ -120,24 +128,18 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
     refuse_special(dest, folder=True)
     if dest.exists() and not overwrite:
         raise DraftlabError("already exists; choose a new output path", path=dest)
-    tmp: Path | None = None
-    try:
+    with _said_as_write_error(dest):
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-        yield tmp
-        _plain_mode(tmp, 0o777)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except OSError as exc:
-        raise _write_failed(dest, exc, tmp) from None
-    except Exception as exc:
-        inner = _inner_os_error(exc)
-        if inner is None:
-            raise
-        raise _write_failed(dest, inner, tmp) from None
+    try:
+        with _said_as_write_error(dest, tmp):
+            yield tmp
+            _plain_mode(tmp, 0o777)
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(tmp, dest)
     finally:
-        if tmp is not None and tmp.exists():
+        if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
