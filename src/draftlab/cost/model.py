@@ -97,14 +97,12 @@ def cycle_breakdown(
 
 def tokens_per_second(batch_size: int, accept_length: float, cycle_ms: float) -> float:
     """Speculative throughput: every cycle commits ``accept_length`` tokens per sequence."""
-    _positive("cycle_ms", cycle_ms)
-    return batch_size * accept_length * 1000.0 / cycle_ms
+    return _per_second(batch_size * accept_length, cycle_ms, "cycle_ms")
 
 
 def baseline_tokens_per_second(batch_size: int, decode_ms: float) -> float:
     """Plain decoding: one token per sequence per decode step."""
-    _positive("decode_ms", decode_ms)
-    return batch_size * 1000.0 / decode_ms
+    return _per_second(batch_size, decode_ms, "decode_ms")
 
 
 def break_even_accept_length(cycle_ms: float, decode_ms: float) -> float:
@@ -115,14 +113,20 @@ def break_even_accept_length(cycle_ms: float, decode_ms: float) -> float:
 
 def cycle_ms_from_throughput(batch_size: int, accept_length: float, tps: float) -> float:
     """Invert :func:`tokens_per_second`: the cycle time a measured speculative run implies."""
-    _positive("tokens per second", tps)
-    return batch_size * accept_length * 1000.0 / tps
+    return _per_second(batch_size * accept_length, tps, "tokens per second")
 
 
 def decode_ms_from_throughput(batch_size: int, tps: float) -> float:
     """Invert :func:`baseline_tokens_per_second`: the decode step a measured baseline implies."""
-    _positive("baseline tokens per second", tps)
-    return batch_size * 1000.0 / tps
+    return _per_second(batch_size, tps, "baseline tokens per second")
+
+
+def _per_second(tokens: float, divisor: float, name: str) -> float:
+    """``tokens * 1000 / divisor``: tokens per second from ms per cycle, and (the same arithmetic, its own
+    inverse) ms per cycle from tokens per second. ``name`` is the divisor's, for the error when it is not
+    positive."""
+    _positive(name, divisor)
+    return tokens * 1000.0 / divisor
 
 
 def _positive(name: str, value: float) -> None:
