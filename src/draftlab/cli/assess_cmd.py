@@ -8,22 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DtypeOption,
-    JsonOption,
-    ThreadsOption,
-    at_least_one,
-    check_device,
-    checked,
-    emit_json,
-    lower_on_oom,
-    non_negative,
-    parse_ints,
-    positive,
-    share,
-    use_threads,
-)
-from draftlab.console import console
+from draftlab.cli.checks import at_least_one, check_device, checked, non_negative, positive, share
+from draftlab.cli.common import lower_on_oom, parse_ints
+from draftlab.cli.output import JsonOption, show
+from draftlab.cli.placement import DtypeOption, Placement, ThreadsOption
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 
@@ -71,8 +59,8 @@ def assess_command(
                          "--costs": costs}, folder=True)
     if out.exists():
         raise DraftlabError("already exists; assess writes a new folder, give another --out", path=out)
-    use_threads(threads)
-    from draftlab.assess.run import assess
+    where = Placement.of(dtype, device, threads=threads)
+    from draftlab.assess.run import assess, assess_document
     from draftlab.cost.plan import parse_grid
     from draftlab.probe.modelfree import Ngram
     from draftlab.assess.render import render_assess
@@ -99,10 +87,5 @@ def assess_command(
                         batch_sizes=parse_ints("--batch-sizes", batch_sizes), costs=costs, max_new_tokens=max_new_tokens,
                         ngram=ngram_options, model_free=[m.strip() for m in model_free.split(",") if m.strip() not in ("", "none")],
                         engine_numbers={k: v for k, v in numbers.items() if v is not None}, engine_batch_size=batch_size,
-                        dtype=dtype, device=device, progress=not json_out)
-    if json_out:
-        from draftlab.assess.run import assess_document
-
-        emit_json(assess_document(result))
-    else:
-        render_assess(result, console)
+                        dtype=where.dtype, device=where.device, progress=not json_out)
+    show(result, json_out, render_assess, as_json=assess_document)

@@ -9,17 +9,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    IgnoreEosOption,
-    JsonOption,
-    MaxTokensOption,
-    PromptsOption,
-    TemperatureOption,
-    at_least_one,
-    emit_json,
-    non_negative,
-    positive,
-)
+from draftlab.cli.checks import at_least_one, non_negative, positive
+from draftlab.cli.options import IgnoreEosOption, MaxTokensOption, PromptsOption, TemperatureOption
+from draftlab.cli.output import JsonOption, emit_json, show
 from draftlab.console import console, err_console
 from draftlab.documents import document
 from draftlab.errors import DraftlabError
@@ -119,8 +111,5 @@ def compare(
     if plot is not None:
         refuse_overlap(plot, {"a result file": files})
     result = compare_results(files, baseline=baseline, plot=plot)
-    if json_out:
-        emit_json(result)
-        return 0
-    render_bench_compare(result, console)
+    show(result, json_out, render_bench_compare)
     return 0

@@ -8,20 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    EngineOption,
-    JsonOption,
-    TargetOption,
-    ThreadsOption,
-    at_least_one,
-    emit_json,
-    main_process,
-    parse_layer_ids,
-    use_threads,
-)
+from draftlab.cli.checks import at_least_one
+from draftlab.cli.common import main_process, parse_layer_ids
+from draftlab.cli.options import EngineOption, TargetOption
+from draftlab.cli.output import JsonOption, emit_json
+from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
 from draftlab.console import console
 
 
@@ -47,13 +38,13 @@ def capture_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Capture a dataset's hidden states for train --features and probe --features (resumable, sharded)."""
-    use_threads(threads)
+    where = Placement.of(dtype, device, device_map, threads)
     from draftlab.train.capture import capture
 
     layers = None if aux_layers is None else parse_layer_ids(aux_layers)
     result = capture(target, data, out, drafter=drafter, aux_layers=layers,
-                     engine=engine, seq_len=seq_len, batch_size=batch_size, shard=shard, resume=resume, dtype=dtype,
-                     device=device, device_map=device_map, progress=not json_out)
+                     engine=engine, seq_len=seq_len, batch_size=batch_size, shard=shard, resume=resume,
+                     **where.loading(), progress=not json_out)
     if not main_process():
         return
     if json_out:

@@ -8,9 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import JsonOption, ThreadsOption, emit_json, use_threads
+from draftlab.cli.output import JsonOption, emit_json, show
+from draftlab.cli.placement import ThreadsOption
 from draftlab.console import console
 from draftlab.errors import DraftlabError
+from draftlab.threads import use_threads
 
 EngineOpt = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
 EngineVersionOpt = Annotated[Optional[str], typer.Option(
@@ -63,7 +65,7 @@ def check(
         from draftlab.compat import check_pair
 
         result = check_pair(drafter, target, engine=engine, engine_version=engine_version)
-        emit_json(result) if json_out else render_check(result, console)
+        show(result, json_out, render_check)
         return 0 if result.ok else 1
     from draftlab.compat import fix_pair
 

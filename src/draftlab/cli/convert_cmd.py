@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import JsonOption, emit_json
+from draftlab.cli.output import JsonOption, emit_json
 from draftlab.console import console
 
 

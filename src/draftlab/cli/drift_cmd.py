@@ -8,20 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DtypeOption,
-    JsonOption,
-    NumDraftTokensOption,
-    StepsOption,
-    ThreadsOption,
-    TopkOption,
-    at_least_one,
-    check_device,
-    emit_json,
-    lower_on_oom,
-    use_threads,
-)
-from draftlab.console import console
+from draftlab.cli.checks import at_least_one
+from draftlab.cli.common import lower_on_oom
+from draftlab.cli.options import NumDraftTokensOption, StepsOption, TopkOption
+from draftlab.cli.output import JsonOption, show
+from draftlab.cli.placement import DefaultedDeviceOption, DtypeOption, Placement, ThreadsOption
 from draftlab.errors import DraftlabError
 
 
@@ -43,24 +34,22 @@ def drift_command(
     num_draft_tokens: NumDraftTokensOption = None,
     batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one, help="Sequences per pass.")] = 4,
     dtype: DtypeOption = None,
-    device: Annotated[str, typer.Option("--device", callback=check_device, help="cpu, cuda or cuda:N.")] = "cpu",
+    device: DefaultedDeviceOption = "cpu",
     engine: Annotated[str, typer.Option("--engine", help="Aux-layer convention of the drafter config.")] = "sglang",
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
     """Per-layer cosine, relative L2 and CKA of the hidden states; next-token agreement and KL."""
-    use_threads(threads)
+    where = Placement.of(dtype, device, threads=threads)
     from draftlab.probe.drift import drift
     from draftlab.report.drift import render_drift
 
     with lower_on_oom(batch_size=batch_size, max_new_tokens=max_new_tokens):
         result = drift(target_a, target_b, prompts, layers=_parse_layers(layers), drafter=drafter,
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                       batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=not json_out)
-    if json_out:
-        emit_json(result)
-    else:
-        render_drift(result, console)
+                       batch_size=batch_size, dtype=where.dtype, device=where.device, engine=engine,
+                       progress=not json_out)
+    show(result, json_out, render_drift)
 
 
 def _parse_layers(text: str | None) -> list[int] | None:

@@ -6,26 +6,15 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    EngineOption,
-    JsonOption,
-    NumDraftTokensOption,
-    SamplingSeedOption,
-    StepsOption,
-    TargetOption,
-    TemperatureOption,
-    ThreadsOption,
-    TopkOption,
-    at_least_one,
-    emit_json,
-    lower_on_oom,
-    use_threads,
+from draftlab.cli.checks import at_least_one
+from draftlab.cli.common import lower_on_oom
+from draftlab.cli.options import (
+    EngineOption, NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TemperatureOption, TopkOption,
 )
-from draftlab.console import console
+from draftlab.cli.output import JsonOption, show
+from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
 
 
 @app.command("generate")
@@ -53,7 +42,7 @@ def generate_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
-    use_threads(threads)
+    where = Placement.of(dtype, device, device_map, threads)
     from draftlab.report.generate import render_generate
     from draftlab.decode.generate import generate
 
@@ -61,10 +50,7 @@ def generate_command(
         result = generate(
             target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,
-            dtype=dtype, device=device, device_map=device_map, engine=engine, progress=not json_out,
+            **where.loading(), engine=engine, progress=not json_out,
             batch_size=batch_size, ignore_eos=ignore_eos,
         )
-    if json_out:
-        emit_json(result)
-    else:
-        render_generate(result, console)
+    show(result, json_out, render_generate)

@@ -9,21 +9,11 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DrafterIdOption,
-    DryRunOption,
-    HealthTimeoutOption,
-    HostOption,
-    NumDraftTokensOption,
-    PortOption,
-    SkipCheckOption,
-    StepsOption,
-    SyntheticAcceptanceOption,
-    TargetIdOption,
-    TopkOption,
-    TpOption,
-    emit_json,
+from draftlab.cli.options import (
+    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, NumDraftTokensOption, PortOption, SkipCheckOption,
+    StepsOption, SyntheticAcceptanceOption, TargetIdOption, TopkOption, TpOption,
 )
+from draftlab.cli.output import emit_json
 from draftlab.console import console, err_console
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import local_inputs, refuse_overlap

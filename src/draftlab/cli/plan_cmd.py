@@ -14,20 +14,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    JsonOption,
-    ThreadsOption,
-    at_least_one,
-    check_device,
-    checked,
-    emit_json,
-    lower_on_oom,
-    non_negative,
-    parse_ints,
-    positive,
-    share,
-    use_threads,
-)
+from draftlab.cli.checks import at_least_one, check_device, checked, non_negative, positive, share
+from draftlab.cli.common import lower_on_oom, parse_ints
+from draftlab.cli.output import JsonOption, emit_json, show
+from draftlab.cli.placement import Placement, ThreadsOption
 from draftlab.console import console
 from draftlab.cli.schedule_opts import ScheduleRequest
 from draftlab.cost.engine_numbers import estimate_from_engine, parse_what_if
@@ -101,50 +91,19 @@ def plan(
         if costs is not None or probe or profile is not None:
             raise DraftlabError("--target/--drafter/--prompts probe and profile the pair here; drop --costs, "
                                 "--probe and --profile (they plan from earlier measurements)")
-        if given_engine:
-            raise DraftlabError(f"--target plans from the pair itself; drop --{given_engine[0].replace('_', '-')} "
-                                "(engine numbers are a separate mode)")
-        batches = [1] if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes)
-        _plan_pair(target, drafter, prompts, grid, batches, plot, json_out,
-                   {k: v for k, v in pair_options.items() if v is not None}, wanted)
+        _refuse_engine_numbers(given_engine, "--target plans from the pair itself")
+        _plan_pair(target, drafter, prompts, grid, batch_sizes, plot, json_out, pair_options, wanted)
         return
     given_pair = [k for k, v in pair_options.items() if v is not None]
     if given_pair:
         raise DraftlabError(f"--{given_pair[0].replace('_', '-')} goes with --target T --drafter D --prompts P")
     if costs is not None:
-        if given_engine:
-            raise DraftlabError(
-                f"--costs plans from a profile; drop --{given_engine[0].replace('_', '-')} "
-                "(engine numbers are a separate mode)"
-            )
-        entries = parse_grid(grid) if grid else None
-        accepts = load_probes(list(probe or []))
-        if profile is not None:
-            configs = None if entries is None else [e.config for e in entries if e.accept_length is None]
-            accepts += profile_accept_lengths(profile, configs, covered=[a.config for a in accepts])
-        result = make_plan(
-            load_profile(costs), accepts, grid=entries,
-            batch_sizes=None if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes),
-        )
-        _emit_plan(result, plot, json_out, schedule=wanted)
+        _refuse_engine_numbers(given_engine, "--costs plans from a profile")
+        _plan_measured(costs, probe or [], profile, grid, batch_sizes, plot, json_out, wanted)
         return
     if probe or profile or grid or batch_sizes or plot:
         raise DraftlabError("--probe, --profile, --grid, --batch-sizes and --plot need --costs PROFILE.json")
-    if not given_engine:
-        raise DraftlabError(
-            "give --costs PROFILE.json --probe PROBE.json, or numbers read off an engine "
-            "(--baseline-tps 82 --spec-tps 52 --accept-length 1.5)"
-        )
-    if wanted is not None:
-        raise DraftlabError("--schedule needs predictions per chain length and batch size (--costs with --probe, or "
-                            "--target); engine numbers describe one config at one batch size")
-    est = estimate_from_engine(
-        batch_size=batch_size, **engine, what_ifs=[parse_what_if(w) for w in what_if or []]
-    )
-    if json_out:
-        emit_json(est)
-    else:
-        render_engine_estimate(est, console)
+    _plan_engine(engine, batch_size, what_if or [], json_out, wanted)
 
 
 def _refuse_outputs(outputs: dict[str, Path | None], inputs: dict[str, Any]) -> None:
@@ -156,13 +115,20 @@ def _refuse_outputs(outputs: dict[str, Path | None], inputs: dict[str, Any]) -> 
             seen[label] = path
 
 
+def _refuse_engine_numbers(given: list[str], mode: str) -> None:
+    """Engine numbers are a mode of their own: refused beside ``--target`` and ``--costs``."""
+    if given:
+        raise DraftlabError(f"{mode}; drop --{given[0].replace('_', '-')} (engine numbers are a separate mode)")
+
+
 def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, grid: str | None,
-               batch_sizes: list[int], plot: Path | None, json_out: bool, options: dict[str, Any],
-               wanted: ScheduleRequest | None = None) -> None:
+               batch_sizes: str | None, plot: Path | None, json_out: bool, options: dict[str, Any],
+               wanted: ScheduleRequest | None) -> None:
     """``--target --drafter --prompts``: probe every grid config, profile the pair, plan. ``options``
-    holds the pair-mode options given (the others keep auto_plan's defaults)."""
+    holds the pair-mode options (those not given keep auto_plan's defaults)."""
     from draftlab.cost.auto_plan import MAX_NEW_TOKENS, auto_plan
 
+    batches = [1] if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes)
     missing = [name for name, v in (("--target", target), ("--drafter", drafter), ("--prompts", prompts)) if v is None]
     if missing:
         raise DraftlabError(f"planning from a pair needs --target, --drafter and --prompts; add {missing[0]}")
@@ -171,14 +137,14 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
     if assumed is not None:
         raise DraftlabError(f"--grid {assumed.config.label}:{assumed.accept_length:g}: with --target the probe "
                             f"measures every accept length; drop ':{assumed.accept_length:g}'")
-    save_costs, save_probe = options.pop("save_costs", None), options.pop("save_probe", None)
-    use_threads(options.pop("threads", None))
-    if "context" in options:
-        options["context_tokens"] = options.pop("context")
-    with lower_on_oom(batch_sizes=",".join(map(str, batch_sizes)) if batch_sizes else "all profiled",
-                      max_new_tokens=options.get("max_new_tokens") or MAX_NEW_TOKENS):
+    save_costs, save_probe = options.pop("save_costs"), options.pop("save_probe")
+    where = Placement.of(options.pop("dtype"), options.pop("device"), threads=options.pop("threads"))
+    options["context_tokens"] = options.pop("context")
+    given = {k: v for k, v in options.items() if v is not None}  # the others keep auto_plan's defaults
+    with lower_on_oom(batch_sizes=",".join(map(str, batches)),
+                      max_new_tokens=given.get("max_new_tokens") or MAX_NEW_TOKENS):
         result = auto_plan(target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],
-                           batch_sizes=batch_sizes, **options)
+                           batch_sizes=batches, dtype=where.dtype, device=where.device, **given)
     if save_costs is not None:
         save_profile(result.profile, save_costs)
     if save_probe is not None:
@@ -186,6 +152,35 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
     if not json_out:
         render_measurements(result, console)
     _emit_plan(result.plan, plot, json_out, timings=result.timings, schedule=wanted)
+
+
+def _plan_measured(costs: Path, probe: list[Path], profile: Path | None, grid: str | None, batch_sizes: str | None,
+                   plot: Path | None, json_out: bool, wanted: ScheduleRequest | None) -> None:
+    """``--costs PROFILE.json`` with accept lengths from ``--probe`` files, an acceptance ``--profile``
+    or ``--grid`` entries that assume them."""
+    entries = parse_grid(grid) if grid else None
+    accepts = load_probes(probe)
+    if profile is not None:
+        configs = None if entries is None else [e.config for e in entries if e.accept_length is None]
+        accepts += profile_accept_lengths(profile, configs, covered=[a.config for a in accepts])
+    result = make_plan(load_profile(costs), accepts, grid=entries,
+                       batch_sizes=None if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes))
+    _emit_plan(result, plot, json_out, schedule=wanted)
+
+
+def _plan_engine(numbers: dict[str, float | None], batch_size: int, what_if: list[str], json_out: bool,
+                 wanted: ScheduleRequest | None) -> None:
+    """Numbers read off a serving engine: what the speculative run gained, and what-if scenarios."""
+    if all(v is None for v in numbers.values()) and not what_if:
+        raise DraftlabError(
+            "give --costs PROFILE.json --probe PROBE.json, or numbers read off an engine "
+            "(--baseline-tps 82 --spec-tps 52 --accept-length 1.5)"
+        )
+    if wanted is not None:
+        raise DraftlabError("--schedule needs predictions per chain length and batch size (--costs with --probe, or "
+                            "--target); engine numbers describe one config at one batch size")
+    estimate = estimate_from_engine(batch_size=batch_size, **numbers, what_ifs=[parse_what_if(w) for w in what_if])
+    show(estimate, json_out, render_engine_estimate)
 
 
 def _emit_plan(result: Plan, plot: Path | None, json_out: bool, timings: dict[str, float] | None = None,

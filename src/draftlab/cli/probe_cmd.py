@@ -9,26 +9,14 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    EngineOption,
-    JsonOption,
-    NumDraftTokensOption,
-    SamplingSeedOption,
-    StepsOption,
-    TargetOption,
-    ThreadsOption,
-    TopkOption,
-    at_least_one,
-    emit_json,
-    lower_on_oom,
-    main_process,
-    non_negative,
-    use_threads,
+from draftlab.cli.checks import at_least_one, non_negative
+from draftlab.cli.common import lower_on_oom, main_process
+from draftlab.cli.options import (
+    EngineOption, NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TopkOption,
 )
-from draftlab.console import console, err_console
+from draftlab.cli.output import JsonOption, show
+from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.console import err_console
 
 
 @app.command("probe")
@@ -78,7 +66,7 @@ def probe_command(
         refuse_overlap(profile_out, {**local_inputs(target=target, drafter=drafter, features=features),
                                      "--prompts": prompts})
         categories = read_categories(prompts) if prompts is not None else None
-    use_threads(threads)
+    where = Placement.of(dtype, device, device_map, threads)
     from draftlab.distributed import leave
     from draftlab.probe.probe import probe
     from draftlab.report.probe import render_probe
@@ -87,8 +75,8 @@ def probe_command(
         with lower_on_oom(batch_size="auto" if batch_size is None else batch_size, max_new_tokens=max_new_tokens):
             result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
                            max_new_tokens=max_new_tokens, responses=responses, features=features,
-                           temperature=temperature, seed=seed, batch_size=batch_size, dtype=dtype, device=device,
-                           device_map=device_map, engine=engine, progress=not json_out)
+                           temperature=temperature, seed=seed, batch_size=batch_size, **where.loading(),
+                           engine=engine, progress=not json_out)
     finally:
         leave()
     if not main_process():  # torchrun: every rank holds the result; rank 0 prints it
@@ -100,7 +88,4 @@ def probe_command(
         write_profile(profile_from_probe(result, prompts=prompts, categories=categories), profile_out)
         if not json_out:
             err_console.print(f"acceptance profile written to {profile_out}", markup=False)
-    if json_out:
-        emit_json(result)
-    else:
-        render_probe(result, console)
+    show(result, json_out, render_probe)

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DtypeOption,
-    JsonOption,
-    ThreadsOption,
-    at_least_one,
-    check_device,
-    emit_json,
-    lower_on_oom,
-    non_negative,
-    parse_ints,
-    use_threads,
-)
-from draftlab.console import console
+from draftlab.cli.checks import at_least_one, non_negative
+from draftlab.cli.common import lower_on_oom, parse_ints
+from draftlab.cli.output import JsonOption, show
+from draftlab.cli.placement import DefaultedDeviceOption, DtypeOption, Placement, ThreadsOption
 from draftlab.cost.profile import ModelInfo, Profile, save_profile
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
@@ -38,7 +30,7 @@ def profile(
     extend_tokens: Annotated[str, typer.Option(help="Accepted tokens per sequence of a draft-extend.")] = "1,2,3,4,5,6,7,8",
     context: Annotated[int, typer.Option(callback=at_least_one, help="KV-cache length every pass runs after.")] = 256,
     dtype: DtypeOption = None,
-    device: Annotated[str, typer.Option(callback=check_device, help="cpu, cuda or cuda:N.")] = "cuda",
+    device: DefaultedDeviceOption = "cuda",
     warmup: Annotated[int, typer.Option(callback=non_negative, help="Untimed calls before each measurement.")] = 3,
     repeats: Annotated[int, typer.Option(callback=at_least_one,
         help="Timed calls per measurement (median and spread).")] = 10,
@@ -59,46 +51,50 @@ def profile(
         raise DraftlabError("give --target T (and --drafter D), or --tp P to time the all-reduce")
     if drafter is not None and target is None:
         raise DraftlabError("--drafter needs --target (the drafter reads the target's features)")
-    use_threads(threads)
+    where = Placement.of(dtype, device, threads=threads)
     result = Profile(model=ModelInfo(), verify=[])
     with lower_on_oom(batch_sizes=batch_sizes, context=context, verify_tokens=verify_tokens):
         if target is not None:
-            from draftlab.cost.profiler import profile_costs
-            from draftlab.cost.runtime_workload import runtime_workload
-            from draftlab.models.drafter import Eagle3Drafter
             from draftlab.models.devices import default_dtype
-            from draftlab.models.target import TargetRunner
 
-            dtype = dtype or default_dtype(device)
-            runner = TargetRunner.load(target, dtype=dtype, device=device)
-            draft = None if drafter is None else Eagle3Drafter.load(
-                drafter, target=runner, dtype=dtype, device=device)
-            workload = runtime_workload(runner, draft, context_tokens=context,
-                                        target_name=str(target), drafter_name=drafter and str(drafter))
-            result = profile_costs(
-                workload, batch_sizes=batches, verify_tokens=tokens,
-                draft_rows=parse_ints("--draft-rows", draft_rows),
-                extend_tokens=parse_ints("--extend-tokens", extend_tokens),
-                warmup=warmup, repeats=repeats, overhead_ms=overhead_ms,
-            )
+            where = replace(where, dtype=where.dtype or default_dtype(where.device))
+            result = _time_pair(target, drafter, where, context, batch_sizes=batches, verify_tokens=tokens,
+                                draft_rows=parse_ints("--draft-rows", draft_rows),
+                                extend_tokens=parse_ints("--extend-tokens", extend_tokens),
+                                warmup=warmup, repeats=repeats, overhead_ms=overhead_ms)
             hidden_size, num_layers = result.model.hidden_size, result.model.num_layers
         if tp >= 2:
-            from dataclasses import replace
-
-            from draftlab.cost.allreduce import measure_allreduce
-            from draftlab.cost.profiler import environment
-
             if hidden_size is None or num_layers is None:
                 raise DraftlabError("--tp without --target needs --hidden-size and --num-layers")
-            ar = measure_allreduce(tp=tp, hidden_size=hidden_size, num_layers=num_layers,
-                                   batch_sizes=batches, tokens=tokens, warmup=warmup,
-                                   repeats=repeats, dtype=dtype or "bfloat16")
-            result = replace(result, allreduce=ar, environment=result.environment or environment())
-            if target is None:
-                result = replace(result, model=ModelInfo(hidden_size=hidden_size, num_layers=num_layers),
-                                 warmup=warmup, repeats=repeats)
+            result = _add_allreduce(result, ModelInfo(hidden_size=hidden_size, num_layers=num_layers), tp,
+                                    batches, tokens, warmup, repeats, where.dtype or "bfloat16", alone=target is None)
     save_profile(result, out)
-    if json_out:
-        emit_json(result)
-    else:
-        render_profile(result, console, out)
+    show(result, json_out, render_profile, out)
+
+
+def _time_pair(target: Path, drafter: Path | None, where: Placement, context: int, **timing: Any) -> Profile:
+    """Load the target (and drafter) as placed and time their passes after ``context`` tokens of KV cache."""
+    from draftlab.cost.profiler import profile_costs
+    from draftlab.cost.runtime_workload import runtime_workload
+    from draftlab.models.drafter import Eagle3Drafter
+    from draftlab.models.target import TargetRunner
+
+    runner = TargetRunner.load(target, dtype=where.dtype, device=where.device)
+    draft = None if drafter is None else Eagle3Drafter.load(drafter, target=runner, dtype=where.dtype,
+                                                            device=where.device)
+    workload = runtime_workload(runner, draft, context_tokens=context,
+                                target_name=str(target), drafter_name=drafter and str(drafter))
+    return profile_costs(workload, **timing)
+
+
+def _add_allreduce(result: Profile, model: ModelInfo, tp: int, batches: list[int], tokens: list[int], warmup: int,
+                   repeats: int, dtype: str, *, alone: bool) -> Profile:
+    """``result`` with the all-reduce of ``tp`` processes timed; ``alone`` (no target timed): the model's
+    shape and the timing settings recorded with it."""
+    from draftlab.cost.allreduce import measure_allreduce
+    from draftlab.cost.profiler import environment
+
+    ar = measure_allreduce(tp=tp, hidden_size=model.hidden_size, num_layers=model.num_layers,
+                           batch_sizes=batches, tokens=tokens, warmup=warmup, repeats=repeats, dtype=dtype)
+    result = replace(result, allreduce=ar, environment=result.environment or environment())
+    return replace(result, model=model, warmup=warmup, repeats=repeats) if alone else result

@@ -8,18 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    JsonOption,
-    ThreadsOption,
-    at_least_one,
-    emit_json,
-    main_process,
-    non_negative,
-    use_threads,
-)
+from draftlab.cli.checks import at_least_one, non_negative
+from draftlab.cli.common import main_process
+from draftlab.cli.output import JsonOption, emit_json
+from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
 from draftlab.console import console
 
 
@@ -47,12 +39,12 @@ def regenerate_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Replace each conversation's last assistant turn with the target's own response."""
-    use_threads(threads)
+    where = Placement.of(dtype, device, device_map, threads)
     from draftlab.train.regenerate import regenerate
 
     result = regenerate(data, out, target=target, base_url=base_url, model=model, concurrency=concurrency,
                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, batch_size=batch_size,
-                        resume=resume, dtype=dtype, device=device, device_map=device_map)
+                        resume=resume, **where.loading())
     if not main_process():
         return
     if json_out:

@@ -10,18 +10,10 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DtypeOption,
-    EngineOption,
-    HostOption,
-    NumDraftTokensOption,
-    StepsOption,
-    SyntheticAcceptanceOption,
-    ThreadsOption,
-    TopkOption,
-    check_device,
-    use_threads,
+from draftlab.cli.options import (
+    EngineOption, HostOption, NumDraftTokensOption, StepsOption, SyntheticAcceptanceOption, TopkOption,
 )
+from draftlab.cli.placement import DefaultedDeviceOption, DtypeOption, Placement, ThreadsOption
 from draftlab.console import console, err_console
 
 
@@ -36,7 +28,7 @@ def serve(
     host: HostOption = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="0 picks a free port (printed).")] = 30000,
     dtype: DtypeOption = None,
-    device: Annotated[str, typer.Option("--device", callback=check_device, help="cpu, cuda or cuda:N.")] = "cpu",
+    device: DefaultedDeviceOption = "cpu",
     engine: EngineOption = "sglang",
     schedule: Annotated[Optional[Path], typer.Option(
         "--schedule", help="Batch requests and draft per batch size as this schedule says (a file written by "
@@ -53,7 +45,7 @@ def serve(
     from draftlab.acceptance.synthetic import parse_synthetic
 
     synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
-    use_threads(threads)
+    where = Placement.of(dtype, device, threads=threads)
     from draftlab.serve.http import make_server
     from draftlab.serve.load import load_context
 
@@ -64,7 +56,7 @@ def serve(
         loaded = load_schedule(schedule)
     with err_console.status("loading models"):
         ctx = load_context(target, drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                           dtype=dtype, device=device, engine=engine, synthetic=synthetic,
+                           dtype=where.dtype, device=where.device, engine=engine, synthetic=synthetic,
                            synthetic_seed=synthetic_seed, schedule=loaded, max_batch=max_batch)
     server = make_server(ctx, host, port)
     bound_host, bound_port = server.server_address[:2]

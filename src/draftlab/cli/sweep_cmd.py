@@ -11,25 +11,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from draftlab.bench.grid import GRID_HELP, SweepEntry, parse_grid
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DrafterIdOption,
-    DryRunOption,
-    HealthTimeoutOption,
-    HostOption,
-    IgnoreEosOption,
-    MaxTokensOption,
-    PortOption,
-    PromptsOption,
-    SkipCheckOption,
-    SyntheticAcceptanceOption,
-    TargetIdOption,
-    TemperatureOption,
-    TimeoutOption,
+from draftlab.cli.checks import at_least_one, non_negative
+from draftlab.cli.options import (
+    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, IgnoreEosOption, MaxTokensOption, PortOption,
+    PromptsOption, SkipCheckOption, SyntheticAcceptanceOption, TargetIdOption, TemperatureOption, TimeoutOption,
     TpOption,
-    at_least_one,
-    emit_json,
-    non_negative,
 )
+from draftlab.cli.output import emit_json, show
 from draftlab.console import console, err_console
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import local_inputs, refuse_overlap
@@ -110,10 +98,7 @@ def sweep(
         return 0
     folder = out or Path(f"sweep-{engine}-{time.strftime('%Y%m%d-%H%M%S')}")
     result = _run(plan, folder, quiet=json_out)
-    if json_out:
-        emit_json(result)
-    else:
-        render_sweep(result, console)
+    show(result, json_out, render_sweep)
     summary = Path(result.out_dir) / SUMMARY_NAME
     if result.interrupted:
         err_console.print(f"draftlab: interrupted; the entries that ran are in {summary}")

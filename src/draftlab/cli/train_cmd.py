@@ -8,26 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.common import (
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    JsonOption,
-    NumDraftTokensOption,
-    StepsOption,
-    TargetOption,
-    ThreadsOption,
-    TopkOption,
-    at_least_one,
-    emit_json,
-    lower_on_oom,
-    main_process,
-    non_negative,
-    parse_layer_ids,
-    positive,
-    use_threads,
-)
-from draftlab.console import console
+from draftlab.cli.checks import at_least_one, non_negative, positive
+from draftlab.cli.common import lower_on_oom, main_process, parse_layer_ids
+from draftlab.cli.options import NumDraftTokensOption, StepsOption, TargetOption, TopkOption
+from draftlab.cli.output import JsonOption, show
+from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
 
 
 @app.command("train")
@@ -43,13 +28,11 @@ def train_command(
         "--features", help="Captured hidden states (the layouts probe --features reads, with the final state) "
                            "instead of --data.")] = None,
     remap: Annotated[Optional[Path], typer.Option(
-        "--remap", help="With --init: rebuild its vocabulary from these counts (vocab count) via vocab remap.")
-    ] = None,
+        "--remap", help="With --init: rebuild its vocabulary from these counts (vocab count) via vocab remap.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", callback=at_least_one,
         help="Optimizer steps to run.")] = None,
     epochs: Annotated[Optional[float], typer.Option("--epochs", callback=positive,
-        help="Passes over the data (or --max-steps).")
-                      ] = None,
+        help="Passes over the data (or --max-steps).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one,
         help="Rows per optimizer step (all processes).")] = 8,
     grad_accum: Annotated[int, typer.Option("--grad-accum", callback=at_least_one,
@@ -61,8 +44,7 @@ def train_command(
         help="Linear warm-up steps before the cosine decay.")] = 0,
     ttt_length: Annotated[int, typer.Option("--ttt-length", callback=at_least_one,
         help="Training-time-test steps unrolled.")] = 7,
-    draft_vocab_size: Annotated[Optional[int], typer.Option(
-        "--draft-vocab-size", callback=at_least_one,
+    draft_vocab_size: Annotated[Optional[int], typer.Option("--draft-vocab-size", callback=at_least_one,
         help="From scratch: draft vocabulary size, built from the data's counts (default 32000, or the target's "
              "whole vocabulary when smaller).")] = None,
     aux_layers: Annotated[Optional[str], typer.Option(
@@ -78,8 +60,7 @@ def train_command(
     eval_max_new_tokens: Annotated[int, typer.Option(
         "--eval-max-new-tokens", callback=at_least_one, help="Continuation tokens per eval prompt.")] = 64,
     save_every: Annotated[int, typer.Option("--save-every", callback=non_negative,
-        help="Checkpoint every N steps (and at the end).")
-                          ] = 0,
+        help="Checkpoint every N steps (and at the end).")] = 0,
     steps: StepsOption = None,
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
@@ -88,15 +69,14 @@ def train_command(
     dtype: DtypeOption = "float32",
     device: DeviceOption = None,
     device_map: DeviceMapOption = None,
-    compile_layer: Annotated[Optional[bool], typer.Option(
-        "--compile/--no-compile", help="Run the drafter's layer and the target's dense layers through "
-                                       "torch.compile (default: on CUDA only; flex attention is compiled on "
-                                       "CUDA either way).")] = None,
+    compile_layer: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help=(
+        "Run the drafter's layer and the target's dense layers through torch.compile (default: on CUDA only; "
+        "flex attention is compiled on CUDA either way)."))] = None,
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
     """Train an EAGLE-3 drafter with SpecForge's TTT loss; OUT loads in SGLang and vLLM."""
-    use_threads(threads)
+    where = Placement.of(dtype, device, device_map, threads)
     from draftlab.report.train import render_train, train_document
     from draftlab.train.trainer import TrainOptions, train
 
@@ -107,13 +87,11 @@ def train_command(
         aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers), variant=variant,
         eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
         save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
-        dtype=dtype, device=device, device_map=device_map, progress=not json_out, compile=compile_layer)
+        **where.loading(), progress=not json_out, compile=compile_layer)
     with lower_on_oom(batch_size=batch_size, seq_len=seq_len, ttt_length=ttt_length):
         result = train(options)
-    if main_process() and json_out:
-        emit_json(train_document(result))
-    elif main_process():
-        render_train(result, console)
+    if main_process():
+        show(result, json_out, render_train, as_json=train_document)
     if result.interrupted:
         raise typer.Exit(130)
 

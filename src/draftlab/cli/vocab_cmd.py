@@ -11,8 +11,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from draftlab.cli.app import app
-from draftlab.cli.common import emit_json
-from draftlab.console import console, err_console
+from draftlab.cli.output import show
+from draftlab.console import err_console
 from draftlab.documents import to_jsonable
 from draftlab.fsutil import refuse_overlap
 from draftlab.report.vocab import (
@@ -53,10 +53,7 @@ def count_cmd(
     with _progress("counting") as progress:
         result = count_to_file(data, tokenizer, output, vocab_size=vocab_size, skip_bad_lines=skip_bad_lines,
                                workers=workers, progress=progress)
-    if json_out:
-        emit_json(result)
-        return
-    render_vocab_count(result, console)
+    show(result, json_out, render_vocab_count)
 
 
 @vocab_app.command("coverage")
@@ -74,10 +71,7 @@ def coverage_cmd(
     token_counts = read_counts(counts)
     decode = _decoder(tokenizer, mapping.vocab_size) if tokenizer is not None else None
     result = coverage(mapping, token_counts, top=top, decode=decode, source=str(counts))
-    if json_out:
-        emit_json(result)
-        return
-    render_vocab_coverage(result, console, source)
+    show(result, json_out, render_vocab_coverage, source)
 
 
 def _decoder(tokenizer_dir: Path, vocab_size: int) -> Callable[[int], str | None]:
@@ -101,11 +95,12 @@ def compare_cmd(
 
     token_counts = read_counts(counts) if counts is not None else None
     result = compare_mappings(load_mapping(a), load_mapping(b), token_counts, counts_source=str(counts))
-    doc = {k: v for k, v in to_jsonable(result).items() if v is not None}
-    if json_out:
-        emit_json(doc)
-        return
-    render_vocab_compare(result, console, a, b)
+    show(result, json_out, render_vocab_compare, a, b, as_json=_without_nones)
+
+
+def _without_nones(result: object) -> dict[str, object]:
+    """The comparison's fields that apply (coverage only with --counts)."""
+    return {k: v for k, v in to_jsonable(result).items() if v is not None}
 
 
 @vocab_app.command("build")
@@ -123,10 +118,7 @@ def build_cmd(
     from draftlab.vocab import build_mapping_file
 
     result = build_mapping_file(counts, size, output, vocab_size, fmt)
-    if json_out:
-        emit_json(result)
-        return
-    render_vocab_build(result, console)
+    show(result, json_out, render_vocab_build)
 
 
 @vocab_app.command("remap")
@@ -144,7 +136,4 @@ def remap_cmd(
 
     refuse_overlap(output, {"DRAFTER": drafter, "--mapping": mapping, "--target": target}, folder=True)
     result = remap_drafter(drafter, load_mapping(mapping), output, init=init, target=target)
-    if json_out:
-        emit_json(result)
-        return
-    render_vocab_remap(result, console)
+    show(result, json_out, render_vocab_remap)

@@ -1,0 +1,52 @@
+"""Options that several commands take, spelled and explained once (placement: :mod:`draftlab.cli.placement`;
+``--json``: :mod:`draftlab.cli.output`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from draftlab.cli.checks import at_least_one, non_negative, positive
+
+# the models and the speculation shape (generate, probe, drift, train, serve, ...)
+TargetOption = Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")]
+EngineOption = Annotated[str, typer.Option(
+    "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")]
+StepsOption = Annotated[Optional[int], typer.Option(
+    "--steps", callback=at_least_one, help="SGLang --speculative-num-steps.")]
+TopkOption = Annotated[Optional[int], typer.Option(
+    "--topk", callback=at_least_one, help="SGLang --speculative-eagle-topk.")]
+NumDraftTokensOption = Annotated[Optional[int], typer.Option(
+    "--num-draft-tokens", callback=at_least_one, help="SGLang --speculative-num-draft-tokens (root included).")]
+SamplingSeedOption = Annotated[Optional[int], typer.Option("--seed", help="Sampling seed (temperature > 0).")]
+TemperatureOption = Annotated[float, typer.Option(
+    "--temperature", callback=non_negative, help="Sampling temperature; 0 is greedy.")]
+
+# the commands that start an engine server (launch, sweep)
+TargetIdOption = Annotated[str, typer.Option("--target", help="Target model folder or hub id.")]
+DrafterIdOption = Annotated[Optional[str], typer.Option(
+    "--drafter", help="EAGLE-3 drafter folder or hub id (omit: baseline).")]
+TpOption = Annotated[int, typer.Option("--tp", callback=at_least_one, help="Tensor-parallel size.")]
+HostOption = Annotated[str, typer.Option("--host", help="Address the server listens on.")]
+PortOption = Annotated[Optional[int], typer.Option(
+    "--port", min=1, max=65535, help="Default: SGLang 30000, vLLM 8000, draftlab 30000.")]
+HealthTimeoutOption = Annotated[float, typer.Option(
+    "--health-timeout", callback=positive, help="Seconds to wait for the engine's /health.")]
+SkipCheckOption = Annotated[bool, typer.Option("--skip-check", help="Launch without draftlab check.")]
+DryRunOption = Annotated[bool, typer.Option(
+    "--dry-run", help="Print each engine command and its environment only; start nothing.")]
+SyntheticAcceptanceOption = Annotated[Optional[str], typer.Option(
+    "--synthetic-acceptance", help="Force this acceptance instead of verifying drafts: an acceptance profile file "
+                                   "(probe --profile-out; per-position rates) or a mean accept length (bonus "
+                                   "included), in the engine's own synthetic mode.")]
+
+# the commands that benchmark a server (bench, sweep)
+PromptsOption = Annotated[Optional[Path], typer.Option(
+    "--prompts", help="JSONL rows with prompt, messages or input_ids.")]
+MaxTokensOption = Annotated[int, typer.Option(
+    "--max-tokens", callback=at_least_one, help="Tokens to generate per request.")]
+IgnoreEosOption = Annotated[bool, typer.Option("--ignore-eos", help="Generate exactly --max-tokens.")]
+TimeoutOption = Annotated[float, typer.Option(
+    "--timeout", callback=positive, help="Per-request seconds without data.")]
