@@ -42,7 +42,7 @@ from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.documents import document, to_jsonable
 from draftlab.cost.schedule import engine_schedule
 from draftlab.engines.schedule import dumps
-from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
 from draftlab.models.pair import LoadedPair, load_pair
@@ -50,13 +50,8 @@ from draftlab.probe import modelfree
 from draftlab.acceptance.profile import write_profile
 from draftlab.probe.to_profile import profile_from_probe
 from draftlab.probe.drift import DriftResult, compare_targets, drift_sequences
-from draftlab.probe.probe import (
-    Clock,
-    Decoded,
-    ProbeResult,
-    decode_continuations,
-    probe_configs,
-)
+from draftlab.probe.probe import Clock, ProbeResult, decode_continuations, probe_configs
+from draftlab.probe.samples import Decoded
 from draftlab.decode.prompts import read_categories
 from draftlab.vocab.counts import TokenCounts
 from draftlab.vocab.coverage import CoverageResult, coverage
@@ -124,95 +119,166 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
     if unknown:
         raise DraftlabError(f"--model-free: unknown method {unknown[0]!r}; choose from {', '.join(MODEL_FREE)}")
     configs = list(dict.fromkeys(grid if grid is not None else default_grid()))
-    engine_estimate = None
-    if engine_numbers:
-        if costs is not None or len(configs) != 1:
-            raise DraftlabError("engine numbers describe one served config: give --grid with exactly that config "
-                                "(e.g. --grid 3/1/4) and no --costs")
-        engine_estimate = estimate_from_engine(batch_size=engine_batch_size, **engine_numbers)
-    suffix = suffix or modelfree.Suffix()
+    engine_estimate = _engine_estimate(engine_numbers, engine_batch_size, configs, costs)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
-    out = Path(out)
-    given_costs = load_profile(costs) if costs is not None else None  # bad input fails before any work
+    run = _Run(
+        drafter=drafter, target=target, prompts=prompts, out=Path(out), old_target=old_target, engine=engine,
+        engine_version=engine_version, configs=configs, batch_sizes=batch_sizes, costs=costs,
+        given_costs=load_profile(costs) if costs is not None else None,  # bad input fails before any work
+        max_new_tokens=max_new_tokens, context_tokens=context_tokens, ngram=ngram,
+        suffix=suffix or modelfree.Suffix(), model_free=model_free, engine_estimate=engine_estimate,
+        dtype=dtype or ("float32" if device == "cpu" else "bfloat16"), device=device, repeats=repeats,
+        progress=progress)
     if old_target is not None:
         _same_architecture(old_target, target)
     clock = Clock()
-    with atomic_dir(out) as tmp, _steps(progress) as step:
-        step("inspect and check")
-        inspected = inspect_checkpoint(drafter, engine=engine, target=target)
-        checked = check_pair(drafter, target, engine=engine, engine_version=engine_version)
-        fixed, run_on = None, Path(drafter)
-        if not checked.ok and checked.fixable:
-            step("fixing the config into DIR/fixed")
-            fixed = fix_pair(drafter, target, tmp / "fixed", engine=engine, engine_version=engine_version)
-            run_on = tmp / "fixed"
-        after = fixed.after if fixed is not None else checked
-        result = AssessResult(verdict=None, config={  # type: ignore[arg-type]  # decided last
-            "drafter": str(drafter), "target": str(target), "old_target": None if old_target is None else str(old_target),
-            "prompts": str(prompts), "engine": engine, "engine_version": checked.engine_version,
-            "grid": [c.label for c in configs], "batch_sizes": sorted(set(batch_sizes)), "max_new_tokens": max_new_tokens,
-            "costs": None if costs is None else str(costs), "model_free": list(model_free), "device": device,
-            "dtype": dtype},
-            drafter=str(out / "fixed") if fixed is not None else str(drafter), inspect=inspected, check=checked,
-            fix=fixed)
+    with atomic_dir(run.out) as tmp, _steps(progress) as step:
+        result, run_on = _check(run, tmp, step)
         clock.lap("check_s")
+        after = result.fix.after if result.fix is not None else result.check
         if not after.ok:
             errors = [f"{f.code}: {f.message}" for f in after.findings if f.severity == "error"]
-            result.verdict = decide(Evidence(fixed=_codes(fixed), unfixable=errors, fixed_dir=str(out / "fixed")))
-            _write(result, tmp, out)
+            result.verdict = decide(Evidence(fixed=_codes(result.fix), unfixable=errors,
+                                             fixed_dir=str(run.out / "fixed")))
+            _write(result, tmp, run.out)
             return result
 
-        step("loading the pair")
-        pair = load_pair(target, run_on, engine=engine, dtype=dtype, device=device)
-        clock.lap("load_s")
-        flags = [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in configs]
-        step("decoding the target's continuations")
-        lookahead = max(ngram.num_speculative_tokens if "ngram" in model_free else 0,
-                        suffix.num_speculative_tokens if "suffix" in model_free else 0)
-        decoded = decode_continuations(pair, target, prompts, flags, max_new_tokens=max_new_tokens,
-                                       lookahead=lookahead, progress=progress)
-        clock.lap("continuations_s")
-        step("coverage, probe and model-free baselines")
-        result.coverage, counts = _coverage(pair, run_on, decoded)
-        result.probes = probe_configs(pair, target, prompts, flags, max_new_tokens=max_new_tokens, decoded=decoded)
-        categories = dict(enumerate(read_categories(prompts)))
-        result.model_free, free_cycles = _model_free(decoded, ngram, suffix, model_free, pair.target.eos_token_ids)
-        clock.lap("probe_s")
-
-        old_pair = None
-        if old_target is not None:
-            step("drift and the probe on OLD")
-            old_pair = load_pair(old_target, run_on, engine=engine, dtype=dtype, device=device)
-            result.drift = _drift(old_pair, pair, old_target, target, prompts, engine, dtype, device)
-            result.old_probes = probe_configs(old_pair, old_target, prompts, flags, max_new_tokens=max_new_tokens)
-            del old_pair
-            clock.lap("old_s")
-
-        if engine_estimate is not None:
-            result.engine_estimate = engine_estimate
-        else:
-            step("profiling and planning")
-            _plan(result, configs, batch_sizes, given_costs, pair, context_tokens, repeats, target, run_on, prompts)
-            _schedule(result, engine, engine_version)
-        clock.lap("plan_s")
-
-        result.slices = _slices(configs, result.probes, result.old_probes, free_cycles, decoded, categories)
-        served = engine_estimate is not None
-        result.verdict = decide(Evidence(
-            fixed=_codes(fixed), unfixable=[], plan=result.plan, old_plan=result.old_plan,
-            coverage=result.coverage.coverage, drift=result.drift.layers if result.drift else None,
-            next_token_agreement=result.drift.next_token_agreement if result.drift else None,
-            fixed_dir=str(out / "fixed"), engine=engine_estimate, engine_config=configs[0].label if served else None,
-            accept_length=result.probes[0].mean_accept_length if served else None,
-            accept_length_old=result.old_probes[0].mean_accept_length if served and result.old_probes else None))
-        result.timings = clock.timings()
-        counts.save(tmp / "vocab-counts.json")
-        served_probe = _served_probe(result)
-        write_profile(profile_from_probe(served_probe, prompts=prompts, categories=categories),
-                      tmp / "speculation_profile.json")
-        _write(result, tmp, out, decoded=decoded, categories=categories)
+        _measure(result, run, run_on, tmp, step, clock)
     return result
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One assess run's inputs, resolved (defaults filled in, bad input refused) before any work; what
+    every step below reads."""
+
+    drafter: str | Path  # as given; the steps after the check run on the fixed copy when there is one
+    target: str | Path
+    prompts: str | Path
+    out: Path
+    old_target: str | Path | None
+    engine: str
+    engine_version: str | None
+    configs: list[SpecConfig]  # the grid, each config once
+    batch_sizes: Sequence[int]
+    costs: str | Path | None
+    given_costs: Profile | None  # read from ``costs``; None: measured here
+    max_new_tokens: int
+    context_tokens: int
+    ngram: modelfree.Ngram
+    suffix: modelfree.Suffix
+    model_free: Sequence[str]
+    engine_estimate: EngineEstimate | None  # from engine numbers, in place of the profile and the plan
+    dtype: str
+    device: str
+    repeats: int
+    progress: bool
+
+    @property
+    def lookahead(self) -> int:
+        """The longest model-free proposal simulated: how far the continuations reach past max_new_tokens."""
+        return max(self.ngram.num_speculative_tokens if "ngram" in self.model_free else 0,
+                   self.suffix.num_speculative_tokens if "suffix" in self.model_free else 0)
+
+
+def _engine_estimate(engine_numbers: dict[str, float] | None, batch_size: int, configs: list[SpecConfig],
+                     costs: str | Path | None) -> EngineEstimate | None:
+    """The served figures from engine numbers, which describe one config and replace the measured costs."""
+    if not engine_numbers:
+        return None
+    if costs is not None or len(configs) != 1:
+        raise DraftlabError("engine numbers describe one served config: give --grid with exactly that config "
+                            "(e.g. --grid 3/1/4) and no --costs")
+    return estimate_from_engine(batch_size=batch_size, **engine_numbers)
+
+
+def _check(run: _Run, tmp: Path, step: Callable[[str], None]) -> tuple[AssessResult, Path]:
+    """inspect and check, and --fix into DIR/fixed when the findings are fixable: the result so far
+    (its verdict still to decide) and the drafter every later step runs on."""
+    step("inspect and check")
+    inspected = inspect_checkpoint(run.drafter, engine=run.engine, target=run.target)
+    checked = check_pair(run.drafter, run.target, engine=run.engine, engine_version=run.engine_version)
+    fixed, run_on = None, Path(run.drafter)
+    if not checked.ok and checked.fixable:
+        step("fixing the config into DIR/fixed")
+        fixed = fix_pair(run.drafter, run.target, tmp / "fixed", engine=run.engine, engine_version=run.engine_version)
+        run_on = tmp / "fixed"
+    config = {
+        "drafter": str(run.drafter), "target": str(run.target),
+        "old_target": None if run.old_target is None else str(run.old_target), "prompts": str(run.prompts),
+        "engine": run.engine, "engine_version": checked.engine_version, "grid": [c.label for c in run.configs],
+        "batch_sizes": sorted(set(run.batch_sizes)), "max_new_tokens": run.max_new_tokens,
+        "costs": None if run.costs is None else str(run.costs), "model_free": list(run.model_free),
+        "device": run.device, "dtype": run.dtype,
+    }
+    result = AssessResult(verdict=None, config=config,  # type: ignore[arg-type]  # decided last
+                          drafter=str(run.out / "fixed") if fixed is not None else str(run.drafter),
+                          inspect=inspected, check=checked, fix=fixed)
+    return result, run_on
+
+
+def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Callable[[str], None],
+             clock: Clock) -> None:
+    """Everything after a passing check, into ``result`` and DIR: the pair loaded once, its continuations
+    decoded once, coverage, probes and model-free baselines on them, OLD, the plan, the verdict."""
+    step("loading the pair")
+    pair = load_pair(run.target, drafter, engine=run.engine, dtype=run.dtype, device=run.device)
+    clock.lap("load_s")
+    flags = [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in run.configs]
+    step("decoding the target's continuations")
+    decoded = decode_continuations(pair, run.target, run.prompts, flags, max_new_tokens=run.max_new_tokens,
+                                   lookahead=run.lookahead, progress=run.progress)
+    clock.lap("continuations_s")
+    step("coverage, probe and model-free baselines")
+    result.coverage, counts = _coverage(pair, drafter, decoded)
+    result.probes = probe_configs(pair, run.target, run.prompts, flags, max_new_tokens=run.max_new_tokens,
+                                  decoded=decoded)
+    categories = dict(enumerate(read_categories(run.prompts)))
+    result.model_free, free_cycles = _model_free(run, decoded, pair.target.eos_token_ids)
+    clock.lap("probe_s")
+    if run.old_target is not None:
+        step("drift and the probe on OLD")
+        _on_old(result, run, pair, drafter, flags)
+        clock.lap("old_s")
+    if run.engine_estimate is not None:
+        result.engine_estimate = run.engine_estimate
+    else:
+        step("profiling and planning")
+        _plan(result, run, pair, drafter)
+        _schedule(result, run.engine, run.engine_version)
+    clock.lap("plan_s")
+
+    result.slices = _slices(run.configs, result.probes, result.old_probes, free_cycles, decoded, categories)
+    result.verdict = _decide(result, run)
+    result.timings = clock.timings()
+    counts.save(tmp / "vocab-counts.json")
+    write_profile(profile_from_probe(_served_probe(result), prompts=run.prompts, categories=categories),
+                  tmp / "speculation_profile.json")
+    _write(result, tmp, run.out, decoded=decoded, categories=categories)
+
+
+def _on_old(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, flags: list[SpecFlags]) -> None:
+    """With OLD: the drift from OLD to the target, and every grid config's probe on OLD (the ceiling)."""
+    assert run.old_target is not None
+    old_pair = load_pair(run.old_target, drafter, engine=run.engine, dtype=run.dtype, device=run.device)
+    result.drift = _drift(old_pair, pair, run)
+    result.old_probes = probe_configs(old_pair, run.old_target, run.prompts, flags,
+                                      max_new_tokens=run.max_new_tokens)
+    del old_pair
+
+
+def _decide(result: AssessResult, run: _Run) -> Verdict:
+    """The verdict on everything measured (with engine numbers: on the served config's figures)."""
+    served = run.engine_estimate is not None
+    drift, probes, old_probes = result.drift, result.probes or [], result.old_probes
+    return decide(Evidence(
+        fixed=_codes(result.fix), unfixable=[], plan=result.plan, old_plan=result.old_plan,
+        coverage=result.coverage.coverage, drift=drift.layers if drift else None,
+        next_token_agreement=drift.next_token_agreement if drift else None,
+        fixed_dir=str(run.out / "fixed"), engine=run.engine_estimate,
+        engine_config=run.configs[0].label if served else None,
+        accept_length=probes[0].mean_accept_length if served else None,
+        accept_length_old=old_probes[0].mean_accept_length if served and old_probes else None))
 
 
 def _served_probe(result: AssessResult) -> ProbeResult:
@@ -228,15 +294,14 @@ def _served_probe(result: AssessResult) -> ProbeResult:
                 == (best.steps, best.topk, best.num_draft_tokens))
 
 
-def _plan(result: AssessResult, configs: list[SpecConfig], batch_sizes: Sequence[int], given: Profile | None,
-          pair: LoadedPair, context_tokens: int, repeats: int, target: str | Path, drafter: Path,
-          prompts: str | Path) -> None:
+def _plan(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path) -> None:
     """The profile (measured here unless given), the plan with the model-free candidates, and the plan at
     the accept lengths on OLD (the same costs: OLD is the same architecture)."""
+    configs, batch_sizes = run.configs, run.batch_sizes
     free = [ModelFreeEntry(m.method, m.options["num_speculative_tokens"], m.mean_accept_length, m.mean_drafted,
                            f"assess {m.method}") for m in result.model_free if m.num_cycles]
-    result.profile = given or _profile(pair, configs, free, batch_sizes, context_tokens, repeats, target, drafter)
-    accept = [probe_accept_length(c, r, prompts) for c, r in zip(configs, result.probes or [])]
+    result.profile = run.given_costs or _profile(run, pair, drafter, free)
+    accept = [probe_accept_length(c, r, run.prompts) for c, r in zip(configs, result.probes or [])]
     entries = [GridEntry(c) for c in configs]
     result.plan = make_plan(result.profile, accept, grid=entries, batch_sizes=list(batch_sizes),
                             model_free=[m for m in free if _in_range(result.profile, m, batch_sizes)])
@@ -296,9 +361,10 @@ def _coverage(pair: LoadedPair, drafter: Path, decoded: Decoded) -> tuple[Covera
     return coverage(VocabMapping.from_drafter(drafter), counts, source="the target's continuations"), counts
 
 
-def _model_free(decoded: Decoded, ngram: modelfree.Ngram, suffix: modelfree.Suffix, wanted: Sequence[str],
-                eos: set[int]) -> tuple[list[ModelFreeResult], dict[str, list[Sequence[int]]]]:
-    """Each method's accept lengths on the continuations, prompts served in file order."""
+def _model_free(run: _Run, decoded: Decoded, eos: set[int]
+                ) -> tuple[list[ModelFreeResult], dict[str, list[Sequence[int]]]]:
+    """Each method of ``run.model_free``: its accept lengths on the continuations, prompts served in file order."""
+    ngram, suffix = run.ngram, run.suffix
     methods: list[tuple[str, dict[str, Any], Callable[[Sequence[int]], modelfree.Drafter], str]] = [
         ("ngram", {"prompt_lookup_min": ngram.prompt_lookup_min, "prompt_lookup_max": ngram.prompt_lookup_max,
                    "num_speculative_tokens": ngram.num_speculative_tokens}, ngram.start,
@@ -311,37 +377,37 @@ def _model_free(decoded: Decoded, ngram: modelfree.Ngram, suffix: modelfree.Suff
     ]
     results, cycles = [], {}
     for method, options, start, source in methods:
-        if method not in wanted:
+        if method not in run.model_free:
             continue
-        run = modelfree.assess(decoded.prompts, decoded.continuations, start, decoded.max_new_tokens,
-                               frozenset(eos))
-        drafted = [d for r in run.results for d in r.drafted]
-        results.append(ModelFreeResult(method, options, run.mean_accept_length,
+        walked = modelfree.assess(decoded.prompts, decoded.continuations, start, decoded.max_new_tokens,
+                                  frozenset(eos))
+        drafted = [d for r in walked.results for d in r.drafted]
+        results.append(ModelFreeResult(method, options, walked.mean_accept_length,
                                        sum(drafted) / len(drafted) if drafted else 0.0, len(drafted), source))
-        cycles[f"{method} k={options['num_speculative_tokens']}"] = [r.accept_lengths for r in run.results]
+        cycles[f"{method} k={options['num_speculative_tokens']}"] = [r.accept_lengths for r in walked.results]
     return results, cycles
 
 
-def _drift(old: LoadedPair, new: LoadedPair, old_target: str | Path, target: str | Path, prompts: str | Path,
-           engine: str, dtype: str, device: str) -> DriftResult:
+def _drift(old: LoadedPair, new: LoadedPair, run: _Run) -> DriftResult:
     """``drift --target-a OLD --target-b NEW --layers <the drafter's aux layers>`` on the loaded targets."""
-    sequences = drift_sequences(prompts, old_target, old.target.config)
+    assert run.old_target is not None
+    sequences = drift_sequences(run.prompts, run.old_target, old.target.config)
     layers, tokens = compare_targets(old.target, new.target, sequences, old.aux_layers)
     return DriftResult(
-        config={"target_a": str(old_target), "target_b": str(target), "drafter": None, "engine": engine,
-                "layers": old.aux_layers, "dtype": dtype, "device": device, "num_sequences": len(sequences)},
+        config={"target_a": str(run.old_target), "target_b": str(run.target), "drafter": None, "engine": run.engine,
+                "layers": old.aux_layers, "dtype": run.dtype, "device": run.device,
+                "num_sequences": len(sequences)},
         layers=layers, next_token_agreement=tokens.agreement, kl=tokens.kl, num_positions=tokens.n)
 
 
-def _profile(pair: LoadedPair, configs: list[SpecConfig], free: list[ModelFreeEntry], batch_sizes: Sequence[int],
-             context_tokens: int, repeats: int, target: str | Path, drafter: Path) -> Profile:
+def _profile(run: _Run, pair: LoadedPair, drafter: Path, free: list[ModelFreeEntry]) -> Profile:
     """What ``plan --target`` measures, plus the verify sizes the model-free candidates need."""
-    verify, rows, extend = profile_sizes(configs)
+    verify, rows, extend = profile_sizes(run.configs)
     verify = sorted({*verify, *(m.k + 1 for m in free)})
-    workload = runtime_workload(pair.target, pair.drafter, context_tokens=context_tokens, target_name=str(target),
-                                drafter_name=str(drafter))
-    return profile_costs(workload, batch_sizes=sorted(set(batch_sizes)), verify_tokens=verify, draft_rows=rows,
-                         extend_tokens=extend, repeats=repeats, progress=False)
+    workload = runtime_workload(pair.target, pair.drafter, context_tokens=run.context_tokens,
+                                target_name=str(run.target), drafter_name=str(drafter))
+    return profile_costs(workload, batch_sizes=sorted(set(run.batch_sizes)), verify_tokens=verify, draft_rows=rows,
+                         extend_tokens=extend, repeats=run.repeats, progress=False)
 
 
 def _in_range(profile: Profile, entry: ModelFreeEntry, batch_sizes: Sequence[int]) -> bool:
