@@ -1,7 +1,7 @@
 """Every CLI option that names an output, with a command that writes it and the inputs that command reads.
 
 Shared by tests/cli/test_output_rule.py (each output tried against each of its inputs, a FIFO and a
-device, in-process) and benchmarks/output_safety.py (the same, as a user runs it, in a table).
+device, in-process) and tests/output_safety.py (the same, as a user runs it, in a table).
 :data:`OUTPUTS` and :data:`INPUTS` classify every option of type Path in the typer app; a new one that
 is in neither makes the test fail, so no output escapes the rule unnoticed.
 """

@@ -3,8 +3,8 @@
 A target pairs a hypothesis strategy (mutations of a valid file: truncations, wrong types, huge
 numbers, NaN, deep nesting, unicode, raw bytes) with a function that writes the input into a fresh
 folder and runs the reader on it. The contract every target is held to: the reader returns a result
-or raises :class:`DraftlabError`, in bounded time and memory. Shared by tests/fuzz (a CI-sized run)
-and benchmarks/fuzz.py (a longer survey).
+or raises :class:`DraftlabError`, in bounded time and memory. Shared by test_fuzz_readers.py (a
+CI-sized run) and fuzz_survey.py (a longer survey, as a table).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The peers are SpecForge (``LlamaForCausalLMEagle3``, the trainer most drafters come from) and
 speculators (``Eagle3DraftModel`` and its ``eagle3`` converter, vLLM's format), installed without
-their heavy dependencies. Used by ``test_peers.py`` and by ``benchmarks/peer_table.py``.
+their heavy dependencies. Used by ``test_peers.py`` and by ``peer_table.py``.
 """
 
 from __future__ import annotations

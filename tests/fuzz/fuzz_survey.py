@@ -1,11 +1,14 @@
-"""A longer fuzzing run of every reader of published files (the targets of tests/fuzz), as a table.
+"""A longer fuzzing run of every reader of published files (the targets beside it), as a table.
 
 Per reader: inputs tried, clean errors (DraftlabError), results, crashes (anything else; goal 0),
 the slowest case and the most memory one case allocated beyond what was live before it (tracemalloc: Python and numpy buffers).
 The process runs under an address-space limit, so an input that made a reader allocate what a
 header claims (2^60 bytes) would fail here as a crash instead of swapping.
 
-    PYTHONPATH=$PWD/src python benchmarks/fuzz.py --examples 2000
+A script beside the targets, not a test (pytest collects test_*.py only): ``DRAFTLAB_FUZZ_PROFILE=long``
+runs the tests deeper and says pass or fail; this counts what each reader did, for benchmarks/RESULTS.md.
+
+    PYTHONPATH=$PWD/src python tests/fuzz/fuzz_survey.py --examples 2000
 """
 
 from __future__ import annotations
@@ -13,18 +16,14 @@ from __future__ import annotations
 import argparse
 import platform
 import resource
-import sys
 import time
 import tracemalloc
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "fuzz"))
+from fuzz_targets import TARGETS, Target, run_target
+from hypothesis import HealthCheck, given, settings
 
-from fuzz_targets import TARGETS, Target, run_target  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-
-from draftlab.errors import DraftlabError  # noqa: E402
+from draftlab.errors import DraftlabError
 
 
 @dataclass

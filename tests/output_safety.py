@@ -2,11 +2,12 @@
 character device: each try must end in one error line (exit 2) from the output rule, with every input's
 bytes (sha256) and every special file as they were. Runs the CLI as a user does, one process per try.
 
-The cases are tests/output_cases.py (shared with tests/cli/test_output_rule.py, which checks that every
-option of type Path in the app is classified). The device is made with os.mknod (1,3, as /dev/null)
-and needs root; without it that column says so.
+The cases are output_cases.py beside it (shared with tests/cli/test_output_rule.py, which checks that
+every option of type Path in the app is classified, and tries each in-process). A script, not a test
+(pytest collects test_*.py only): its table is for benchmarks/RESULTS.md. The device is made with
+os.mknod (1,3, as /dev/null) and needs root; without it that column says so.
 
-    PYTHONPATH=$PWD/src python benchmarks/output_safety.py
+    PYTHONPATH=$PWD/src python tests/output_safety.py
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from output_cases import CASES, Case, attacks, build_workspace, refused_by_rule, snapshot
 
-from output_cases import CASES, Case, attacks, build_workspace, refused_by_rule, snapshot  # noqa: E402
+REPO = Path(__file__).parents[1]
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """Each kind of drafter folder draftlab writes x each peer: loads, keys, max logit difference.
 
-Builds the same toy-sized folders as ``tests/peers`` (a Llama target with hidden 32 and 97 tokens,
-a one-layer EAGLE-3 drafter with non-unit norms, float32), loads each into SpecForge's
-``LlamaForCausalLMEagle3`` and speculators' ``Eagle3DraftModel`` the way ``tests/peers/test_peers.py``
-does, and prints a markdown table for benchmarks/RESULTS.md. Needs the peers (README, "Run the
-whole test suite"). Run from the repository root:
+Builds the same toy-sized folders as ``test_peers.py`` beside it (peer_kinds.py: a Llama target with
+hidden 32 and 97 tokens, a one-layer EAGLE-3 drafter with non-unit norms, float32), loads each into
+SpecForge's ``LlamaForCausalLMEagle3`` and speculators' ``Eagle3DraftModel`` the way the tests do, and
+prints a markdown table for benchmarks/RESULTS.md. A script, not a test (pytest collects test_*.py
+only). Needs the peers (README, "Run the whole test suite"). Run from the repository root:
 
-    PYTHONPATH=src python benchmarks/peer_table.py
+    PYTHONPATH=src python tests/peers/peer_table.py
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "peers"))
-
-from peer_kinds import (  # noqa: E402
+from peer_kinds import (
     KINDS, PEER_VERSIONS, SPECULATORS, draftlab_logits, inputs, make_target, peer_import_error, peer_load,
 )
 
