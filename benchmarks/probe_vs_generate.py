@@ -111,7 +111,7 @@ def plain_decoding(target: Path, args) -> dict:
     ours_s = statistics.median(timed(ours) for _ in range(3))
     tokens_ours = ours()
     weights = sum(p.numel() * p.element_size() for p in runner.model.parameters())
-    del decoder, runner
+    decoder = runner = None  # free the target before HF loads its copy (a del would leave ours() a dangling name)
     model = tf.AutoModelForCausalLM.from_pretrained(target, dtype=dtype, local_files_only=True).to(device).eval()
     ids = torch.tensor([prompt], device=device)
 

@@ -3,8 +3,6 @@ read back as such, copy the target's RoPE, and agree with it often but not alway
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
