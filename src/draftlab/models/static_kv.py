@@ -27,6 +27,8 @@ step's write and read together: with ``DRAFTLAB_ATTENTION=split-kv``, one kernel
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 import torch.nn.functional as F
 
@@ -39,7 +41,28 @@ READ_BUCKET = 512  # slots a batch-1 step's reads round up to: each width is one
 # so few of them (8 for 4,096 entries), and no step reads more than 511 slots it does not need
 
 
-class StaticKV:
+class _SlotBuffers(ABC):
+    """Key and value buffers ``[layers, rows, kv_heads, slots, head_dim]`` that a step writes at
+    ``write_slots`` and reads through :meth:`reads_of`: what both caches share."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    write_slots: torch.Tensor
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
+               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the step's new keys/values ``[rows, kv_heads, n, head_dim]``; return the layer's slots the
+        step reads (:meth:`reads_of`)."""
+        self.keys[layer_idx].index_copy_(2, self.write_slots, key.to(self.keys.dtype))
+        self.values[layer_idx].index_copy_(2, self.write_slots, value.to(self.values.dtype))
+        return self.reads_of(layer_idx)
+
+    @abstractmethod
+    def reads_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slots of ``layer`` the running step reads: views of the buffers."""
+
+
+class StaticKV(_SlotBuffers):
     """Fixed buffers for ``layers`` attention layers; HF decoder layers call :meth:`update`."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, slots: int, *, dtype: torch.dtype,
@@ -67,16 +90,8 @@ class StaticKV:
         self.write_slots, self.read = slots, read
         self.positions.index_copy_(0, slots, positions)
 
-    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
-               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the step's new keys/values ``[1, kv_heads, b, head_dim]``; return the layer's slots the
-        step reads (:meth:`reads_of`)."""
-        self.keys[layer_idx].index_copy_(2, self.write_slots, key.to(self.keys.dtype))
-        self.values[layer_idx].index_copy_(2, self.write_slots, value.to(self.values.dtype))
-        return self.reads_of(layer_idx)
-
     def reads_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The slots of ``layer`` the running step reads: views of the buffers."""
+        """The slots of ``layer`` the running step reads (the width :meth:`reads` gave): views of the buffers."""
         width = self.read.numel()
         return self.keys[layer, :, :, :width], self.values[layer, :, :, :width]
 
@@ -102,7 +117,7 @@ class StaticKV:
         self.positions.index_copy_(0, dst, self.positions.index_select(0, src))
 
 
-class BatchKV:
+class BatchKV(_SlotBuffers):
     """Fixed buffers ``[layers, B, kv_heads, slots, head_dim]`` for B rows that append the same number
     of slots per forward; HF decoder layers (and the drafter's attention) call :meth:`update`.
 
@@ -146,14 +161,6 @@ class BatchKV:
     def begin(self, slots: torch.Tensor, read_end: int) -> None:
         """Start a forward that writes ``slots`` [n] of every row and reads slots ``0 .. read_end - 1``."""
         self.write_slots, self.read_end = slots, read_end
-
-    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
-               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the forward's new keys/values ``[B, kv_heads, n, head_dim]``; return the layer's slots
-        it reads (:meth:`reads_of`)."""
-        self.keys[layer_idx].index_copy_(2, self.write_slots, key.to(self.keys.dtype))
-        self.values[layer_idx].index_copy_(2, self.write_slots, value.to(self.values.dtype))
-        return self.reads_of(layer_idx)
 
     def reads_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The slots of ``layer`` up to ``read_end``: views of the buffers."""
