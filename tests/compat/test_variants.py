@@ -144,11 +144,12 @@ def test_vllm_runners_read_nested_ids_differently(tmp_path, target_configs):
     assert json.loads((fixed.out / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [2, 4, 6]
 
 
-def test_unknown_engine_version_is_one_line_listing_the_known(tmp_path, target_configs, capsys):
+def test_unknown_engine_version_is_one_line_naming_the_known(tmp_path, target_configs, capsys):
     drafter, target = make_pair(tmp_path, target_configs["llama"])
-    assert main(["check", str(drafter), "-t", str(target), "-e", "vllm", "--engine-version", "0.28.0"]) == 2
+    # 0.28.0 is a release (engine-releases-2026-12.md): only one older than the oldest known is refused
+    assert main(["check", str(drafter), "-t", str(target), "-e", "vllm", "--engine-version", "0.16.0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "0.28.0" in err[0] and "0.27.0, 0.29.0" in err[0]
+    assert len(err) == 1 and "0.16.0" in err[0] and "0.17.1 to 0.34.0" in err[0]
 
 
 # --- MLA drafters on a Kimi-K2-shaped target (real sizes over sparse files) --------------------------------

@@ -19,8 +19,9 @@ def test_versions_are_ordered_and_the_newest_is_the_default():
         assert [version_key(v) for v in versions] == sorted(version_key(v) for v in versions)
     assert release("sglang").version == "0.5.23" and release("vllm").version == "0.34.0"
     assert version_key("0.5.12") < version_key("0.5.12.post1") < version_key("0.5.13")
-    with pytest.raises(DraftlabError, match="0.5.21, 0.5.23"):
-        release("sglang", "0.5.14")
+    # any release resolves to the newest known at or below it (test_release_resolution); older is refused
+    with pytest.raises(DraftlabError, match="0.5.10 to 0.5.23"):
+        release("sglang", "0.5.9")
 
 
 @pytest.mark.parametrize(("engine", "flag", "kind", "layout", "first"), [
@@ -70,7 +71,7 @@ def test_written_ids_are_read_back_by_every_release(family):
             try:
                 ids = written_aux_ids(engine, layers, target=target, version=version)
             except DraftlabError:
-                assert family == "deepseek_v3" and layers[0] == 0 and version_key(version) >= (0, 5, 13, 0)
+                assert family == "deepseek_v3" and layers[0] == 0 and version_key(version) >= version_key("0.5.13")
                 continue
             field = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}} if engine == "sglang" else \
                 {"eagle_aux_hidden_state_layer_ids": ids}
@@ -87,7 +88,9 @@ def test_final_boundary_capturable_only_where_captured():
     assert capturable(61, "vllm", target=deepseek, version="0.25.0").stop == 61
     assert capturable(61, "vllm", target=deepseek, version="0.24.0").stop == 60
     assert capturable(32, "vllm", target=llama, version="0.34.0").stop == 32
-    assert capturable(32, "vllm", target=llama, version="0.33.0").stop == 31
+    # llama.py's EagleModelMixin appends every layer's output from 0.18.0 (engine-releases-2026-12.md)
+    assert capturable(32, "vllm", target=llama, version="0.18.0").stop == 32
+    assert capturable(32, "vllm", target=llama, version="0.17.1").stop == 31
 
 
 def test_default_runner_per_release():
@@ -109,5 +112,8 @@ def test_launch_checks_with_the_release_given(tmp_path, target_configs, capsys):
     assert "variant-unread" in err and "input_norm.weight" in err and "0.5.16" in err
     assert main(base) == 0
     assert any("0.5.23" in note for note in json.loads(capsys.readouterr().out)["notes"])
-    assert main(base + ["--engine-version", "9.9.9", "--skip-check"]) == 2
-    assert "0.5.10, 0.5.11" in capsys.readouterr().err
+    # newer than the newest known: the newest rules, with one warning; older than the oldest: refused
+    assert main(base + ["--engine-version", "9.9.9", "--skip-check"]) == 0
+    assert "SGLang 9.9.9 is newer" in capsys.readouterr().err
+    assert main(base + ["--engine-version", "0.5.9", "--skip-check"]) == 2
+    assert "0.5.10 to 0.5.23" in capsys.readouterr().err

@@ -84,10 +84,12 @@ def runner_dependent(pair: Pair) -> Iterator[Finding]:
     if seen["V1"].layers == seen["MRV2"].layers:
         return
     written = written_aux_ids("vllm", pair.intended.layers)
+    forced = rel.v1_forced_by()
     yield Finding("aux-runner", "warning", aux_field("vllm"),
                   f"{rel.name}'s V1 runner reads the nested eagle_config ids {seen['V1'].raw_ids} (outputs of layers "
                   f"{seen['V1'].layers}) but its Model Runner V2 ignores them and captures {seen['MRV2'].layers}; "
-                  "which runner serves depends on the target and VLLM_USE_V2_MODEL_RUNNER",
+                  "which runner serves depends on the target and VLLM_USE_V2_MODEL_RUNNER"
+                  + (f" ({', '.join(forced)} force V1)" if forced else ""),
                   f"set the top-level {aux_field('vllm')} to {written}: both runners read it first", fixable=True)
 
 

@@ -1,7 +1,7 @@
 """``check --fix``: write a corrected copy of a drafter, never touching the original.
 
 Every fixable finding has a fixer below that edits a copy of the config or adds a tensor
-rename; tensors are written bit for bit (see :mod:`draftlab.checkpoint.write`).
+rename or drop; tensors are written bit for bit (see :mod:`draftlab.checkpoint.write`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class _Edit:
     config: dict[str, Any]
     renames: dict[str, str]
     aux_layers: list[int] | None = None  # given by the user; else the layers the config says it was trained on
+    drops: set[str] = field(default_factory=set)  # tensors left out of the copy
 
 
 def _architecture(e: _Edit) -> None:
@@ -127,6 +128,11 @@ def _weight_names(e: _Edit) -> None:
                 e.renames[name] = target
 
 
+def _drop_vocab_map(e: _Edit) -> None:
+    """A full-vocabulary drafter's d2t/t2d (the identity map, which vLLM 0.30+ refuses to load)."""
+    e.drops.update(info.name for info in (e.pair.tensor("d2t"), e.pair.tensor("t2d")) if info is not None)
+
+
 # Order matters: the layout is converted before fields are written into it.
 FIXERS: dict[str, Callable[[_Edit], None]] = {
     "architecture-unknown": _architecture,
@@ -141,6 +147,7 @@ FIXERS: dict[str, Callable[[_Edit], None]] = {
     "rope-scaling": _rope,
     "token-ids": _token_ids,
     "weight-names": _weight_names,
+    "d2t-full-vocab": _drop_vocab_map,
     # "config-null" needs no fixer: loadable_config, run on every written config, removes the nulls
 }
 
@@ -172,7 +179,7 @@ def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: s
                                   source_layout=pair.drafter.layout)
     with atomic_dir(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(edit.config, indent=2) + "\n")
-        write_weights(pair.drafter_ckpt, tmp, edit.renames)
+        write_weights(pair.drafter_ckpt, tmp, edit.renames, frozenset(edit.drops))
         copy_other_files(pair.drafter_ckpt, tmp)
     return FixResult(out, before, check_pair(out, target, engine, pair.release.version), fixed, edit.renames,
                      config_diff(pair.drafter_ckpt.config, edit.config))

@@ -11,7 +11,7 @@ from draftlab.engines.loading import (
     bound_name, drafter_class, engine_loading, fixed_architecture, recognises, replaces_embedding, supports_target,
     weight_fate,
 )
-from draftlab.engines.releases import MLA_CLASS, first_mla_release
+from draftlab.engines.releases import MLA_CLASS, first_mla_release, first_serving
 from draftlab.engines.written_config import null_fields
 from draftlab.readable import present
 
@@ -110,6 +110,18 @@ def target_supported(pair: Pair) -> Iterator[Finding]:
                       "use a release that lists this family, or check the engine's release notes")
 
 
+def target_served(pair: Pair) -> Iterator[Finding]:
+    """SGLang serves EAGLE-3 on Qwen3.5/3.6 targets only from 0.5.22 (earlier releases crash in capture)."""
+    rel = pair.release
+    if not rel.serves_target(pair.target.model_type):
+        since = first_serving(pair.engine, pair.target.model_type)
+        yield Finding("target-unserved", "error", "model_type",
+                      f"the target's model_type is {pair.target.model_type!r}; {rel.name} captures no aux hidden "
+                      "states for it (the decoder reads per-layer capture flags nothing sets, so the drafter gets "
+                      "empty features and CUDA-graph capture crashes; sglang PR #38307)",
+                      f"serve it with {engine_loading(pair.engine).name} >= {since}")
+
+
 def dtype(pair: Pair) -> Iterator[Finding]:
     """A drafter stored in another precision is cast to the serving dtype."""
     mine = pair.drafter_ckpt.dtype
@@ -178,5 +190,5 @@ def stray_weights(pair: Pair) -> Iterator[Finding]:
 
 
 RULES = (null_config_fields, final_norm_skipped, architecture, weight_names, embedding, num_layers, residual_order,
-         target_supported, dtype,
+         target_supported, target_served, dtype,
          special_tokens, stray_weights)

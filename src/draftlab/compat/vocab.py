@@ -46,4 +46,19 @@ def t2d_matches(pair: Pair) -> Iterator[Finding]:
                           "wrongly; rebuild t2d from d2t before training")
 
 
-RULES = (missing_d2t, d2t_valid, t2d_matches)
+def d2t_full_vocab(pair: Pair) -> Iterator[Finding]:
+    """vLLM 0.30+ creates draft_id_to_target_id only for a pruned draft vocabulary, so a full-vocabulary
+    drafter that ships d2t fails to load (llama_eagle3.py, qwen3_eagle3.py, deepseek_eagle3.py)."""
+    d2t = pair.tensor("d2t")
+    draft, full = pair.drafter.draft_vocab_size, pair.target.vocab_size
+    if d2t is None or draft != full or not pair.release.d2t_needs_pruned_vocab:
+        return
+    yield Finding("d2t-full-vocab", "error", d2t.name,
+                  f"draft_vocab_size {draft} equals the target's vocab_size, so {pair.release.name} creates no "
+                  "draft_id_to_target_id and loading the shipped d2t fails (\"There is no module or parameter named "
+                  "'draft_id_to_target_id'\"); vLLM up to 0.29 loaded it",
+                  "drop d2t and t2d: over the full vocabulary the only valid d2t is the identity, which every "
+                  "engine applies without one", fixable=True)
+
+
+RULES = (missing_d2t, d2t_valid, t2d_matches, d2t_full_vocab)

@@ -10,7 +10,7 @@ k + 1. How each release reads the ids (``../shared/reference/drafter-variants.md
   0.5.17 gpt-oss takes boundary ids verbatim when ``max(ids) == L`` (#32334).
 - vLLM reads a top-level ``eagle_aux_hidden_state_layer_ids`` verbatim as boundaries. Without one, the
   V1 runner of 0.22-0.33 falls back to the nested ``eagle_config`` ids, verbatim; Model Runner V2
-  (the only runner of 0.34) never reads them and uses the default.
+  (the default for every target from 0.29, the only runner of 0.34) never reads them and uses the default.
 - With no ids, both capture boundaries ``[2, L//2, L - 3]``: canonical ``[1, L//2 - 1, L - 4]``.
 """
 
@@ -83,8 +83,9 @@ def runner_of(rel: Release, target: TargetConfig | None) -> str | None:
     """The vLLM runner assumed for ``target`` (V1 where the default is not pinned down)."""
     if rel.engine != "vllm":
         return None
-    moe = target is not None and target.num_experts is not None
-    return rel.default_runner(moe) or "V1"
+    if target is None:
+        return rel.default_runner(False) or "V1"
+    return rel.default_runner(target.num_experts is not None, target.architecture, target.model_type) or "V1"
 
 
 def _configured(rel: Release, drafter: DrafterConfig, num_layers: int | None, family: str,
@@ -146,13 +147,12 @@ def first_nameable(target: TargetConfig | None) -> int:
 def capturable(num_layers: int, engine: str | None = None, *, target: TargetConfig | None = None,
                version: str | None = None) -> range:
     """Canonical ids a release can capture: the input of layer k + 1, so up to L - 2; the last layer's
-    output (the final boundary) too where the release captures it (SGLang 0.5.17+ gpt-oss, vLLM 0.25+
-    DeepSeek, vLLM 0.34 Llama)."""
+    output (the final boundary) too where the release captures it (SGLang 0.5.17+ gpt-oss; vLLM 0.18+
+    Llama, Qwen2/Qwen3, Qwen3-MoE, gpt-oss, 0.20+ Qwen3-Next, MiniMax-M2, Gemma-4, 0.25+ DeepSeek:
+    :meth:`Release.captures_final_boundary`)."""
     if engine is None:
         return range(0, num_layers - 1)
-    rel, family = release(engine, version), _family(target)
-    final = ((rel.engine == "sglang" and rel.gpt_oss_boundary_rule and family == "gpt_oss")
-             or (rel.engine == "vllm" and family in rel.final_boundary_families))
+    final = target is not None and release(engine, version).captures_final_boundary(target.model_type)
     return range(0, num_layers if final else num_layers - 1)
 
 

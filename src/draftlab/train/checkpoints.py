@@ -1,7 +1,8 @@
 """What a run writes into OUT, each file atomically (temp file + rename):
 
 - ``config.json`` + ``model.safetensors``: the drafter in SpecForge's layout (no embedding, which
-  serving takes from the target; ``d2t`` and ``t2d``), loadable by SGLang and vLLM at every checkpoint;
+  serving takes from the target; ``d2t`` and ``t2d`` for a pruned draft vocabulary), loadable by SGLang
+  and vLLM at every checkpoint;
 - ``training_state.pt``: everything ``--resume`` needs to continue exactly: float32 weights,
   optimizer, scheduler, data order, RNG states, step and the log so far.
 """
@@ -28,13 +29,17 @@ def export_drafter(out: Path, drafter: Eagle3Drafter, t2d: torch.Tensor, config:
                    with_embedding: bool = False) -> None:
     """The serving folder's two files; weights cast to the config's dtype. The embedding is
     saved only when it is the drafter's own (hidden size unlike the target's: engines then read it)."""
-    dtype = parse_dtype(DrafterConfig.from_dict(config).dtype or "float32")
+    cfg = DrafterConfig.from_dict(config)
+    dtype = parse_dtype(cfg.dtype or "float32")
     own = drafter.checkpoint_tensors()
     if with_embedding:
         own["embed_tokens.weight"] = drafter.embed_tokens.weight
     tensors = {k: (v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu()).contiguous()
                for k, v in own.items()}
-    tensors["t2d"] = t2d.detach().cpu().to(torch.bool).contiguous()
+    if cfg.draft_vocab_size < cfg.vocab_size:
+        tensors["t2d"] = t2d.detach().cpu().to(torch.bool).contiguous()
+    else:  # the whole vocabulary: d2t is the identity, which vLLM 0.30+ refuses to load (check's d2t-full-vocab)
+        del tensors["d2t"]
     with atomic_path(out / "model.safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
     if config.get("norm_output") is True:  # this trainer feeds norm(out) forward, as the engines serve it
