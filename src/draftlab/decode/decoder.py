@@ -34,7 +34,7 @@ from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.models.graphs import BUCKETS, GraphSteps
 from draftlab.models.kernels import pipelined_chosen
-from draftlab.decode.pipeline import PipelinedCycles
+from draftlab.decode.pipeline import DraftState, PipelinedCycles
 from draftlab.decode.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
 from draftlab.decode.verify import Walk, walk_tree
 
@@ -58,14 +58,6 @@ class Commit:
 
     tokens: list[int]  # after trimming to max_new_tokens / EOS
     accept_length: int | None  # tokens the cycle committed before trimming; None for the prefill
-
-
-@dataclass
-class _DraftState:
-    """The drafter's output at the last committed position: it predicts the token after the root."""
-
-    logits: torch.Tensor  # [draft_vocab]
-    hidden: torch.Tensor  # [H]
 
 
 def pick_token(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
@@ -150,7 +142,8 @@ class SpeculativeDecoder:
             self.drafter.reset()
             state = self._extend(torch.cat([prompt[1:], prompt.new_tensor([root])]), prefill.aux)
         if self._pipelined and temperature == 0:
-            cycles = PipelinedCycles(self, root, state).run(produced, max_new_tokens)
+            cycles = PipelinedCycles(self.target, self.drafter, self.flags, self.draft_at, root, state).run(
+                produced, max_new_tokens)
         else:
             cycles = self._cycles(root, state, produced, max_new_tokens, temperature, gen)
         for tokens in cycles:
@@ -160,7 +153,7 @@ class SpeculativeDecoder:
             if stopped or produced >= max_new_tokens:
                 return
 
-    def _cycles(self, root: int, state: _DraftState | None, produced: int, max_new_tokens: int, temperature: float,
+    def _cycles(self, root: int, state: DraftState | None, produced: int, max_new_tokens: int, temperature: float,
                 gen: torch.Generator) -> Iterator[list[int]]:
         """The cycles with the walk on the host: each one's committed tokens (the accepted drafts and the
         bonus), until ``max_new_tokens`` or the context's end. The caller stops at an EOS."""
@@ -187,12 +180,12 @@ class SpeculativeDecoder:
         """Verification: the lossless walk (a synthetic-acceptance decoder forces its own instead)."""
         return walk_tree(tree, logits, temperature, gen)
 
-    def _extend(self, tokens: torch.Tensor, features: torch.Tensor) -> _DraftState:
+    def _extend(self, tokens: torch.Tensor, features: torch.Tensor) -> DraftState:
         """Draft-extend: the drafter over committed tokens with the target's features."""
         step = self.drafter.forward(tokens, features)
-        return _DraftState(step.logits[-1], step.hidden[-1])
+        return DraftState(step.logits[-1], step.hidden[-1])
 
-    def _draft(self, root: int, state: _DraftState | None) -> DraftTree:
+    def _draft(self, root: int, state: DraftState | None) -> DraftTree:
         """SGLang's draft tree (the root alone without a drafter). Drafts are the drafter's top-k at
         every temperature, as in SGLang and vLLM: sampling only happens in the walk. A drafter whose
         steps run as CUDA graphs drafts through one graph of the whole draft (its passes, top-k and

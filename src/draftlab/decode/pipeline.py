@@ -23,17 +23,31 @@ nothing overlaps).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from draftlab.decode.tree import DraftTree
+from draftlab.engines.sglang_flags import SpecFlags
 
 if TYPE_CHECKING:
-    from draftlab.decode.decoder import SpeculativeDecoder, _DraftState
+    from draftlab.models.drafter import Eagle3Drafter
+    from draftlab.models.target import TargetRunner
 
 AHEAD = 2  # cycles queued at once: the one being read back and the next
+# The draft from the drafter's state at a root, on the device: (root [1], logits, hidden, cached [1], bound)
+# -> tree (SpeculativeDecoder.draft_at)
+DraftAt = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int], DraftTree]
+
+
+@dataclass
+class DraftState:
+    """The drafter's output at the last committed position: it predicts the token after the root."""
+
+    logits: torch.Tensor  # [draft_vocab]
+    hidden: torch.Tensor  # [H]
 
 
 def device_walk(tree: DraftTree, argmax: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,13 +95,14 @@ class PipelinedCycles:
     a cycle keeps its accepted path in the target's and extends the drafter's over it), so one length
     serves both: on the device for the steps, and on the host as read back."""
 
-    def __init__(self, decoder: SpeculativeDecoder, root: int, state: _DraftState) -> None:
-        self.decoder = decoder
-        self.steps = decoder.flags.steps
+    def __init__(self, target: TargetRunner, drafter: Eagle3Drafter, flags: SpecFlags, draft_at: DraftAt,
+                 root: int, state: DraftState) -> None:
+        self.target, self.drafter, self.flags, self.draft_at = target, drafter, flags, draft_at
+        self.steps = flags.steps
         device = state.logits.device
         self.root = torch.full((1,), root, dtype=torch.long, device=device)
         self.logits, self.hidden = state.logits, state.hidden
-        self.known = decoder.target.cache_len  # exact, as read back (the drafter's cache_len too)
+        self.known = target.cache_len  # exact, as read back (the drafter's cache_len too)
         self.length = torch.full((1,), self.known, dtype=torch.long, device=device)
 
     def run(self, produced: int, max_new_tokens: int) -> Iterator[list[int]]:
@@ -112,27 +127,27 @@ class PipelinedCycles:
         run the cycle and every bound fits (a cycle it would not run is dropped unread)."""
         if produced + queued >= max_new_tokens:
             return False
-        steps, flags = self.steps, self.decoder.flags
+        steps, flags = self.steps, self.flags
         bound = self.known + queued * (steps + 1)
-        context = self.decoder.target.config.max_position_embeddings
+        context = self.target.config.max_position_embeddings
         if context is not None and bound + steps + 1 > context:
             return False
         widest_draft = max(flags.topk * (steps - 1), steps + 1)
-        return queued == 0 or (bound + flags.num_draft_tokens <= self.decoder.target.max_len
-                               and bound + widest_draft <= self.decoder.drafter.max_len)
+        return queued == 0 or (bound + flags.num_draft_tokens <= self.target.max_len
+                               and bound + widest_draft <= self.drafter.max_len)
 
     def _queue(self, queued: int) -> _Queued:
         """One whole cycle on the device; ``queued`` cycles before it are still unread."""
-        decoder, steps = self.decoder, self.steps
+        steps = self.steps
         bound = self.known + queued * (steps + 1)
-        tree = decoder.draft_at(self.root, self.logits, self.hidden, self.length, bound)
-        logits, aux = decoder.target.static.forward_at(tree.tokens, self.length + tree.depth, tree.mask,
-                                                       self.length, bound)
+        tree = self.draft_at(self.root, self.logits, self.hidden, self.length, bound)
+        logits, aux = self.target.static.forward_at(tree.tokens, self.length + tree.depth, tree.mask, self.length,
+                                                    bound)
         argmax = logits.argmax(dim=-1)
         path, count = device_walk(tree, argmax, steps)
-        decoder.target.static.keep(self.length, path)
+        self.target.static.keep(self.length, path)
         tokens = argmax[path]
-        step = decoder.drafter.extend_at(tokens, aux[path], self.length, bound)
+        step = self.drafter.extend_at(tokens, aux[path], self.length, bound)
         last = count - 1
         self.logits, self.hidden = step.logits[last][0], step.hidden[last][0]
         self.root = tokens[last]
