@@ -13,7 +13,8 @@ from tiny_drafters import H, VOCAB
 from tiny_mla import EPS, NOPE, Q_RANK, ROPE, YARN, mla_config, mla_tensors, reference, write_mla
 
 from draftlab.checkpoint import DrafterConfig
-from draftlab.models.drafter import Eagle3Drafter, attend
+from draftlab.models.attention import attend
+from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.mla import MlaAttention
 

@@ -1,9 +1,10 @@
 """Checkpoint reading from headers and configs only: see :func:`open_checkpoint`."""
 
 from draftlab.checkpoint.configs import (
-    DrafterConfig, Rope, TargetConfig, drafter_config, is_drafter, target_config, text_config,
+    DrafterConfig, TargetConfig, drafter_config, is_drafter, target_config, text_config,
 )
 from draftlab.checkpoint.reader import Checkpoint, open_checkpoint, read_json
+from draftlab.checkpoint.rope import Rope
 from draftlab.checkpoint.safetensors_header import TensorInfo
 
 __all__ = [

@@ -6,8 +6,7 @@ Mistral, DeepseekV3 / Kimi-K2 with MLA and MoE, gpt-oss); a text model nested un
 layout (``LlamaForCausalLMEagle3``, ``midlayer.*``) and the vLLM speculators layout
 (``speculators_config``, ``transformer_layer_config``, ``layers.0.*``).
 
-RoPE settings are read from both spellings: ``rope_theta`` + ``rope_scaling`` (transformers 4) and
-``rope_parameters`` (transformers 5).
+RoPE settings are read from both spellings (:mod:`draftlab.checkpoint.rope`).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from draftlab.checkpoint.reader import Checkpoint
+from draftlab.checkpoint.rope import Rope
 from draftlab.checkpoint.variants import Variant, read_variant
 from draftlab.errors import DraftlabError
 
@@ -23,28 +23,6 @@ from draftlab.errors import DraftlabError
 def _is_eagle3_architecture(name: str) -> bool:
     """EAGLE-3 drafter class names all carry "Eagle3" (LlamaForCausalLMEagle3, Eagle3Speculator, ...)."""
     return "eagle3" in name.lower()
-
-
-@dataclass(frozen=True)
-class Rope:
-    theta: float | None
-    scaling: dict[str, Any] | None  # None for plain RoPE; else includes "rope_type"
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> Rope:
-        params = cfg.get("rope_parameters")
-        if isinstance(params, dict):
-            theta = params.get("rope_theta", cfg.get("rope_theta"))
-            scaling = {k: v for k, v in params.items() if k != "rope_theta"}
-        else:
-            theta = cfg.get("rope_theta")
-            scaling = dict(cfg["rope_scaling"]) if isinstance(cfg.get("rope_scaling"), dict) else None
-        if scaling is not None:
-            kind = scaling.get("rope_type", scaling.get("type", "default"))
-            scaling = {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": kind}
-            if kind == "default" and len(scaling) == 1:
-                scaling = None
-        return cls(float(theta) if theta is not None else None, scaling)
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:

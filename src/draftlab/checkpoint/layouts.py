@@ -12,14 +12,16 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from draftlab.checkpoint.variants import FLAGS
+
 # Top-level fields of a speculators config that describe the speculator, not the layer.
 _SPECULATORS_ONLY = ("speculators_config", "speculators_model_type", "speculators_version",
                      "transformer_layer_config", "auto_map", "architectures", "has_no_defaults_at_init")
 
 # Fields of a flat config that a speculators config keeps at the top level, beside the layer.
 SPECULATORS_TOP_LEVEL = ("architectures", "draft_vocab_size", "target_hidden_size", "norm_before_residual",
-                         "eagle_aux_hidden_state_layer_ids", "eagle_config", "fc_norm", "norm_before_fc",
-                         "norm_output", "embed_requires_grad")
+                         "eagle_aux_hidden_state_layer_ids", "eagle_config", *(f.name for f in FLAGS),
+                         "embed_requires_grad")
 
 SPECULATORS_VERSION = "0.9.0"  # the speculators release whose format is written (and tested in tests/peers)
 SPECULATORS_ARCHITECTURE = "Eagle3Speculator"

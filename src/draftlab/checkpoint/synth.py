@@ -17,6 +17,7 @@ from typing import Any
 
 from draftlab.checkpoint.configs import DrafterConfig, TargetConfig, text_config
 from draftlab.checkpoint.safetensors_header import DTYPE_SIZES
+from draftlab.checkpoint.variants import FEATURE_NORMS
 
 Shape = tuple[int, ...]
 Specs = dict[str, tuple[str, Shape]]  # name -> (safetensors dtype, shape)
@@ -205,10 +206,9 @@ def drafter_specs(d: DrafterConfig, *, layer_prefix: str = "midlayer.", embed: b
     h, inter, t = d.hidden_size, d.intermediate_size, d.target_hidden_size
     p = layer_prefix
     specs: Specs = {"fc.weight": (dt, (h, 3 * t))}
-    if d.variant.norm_before_fc:
-        specs["input_norm.weight"] = (dt, (3 * t,))
-    if d.variant.fc_norm:
-        specs.update({f"fc_norm.{i}.weight": (dt, (t,)) for i in range(3)})
+    for flag in FEATURE_NORMS:
+        if getattr(d.variant, flag.name):
+            specs.update({name: (dt, shape) for name, shape in flag.weights(3, t).items()})
     specs.update(_drafter_attention_specs(p + "self_attn.", d, dt))
     specs.update(_ffn(p + "mlp.", h, inter, dt))
     for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):

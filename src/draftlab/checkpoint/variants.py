@@ -1,17 +1,13 @@
 """Which EAGLE-3 variant a drafter folder holds, and what in it draftlab cannot compute.
 
-The variants (``../shared/reference/drafter-variants.md``, from the engines' own code):
-
-- ``norm_before_fc``: one RMSNorm over the concatenated aux features (``input_norm.weight``, width
-  A x T) before ``fc``. Read from ``eagle_config`` first, then the top level (SGLang 0.5.17+, vLLM
-  0.22+); speculators writes it at the top level.
-- ``fc_norm`` (EAGLE-3.1): one RMSNorm per aux feature (``fc_norm.{i}.weight``, width T) before
-  ``fc``; SGLang's legacy spelling is ``use_aux_norm`` with ``aux_norm_low/mid/high`` tensors.
-  Applied after ``input_norm`` when both are set (the engines apply both; speculators forbids it).
-- ``norm_output`` in the engines' meaning: the next draft step receives norm(out) instead of out;
-  the logits always come from norm(out). No tensor.
-- MLA drafters (``Eagle3DeepseekV2ForCausalLM``, alias ``Eagle3DeepseekV3ForCausalLM``) for
-  DeepSeek-V3 / Kimi targets: MLA attention whose down-projections take the 2H concat, a dense MLP.
+The variants (``../shared/reference/drafter-variants.md``, from the engines' own code): the flags of
+:data:`FLAGS` (``norm_before_fc``, EAGLE-3.1's ``fc_norm`` and ``norm_output``), each described once
+there (where each layout keeps it, the tensors it brings, what it computes), and MLA drafters
+(``Eagle3DeepseekV2ForCausalLM``, alias ``Eagle3DeepseekV3ForCausalLM``) for DeepSeek-V3 / Kimi targets:
+MLA attention whose down-projections take the 2H concat, a dense MLP. The checker
+(:mod:`draftlab.compat.variants`), the runtime (:mod:`draftlab.models.drafter`), the converter and the
+engines' flag readings iterate :data:`FLAGS`; the releases that read each flag, and where, are in
+:mod:`draftlab.engines.releases`.
 
 Everything draftlab computes is named here, once: :data:`UNDERSTOOD_KEYS` lists every config key it
 reads or knows leaves the function unchanged, and :func:`unsupported` names anything else that would
@@ -27,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from draftlab.checkpoint.rope import Rope
 from draftlab.errors import DraftlabError
 
 LLAMA_ARCHITECTURES = frozenset({
@@ -35,6 +32,78 @@ LLAMA_ARCHITECTURES = frozenset({
 })
 MLA_ARCHITECTURES = frozenset({"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"})
 
+
+def lookup(config: Mapping[str, Any], place: str) -> Any:
+    """The value at a dotted ``place`` of ``config`` (None when absent)."""
+    node: Any = config
+    for part in place.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def first_present(config: Mapping[str, Any], places: Iterable[str]) -> Any:
+    """The value at the first of ``places`` that ``config`` holds (None when none): a key that is present
+    decides, even when false, as the engines look keys up."""
+    return next((value for value in (lookup(config, p) for p in places) if value is not None), None)
+
+
+@dataclass(frozen=True)
+class VariantFlag:
+    """One variant flag of an EAGLE-3 drafter: where each config layout keeps it, the module and tensors
+    it adds, what it computes. :class:`Variant` holds the flag under its ``name``."""
+
+    name: str  # the key; the speculators layout keeps it at its top level
+    flat: tuple[str, ...]  # where a flat (HF / SpecForge / SGLang) config keeps it, dotted; the first present decides
+    computes: str
+    legacy: tuple[str, ...] = ()  # SGLang's older spellings of the key, which set it when true
+    module: str | None = None  # the norm it adds before fc, a drafter module: its tensors are "{module}.*"
+    per_aux: bool = False  # one RMSNorm per aux feature ("{module}.{i}.weight", T wide), else one over the concat
+    legacy_tensors: tuple[str, ...] = ()  # SGLang's older names of "{module}.{i}", in order of i
+
+    @property
+    def places(self) -> tuple[str, ...]:
+        """Every place draftlab finds the flag set, in any layout (the flat places, then the legacy keys)."""
+        return self.flat + self.legacy
+
+    def is_set(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config`` sets the flag, in either layout."""
+        return first_present(config, self.flat) is True or any(lookup(config, p) is True for p in self.legacy)
+
+    @property
+    def tensors(self) -> str:
+        """Its tensors as a message names them (``input_norm.weight``, ``fc_norm.{i}.weight``)."""
+        return f"{self.module}.{{i}}.weight" if self.per_aux else f"{self.module}.weight"
+
+    def weights(self, aux: int, width: int) -> dict[str, tuple[int, ...]]:
+        """The module's weights and their shapes, for ``aux`` features of ``width`` (T) each."""
+        if self.per_aux:
+            return {f"{self.module}.{i}.weight": (width,) for i in range(aux)}
+        return {f"{self.module}.weight": (aux * width,)}
+
+    def owns(self, name: str) -> bool:
+        """Whether the canonical tensor ``name`` belongs to the flag's module."""
+        return self.module is not None and name.startswith(self.module + ".")
+
+
+# The variant flags, in the order the engines apply their modules (input_norm, then fc_norm, before fc).
+FLAGS = (
+    VariantFlag("norm_before_fc", flat=("eagle_config.norm_before_fc", "norm_before_fc"),
+                computes="one RMSNorm over the concatenated aux features before fc", module="input_norm"),
+    VariantFlag("fc_norm", flat=("fc_norm",), legacy=("use_aux_norm",),
+                computes="one RMSNorm per aux feature before fc", module="fc_norm", per_aux=True,
+                legacy_tensors=("aux_norm_low", "aux_norm_mid", "aux_norm_high")),
+    VariantFlag("norm_output", flat=("norm_output",),
+                computes="the next draft step receives norm(out) instead of out (the logits come from norm(out) "
+                         "either way)"),
+)
+FEATURE_NORMS = tuple(f for f in FLAGS if f.module)  # the flags that add a norm of the aux features before fc
+FLAG_PLACES = frozenset(p for f in FLAGS for p in f.places)
+# The weights of the flags' modules, by canonical name: input_norm.weight, fc_norm.{i}.weight
+VARIANT_WEIGHT = re.compile("^(" + "|".join(re.escape(f.module) + (r"\.\d+" if f.per_aux else "")
+                                            for f in FEATURE_NORMS) + r")\.weight$")
+
 # Config keys draftlab reads, or knows the engines ignore (metadata, training-only, transformers'
 # own bookkeeping). Top level and decoder-layer config alike; ``eagle_config`` has its own list.
 UNDERSTOOD_KEYS = frozenset({
@@ -42,8 +111,8 @@ UNDERSTOOD_KEYS = frozenset({
     "architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size", "num_hidden_layers",
     "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "draft_vocab_size", "rms_norm_eps",
     "hidden_act", "attention_bias", "mlp_bias", "max_position_embeddings", "rope_theta", "rope_scaling",
-    "rope_parameters", "tie_word_embeddings", "norm_before_residual", "norm_before_fc", "fc_norm", "use_aux_norm",
-    "norm_output", "eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states", "draftlab",
+    "rope_parameters", "tie_word_embeddings", "norm_before_residual", "eagle_config",
+    "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states", "draftlab",
     "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
     # MLA dimensions and DeepSeek's RoPE
     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
@@ -69,13 +138,13 @@ UNDERSTOOD_KEYS = frozenset({
     "forced_eos_token_id", "length_penalty", "max_length", "min_length", "no_repeat_ngram_size", "num_beam_groups",
     "num_beams", "num_return_sequences", "output_scores", "remove_invalid_values", "repetition_penalty",
     "return_dict_in_generate", "suppress_tokens", "temperature", "top_k", "top_p", "typical_p", "is_decoder",
-})
-# ``eagle_config`` entries: aux ids (read in engines/), norm_before_fc, and TorchSpec's template flags
-# that no engine reads.
+}) | {p for p in FLAG_PLACES if "." not in p}  # and the variant flags' keys
+# ``eagle_config`` entries: aux ids (read in engines/), the variant flags kept there, and TorchSpec's template
+# flags that no engine reads.
 UNDERSTOOD_EAGLE_CONFIG_KEYS = frozenset({
-    "eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state", "norm_before_fc", "layer_ids",
+    "eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state", "layer_ids",
     "use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
-})
+}) | {p.removeprefix("eagle_config.") for p in FLAG_PLACES if p.startswith("eagle_config.")}
 # An unknown key is taken for a switch that changes the function when it is set to true, holds an
 # object, or its name speaks of the parts a variant changes.
 _FUNCTIONAL_NAME = re.compile(r"norm|moe|expert|router|residual|(^|_)fc(_|$)|gate|aux|sliding|layer_types|mtp|"
@@ -86,7 +155,6 @@ NEW_DRAFTER_FLAGS: dict[str, dict[str, bool]] = {"eagle3": {}, "eagle3.1": {"fc_
 # What ``draftlab train`` adds to a norm_output drafter's config: it trained the engines' meaning (the
 # next draft step gets norm(out)), which SpecForge v0.3's flat configs cannot say (``check`` warns there)
 TRAINED_KEY, NORM_OUTPUT_TRAINED = "draftlab", "next draft step receives norm(out)"
-_LEGACY_FC_NORM = {"aux_norm_low": 0, "aux_norm_mid": 1, "aux_norm_high": 2}
 
 
 @dataclass(frozen=True)
@@ -128,10 +196,6 @@ def _flag(value: Any) -> bool:
 
 def read_variant(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Variant:
     """The variant of a drafter config (``layer``: the dict holding the decoder-layer fields)."""
-    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
-    nested = eagle.get("norm_before_fc")
-    norm_before_fc = _flag(nested if nested is not None else config.get("norm_before_fc"))
-    fc_norm = _flag(config.get("fc_norm")) or _flag(config.get("use_aux_norm"))
     architecture = (config.get("architectures") or [None])[0]
     mla = None
     if architecture in MLA_ARCHITECTURES or layer.get("kv_lora_rank") is not None:
@@ -142,7 +206,7 @@ def read_variant(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Variant
                       v_head_dim=_positive(layer, "v_head_dim"))
     trained = config.get(TRAINED_KEY)
     declared = isinstance(trained, dict) and trained.get("norm_output") == NORM_OUTPUT_TRAINED
-    return Variant(norm_before_fc, fc_norm, _flag(config.get("norm_output")), mla, declared)
+    return Variant(**{f.name: f.is_set(config) for f in FLAGS}, mla=mla, norm_output_declared=declared)
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -159,9 +223,10 @@ def _positive(layer: Mapping[str, Any], key: str) -> int:
 def canonical_tensor_name(name: str) -> str:
     """A drafter tensor's name without ``model.``, SGLang's legacy ``aux_norm_*`` as ``fc_norm.{i}``."""
     bare = name.removeprefix("model.")
-    for legacy, index in _LEGACY_FC_NORM.items():
-        if bare.startswith(legacy + "."):
-            return f"fc_norm.{index}." + bare.removeprefix(legacy + ".")
+    for flag in FLAGS:
+        for index, legacy in enumerate(flag.legacy_tensors):
+            if bare.startswith(legacy + "."):
+                return f"{flag.module}.{index}." + bare.removeprefix(legacy + ".")
     return bare
 
 
@@ -226,9 +291,6 @@ def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Uns
         yield Unsupported("num_hidden_layers", f"num_hidden_layers is {count}; MLA drafters have one decoder layer "
                                                "in both engines, and draftlab computes that one", "layers")
     if mla:
-        # configs reads this module: imported here, not at the top
-        from draftlab.checkpoint.configs import Rope
-
         kind = (Rope.from_config(dict(layer)).scaling or {"rope_type": "default"})["rope_type"]
         if kind not in MLA_ROPE_TYPES:
             yield Unsupported("rope_scaling", f"rope_scaling type {kind!r} in an MLA drafter; the engines serve MLA "
@@ -243,25 +305,20 @@ def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Uns
 
 
 def _flags_and_tensors(variant: Variant, names: list[str]) -> list[Unsupported]:
+    """A flag set without its module's tensors (the engines would run the norms as initialised), or tensors
+    stored without their flag (the engines drop them)."""
     found = []
-    has_input_norm = "input_norm.weight" in names
-    fc_norms = sorted(n for n in names if n.startswith("fc_norm."))
-    if variant.norm_before_fc and not has_input_norm:
-        found.append(Unsupported("norm_before_fc", "norm_before_fc is true but there is no input_norm.weight; the "
-                                                   "engines would run the norm with its initial weights (ones)",
-                                                   "flag-without-tensors"))
-    if has_input_norm and not variant.norm_before_fc:
-        found.append(Unsupported("input_norm.weight", "input_norm.weight is stored but norm_before_fc is not set; the "
-                                                      "engines drop the tensor silently (set norm_before_fc: true if "
-                                                      "the drafter was trained with it)", "tensors-without-flag"))
-    if variant.fc_norm and not fc_norms:
-        found.append(Unsupported("fc_norm", "fc_norm is true but there are no fc_norm.{i}.weight tensors; the "
-                                            "engines would run the norms with their initial weights (ones)",
-                                            "flag-without-tensors"))
-    if fc_norms and not variant.fc_norm:
-        found.append(Unsupported(fc_norms[0], f"{fc_norms[0]} is stored but fc_norm is not set; the engines drop "
-                                              "the tensor silently (set fc_norm: true if the drafter was trained "
-                                              "with it)", "tensors-without-flag"))
+    for flag in FEATURE_NORMS:
+        stored, on = sorted(n for n in names if flag.owns(n)), getattr(variant, flag.name)
+        if on and not stored:
+            none = f"are no {flag.tensors} tensors" if flag.per_aux else f"is no {flag.tensors}"
+            norms = "the norms with their" if flag.per_aux else "the norm with its"
+            found.append(Unsupported(flag.name, f"{flag.name} is true but there {none}; the engines would run "
+                                                f"{norms} initial weights (ones)", "flag-without-tensors"))
+        if stored and not on:
+            found.append(Unsupported(stored[0], f"{stored[0]} is stored but {flag.name} is not set; the engines drop "
+                                                f"the tensor silently (set {flag.name}: true if the drafter was "
+                                                "trained with it)", "tensors-without-flag"))
     return found
 
 

@@ -4,9 +4,9 @@ Tensors are renamed (``midlayer.*`` <-> ``layers.0.*``) and written bit for bit,
 safetensors holding the same bytes; the config is translated field by field: the decoder layer nested
 under ``transformer_layer_config`` or flattened, the verifier named in ``speculators_config``, aux ids
 written in the convention of the engine that reads each field, ``rope_scaling`` and
-``max_position_embeddings`` kept as they are, the variant flags (``norm_before_fc``, ``fc_norm``,
-``norm_output``: the engines read each in one meaning in both layouts) at the speculators top level
-and their ``input_norm`` / ``fc_norm.{i}`` tensors unchanged. An MLA drafter is refused for the
+``max_position_embeddings`` kept as they are, the variant flags (:data:`~draftlab.checkpoint.variants.FLAGS`:
+the engines read each in one meaning in both layouts) at the speculators top level and their tensors
+(``input_norm``, ``fc_norm.{i}``) unchanged. An MLA drafter is refused for the
 speculators layout (no engine reads one from it). Every change that is more than a move is listed in
 :attr:`ConvertResult.config_changes`. The output is written atomically to a new folder; the input is
 never touched.
@@ -25,6 +25,7 @@ from draftlab.checkpoint import (
     Checkpoint, DrafterConfig, TargetConfig, drafter_config, is_drafter, open_checkpoint, target_config,
 )
 from draftlab.checkpoint.layouts import flatten_speculators, layer_renames, nest_speculators
+from draftlab.checkpoint.variants import FLAGS
 from draftlab.checkpoint.write import copy_other_files, write_as_safetensors
 from draftlab.compat.check import check_pair
 from draftlab.compat.findings import CheckResult
@@ -230,12 +231,12 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
         "norm_before_residual": d.norm_before_residual,
         "eagle_aux_hidden_state_layer_ids": written_aux_ids("vllm", aux) if aux is not None else None,
     }
-    top.update({k: config[k] for k in ("fc_norm", "norm_before_fc", "norm_output", "embed_requires_grad")
-                if k in config})
-    for flag, value in (("norm_before_fc", d.variant.norm_before_fc), ("fc_norm", d.variant.fc_norm)):
-        if value and config.get(flag) is not True:  # set in eagle_config, or as SGLang's legacy use_aux_norm
-            top[flag] = True
-            _note(changes, flag, config.get(flag), True, "speculators and vLLM read it at the top level only")
+    top.update({k: config[k] for k in (*(f.name for f in FLAGS), "embed_requires_grad") if k in config})
+    for flag in FLAGS:
+        if getattr(d.variant, flag.name) and config.get(flag.name) is not True:  # set in eagle_config, or legacy
+            top[flag.name] = True
+            _note(changes, flag.name, config.get(flag.name), True, "speculators and vLLM read it at the top level "
+                                                                   "only")
     _note(changes, "draft_vocab_size", config.get("draft_vocab_size"), d.draft_vocab_size,
           "speculators reads a missing draft_vocab_size as 32000; written out")
     _note(changes, "norm_before_residual", config.get("norm_before_residual"), d.norm_before_residual,

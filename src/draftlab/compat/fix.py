@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from draftlab.checkpoint.layouts import flatten_speculators
+from draftlab.checkpoint.variants import FLAGS
 from draftlab.checkpoint.write import copy_other_files, write_weights
 from draftlab.compat.check import check_pair, open_pair, run_rules
 from draftlab.compat.findings import CheckResult, Finding
@@ -77,8 +78,8 @@ def _aux_ids(e: _Edit) -> None:
 def _variant_places(e: _Edit) -> None:
     """A flag the release reads elsewhere than it is written: written true at every place it reads."""
     pair = e.pair
-    for flag in ("norm_before_fc", "fc_norm"):
-        reading = read_flag(pair.release, pair.drafter_ckpt.config, pair.drafter, flag)
+    for flag in FLAGS:
+        reading = read_flag(pair.release, pair.drafter_ckpt.config, pair.drafter, flag.name)
         if not (reading.dropped and reading.places):
             continue
         for place in reading.places:

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from draftlab.checkpoint.variants import canonical_tensor_name, unsupported
+from draftlab.checkpoint.variants import FEATURE_NORMS, VariantFlag, canonical_tensor_name, unsupported
 from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair
 from draftlab.engines.flags import FlagReading, fc_inputs, read_flag
 from draftlab.engines.loading import drafter_class, engine_loading
 from draftlab.engines.releases import first_release
 
-# What each flag computes, and its tensors (by canonical name prefix).
-_DOES = {"norm_before_fc": "one RMSNorm over the concatenated aux features before fc",
-         "fc_norm": "one RMSNorm per aux feature before fc"}
-_TENSORS = {"norm_before_fc": "input_norm.", "fc_norm": "fc_norm."}
 # unsupported() kinds -> finding codes ("architecture" of a Llama/MLA name is architecture-unknown's)
 _CODES = {"architecture": "architecture-unsupported", "moe": "moe-drafter", "layers": "drafter-unsupported",
           "mla-dims": "drafter-unsupported", "flag-without-tensors": "variant-no-tensors",
@@ -36,8 +32,8 @@ _FIXES = {"architecture": "use an EAGLE-3 drafter (speculators_model_type eagle3
           "unknown-key": "remove the key if it is inert; draftlab refuses what it cannot compute"}
 
 
-def _tensors(pair: Pair, flag: str) -> list[str]:
-    return sorted(n for n in pair.drafter_ckpt.tensors if canonical_tensor_name(n).startswith(_TENSORS[flag]))
+def _tensors(pair: Pair, flag: VariantFlag) -> list[str]:
+    return sorted(n for n in pair.drafter_ckpt.tensors if flag.owns(canonical_tensor_name(n)))
 
 
 def _reading(pair: Pair, flag: str) -> FlagReading:
@@ -61,16 +57,18 @@ def _where_read(pair: Pair, flag: str) -> str:
 
 
 def flags_read(pair: Pair) -> Iterator[Finding]:
-    """norm_before_fc / fc_norm set with their tensors stored, but not read by this release: dropped silently."""
-    for flag in ("norm_before_fc", "fc_norm"):
-        reading, tensors = _reading(pair, flag), _tensors(pair, flag)
+    """A flag with a norm before fc (norm_before_fc, fc_norm) set with its tensors stored, but not read by this
+    release: dropped silently."""
+    for variant_flag in FEATURE_NORMS:
+        flag = variant_flag.name
+        reading, tensors = _reading(pair, flag), _tensors(pair, variant_flag)
         if not reading.dropped or not tensors:
             continue
         rel, shown = pair.release, ", ".join(tensors[:3]) + (", ..." if len(tensors) > 3 else "")
         fate = ("not applied (vLLM skips them or fails the load on them)" if pair.engine == "vllm" and flag == "fc_norm"
                 else "dropped silently")
         lost = (f"so {shown} {'is' if len(tensors) == 1 else 'are'} {fate} and fc gets the features without "
-                f"{_DOES[flag]}: acceptance drops with no error")
+                f"{variant_flag.computes}: acceptance drops with no error")
         if reading.places:
             yield Finding("variant-misplaced", "error", reading.set_at[0],
                           f"{rel.name} reads {flag} from {' then '.join(reading.places)} only, where it is not true "

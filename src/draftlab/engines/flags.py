@@ -12,22 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from draftlab.checkpoint.configs import DrafterConfig
+from draftlab.checkpoint.variants import FLAGS, first_present, lookup
 from draftlab.engines.loading import drafter_class
 from draftlab.engines.releases import Release
 
-# Where draftlab itself finds each flag set (checkpoint.variants.read_variant), in any layout.
-ANY_PLACE = {"norm_before_fc": ("eagle_config.norm_before_fc", "norm_before_fc"),
-             "fc_norm": ("fc_norm", "use_aux_norm"), "norm_output": ("norm_output",)}
-
-
-def lookup(config: Mapping[str, Any], place: str) -> Any:
-    """The value at a dotted ``place`` of ``config`` (None when absent)."""
-    node: Any = config
-    for part in place.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
+# Where draftlab itself finds each flag set (checkpoint.variants.FLAGS), in any layout.
+ANY_PLACE = {f.name: f.places for f in FLAGS}
 
 
 @dataclass(frozen=True)
@@ -49,8 +39,7 @@ def read_flag(rel: Release, config: Mapping[str, Any], drafter: DrafterConfig, f
     """How ``rel`` reads ``flag`` from this drafter's config."""
     places = rel.places(flag, drafter_class(drafter), drafter.layout)
     set_at = tuple(p for p in ANY_PLACE[flag] if lookup(config, p) is True)
-    value = next((lookup(config, p) for p in places if lookup(config, p) is not None), None)
-    return FlagReading(flag, set_at, places, value is True)
+    return FlagReading(flag, set_at, places, first_present(config, places) is True)
 
 
 def fc_inputs(rel: Release, config: Mapping[str, Any], drafter: DrafterConfig) -> tuple[int, str] | None:

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 
 from draftlab.checkpoint.configs import DrafterConfig
-from draftlab.checkpoint.variants import canonical_tensor_name
+from draftlab.checkpoint.variants import VARIANT_WEIGHT, canonical_tensor_name
 from draftlab.engines.aux_ids import ENGINES
 from draftlab.engines.releases import LLAMA_CLASS, MLA_CLASS, release
 from draftlab.errors import DraftlabError
@@ -40,7 +40,6 @@ from draftlab.errors import DraftlabError
 # The module-level names of an EAGLE-3 drafter besides its decoder layer(s).
 _TOP_LEVEL = frozenset({"fc.weight", "fc.bias", "norm.weight", "embed_tokens.weight"})
 _LAYER = re.compile(r"^layers\.(\d+)\.")
-_VARIANT_TENSOR = re.compile(r"^(input_norm|fc_norm\.\d+)\.weight$")
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,7 @@ def weight_fate(engine: str, name: str, drafter: DrafterConfig) -> str:
     bare = name.removeprefix("model.")
     if bare in _TOP_LEVEL:
         return "bound"
-    if _VARIANT_TENSOR.match(canonical_tensor_name(name) if engine == "sglang" else bare):
+    if VARIANT_WEIGHT.match(canonical_tensor_name(name) if engine == "sglang" else bare):
         return "variant"
     if engine == "sglang":
         # the MLA drafter maps ^layers.0. onto its midlayer (kimi_k25_eagle3.py)

@@ -10,9 +10,11 @@ One step, for tokens x (target ids) and hidden states h:
     logits = lm_head(norm(out))     over the draft vocabulary; target id = draft id + d2t[draft id]
 
 The variants (:mod:`draftlab.checkpoint.variants`) change two places, :meth:`Eagle3Drafter.combine`
-(``input_norm`` over the features with norm_before_fc, one ``fc_norm`` per aux feature with
-EAGLE-3.1's fc_norm, both before fc) and :meth:`Eagle3Drafter.finish` (norm_output feeds norm(out)
-back instead of out), and the attention: MLA (:mod:`draftlab.models.mla`) for DeepSeek/Kimi drafters.
+(the norms of the aux features before fc, one module per flag of ``FEATURE_NORMS``: ``input_norm``
+over the features with norm_before_fc, one ``fc_norm`` per aux feature with EAGLE-3.1's fc_norm) and
+:meth:`Eagle3Drafter.finish` (norm_output feeds norm(out) back instead of out), and the attention, one
+kind per module beside this one (:mod:`draftlab.models.attention`): grouped-query attention
+(:mod:`draftlab.models.gqa`), MLA (:mod:`draftlab.models.mla`) for DeepSeek/Kimi drafters.
 
 With ``num_hidden_layers > 1`` SGLang's ``additional_layers`` follow, each taking the previous
 layer's MLP output m (SGLang drops the running residual there) as hidden_norm -> attn -> +,
@@ -35,31 +37,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import (
-    LlamaMLP,
-    LlamaRMSNorm,
-    LlamaRotaryEmbedding,
-    apply_rotary_pos_emb,
-)
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from draftlab.checkpoint import Checkpoint, DrafterConfig, drafter_config, is_drafter, open_checkpoint
-from draftlab.checkpoint.variants import unsupported
+from draftlab.checkpoint.variants import FEATURE_NORMS, VariantFlag, unsupported
 from draftlab.errors import DraftlabError
+from draftlab.models.attention import KV, CosSin, Preallocated, attention
 from draftlab.models.devices import parse_device, parse_dtype
 from draftlab.models.drafter_weights import canonical_names
+from draftlab.models.gqa import GqaAttention
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket, pad_to_bucket
 from draftlab.models.kernels import attention_kernels, compile_failed, compiled_fn, say_uncompiled
 from draftlab.models.masks import attention_mask, new_token_mask
-from draftlab.models.static_kv import BatchKV, StaticKV, cached_attention
+from draftlab.models.mla import MlaAttention, deepseek_rotary
+from draftlab.models.static_kv import StaticKV
 
 if TYPE_CHECKING:
     from draftlab.models.target import TargetRunner
-
-KV = tuple[torch.Tensor, torch.Tensor]  # keys, values: [B, kv_heads, S, head_dim]
-Preallocated = StaticKV | BatchKV  # caches that write every layer's new keys/values in place
 
 
 @dataclass
@@ -68,80 +64,17 @@ class DraftStep:
     hidden: torch.Tensor  # [n, H] the next step's `hidden` (pre-norm output; norm(out) with norm_output)
 
 
-class _Attention(nn.Module):
-    """Grouped-query attention (Llama). The interface every attention kind of the drafter offers:
-    :meth:`project` (queries, keys, values with RoPE applied), ``scale`` and :meth:`output`; the caches
-    hold ``kv_heads`` x ``head_dim`` keys and values."""
-
-    scale: float | None = None  # SDPA's default 1 / sqrt(head_dim)
-
-    def __init__(self, in_size: int, cfg: DrafterConfig, bias: bool) -> None:
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.q_proj = nn.Linear(in_size, self.heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(in_size, self.kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(in_size, self.kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
-
-    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x [B, n, in] -> q [B, heads, n, D], k and v [B, kv_heads, n, D]."""
-        b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, *rope)
-        return q, k, v
-
-    def output(self, out: torch.Tensor) -> torch.Tensor:
-        """The attention result [B, heads, n, D] -> [B, n, hidden]."""
-        b, _, n, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
-
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
-                mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
-        return attend(self, x, rope, past, mask, layer)
-
-
-def attend(attn: nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
-           mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
-    """One attention module's pass: x [B, n, in] -> its output [B, n, hidden] and the new keys/values
-    (:func:`attention` over ``past``)."""
-    q, k, v = attn.project(x, rope)
-    out, new = attention(attn, q, k, v, past, mask, layer)
-    return attn.output(out), new
-
-
-def attention(attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: KV | Preallocated | None,
-              mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
-    """Attention of the projected q [B, heads, n, D] over ``past`` and the new k, v [B, kv_heads, n, D];
-    mask [B, n, S] bool over past + new keys (the slots a preallocated ``past`` returns, which this
-    writes layer ``layer`` of). Returns the result [B, heads, n, D] (before ``output``) and the new
-    keys/values."""
-    new = (k, v)
-    if isinstance(past, Preallocated):
-        return cached_attention(past, layer, q, k, v, mask[:, None], attn.scale), new
-    if past is not None:
-        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:  # an MLA drafter's 128 key heads need no copy (one took 2.3 GiB more in an H200 profile)
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=attn.scale), new
-
-
-def _attention_module(in_size: int, cfg: DrafterConfig, bias: bool) -> nn.Module:
+def _attention_module(in_size: int, cfg: DrafterConfig, bias: bool) -> GqaAttention | MlaAttention:
     """The drafter layer's attention: MLA for DeepSeek/Kimi drafters, else grouped-query attention."""
     if cfg.variant.mla is not None:
-        from draftlab.models.mla import MlaAttention
         return MlaAttention(in_size, cfg)
-    return _Attention(in_size, cfg, bias)
+    return GqaAttention(in_size, cfg, bias)
 
 
 def _rotary(cfg: DrafterConfig, llama: LlamaConfig) -> nn.Module:
     """The RoPE cos/sin the layer's attention takes: DeepSeek's over the rope dims (YaRN included) for
     MLA drafters, else Llama's over the head."""
     if cfg.variant.mla is not None:
-        from draftlab.models.mla import deepseek_rotary
         return deepseek_rotary(cfg)
     return LlamaRotaryEmbedding(llama)
 
@@ -158,7 +91,7 @@ class _FirstLayer(nn.Module):
         self.self_attn = _attention_module(2 * h, cfg, bias)
         self.mlp = LlamaMLP(llama)
 
-    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, rope: CosSin,
                 past: KV | Preallocated | None, mask: torch.Tensor, compiled: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor, KV]:
         q, k, v, residual = _part(_first_input, compiled)(self, embeds, hidden, rope)
@@ -173,10 +106,10 @@ class _ExtraLayer(nn.Module):
         super().__init__()
         h, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.hidden_norm, self.post_attention_layernorm = LlamaRMSNorm(h, eps), LlamaRMSNorm(h, eps)
-        self.self_attn = _Attention(h, cfg, bias)
+        self.self_attn = GqaAttention(h, cfg, bias)
         self.mlp = LlamaMLP(llama)
 
-    def forward(self, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
+    def forward(self, hidden: torch.Tensor, rope: CosSin, past: KV | Preallocated | None,
                 mask: torch.Tensor, layer: int, compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor, KV]:
         q, k, v = _part(_extra_input, compiled)(self, hidden, rope)
         attended, kv = attention(self.self_attn, q, k, v, past, mask, layer)
@@ -193,7 +126,7 @@ def _part(fn: Callable[..., Any], compiled: bool) -> Callable[..., Any]:
 
 
 def _first_input(layer: _FirstLayer, embeds: torch.Tensor, hidden: torch.Tensor,
-                 rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+                 rope: CosSin) -> tuple[torch.Tensor, ...]:
     """The first layer up to attention: q, k, v of concat(input_layernorm(embeds), hidden_norm(hidden))
     and the residual (hidden, or hidden_norm(hidden) with norm_before_residual)."""
     normed = layer.hidden_norm(hidden)
@@ -201,7 +134,7 @@ def _first_input(layer: _FirstLayer, embeds: torch.Tensor, hidden: torch.Tensor,
     return *layer.self_attn.project(torch.cat([layer.input_layernorm(embeds), normed], dim=-1), rope), residual
 
 
-def _extra_input(layer: _ExtraLayer, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+def _extra_input(layer: _ExtraLayer, hidden: torch.Tensor, rope: CosSin
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """An additional layer up to attention: q, k, v of hidden_norm(hidden)."""
     return layer.self_attn.project(layer.hidden_norm(hidden), rope)
@@ -240,10 +173,10 @@ class Eagle3Drafter(nn.Module):
         self.embed_tokens = embed_tokens if embed_tokens is not None else nn.Embedding(config.vocab_size, h)
         fc_in = fc_in or 3 * config.target_hidden_size
         eps = config.rms_norm_eps
-        self.input_norm = LlamaRMSNorm(fc_in, eps) if self.variant.norm_before_fc else None
         num_aux = max(1, fc_in // config.target_hidden_size)
-        self.fc_norm = nn.ModuleList(LlamaRMSNorm(fc_in // num_aux, eps) for _ in range(num_aux)) \
-            if self.variant.fc_norm else None
+        for flag in FEATURE_NORMS:  # input_norm, fc_norm: None where the variant does not set the flag
+            on = getattr(self.variant, flag.name)
+            setattr(self, flag.module, _feature_norm(flag, fc_in, num_aux, eps) if on else None)
         self.fc = nn.Linear(fc_in, h, bias=bool(config.layer_config.get("bias")))
         self.midlayer = _FirstLayer(config, llama, bias)
         self.additional_layers = nn.ModuleList(_ExtraLayer(config, llama, bias) for _ in range(config.num_layers - 1))
@@ -525,13 +458,16 @@ class Eagle3Drafter(nn.Module):
         return (*_part(_head, compiled)(self, out, residual), new)
 
     def combine(self, features: torch.Tensor) -> torch.Tensor:
-        """Target features [..., A x T] -> the layer's hidden input [..., H]: ``input_norm`` over the whole
-        concatenation (norm_before_fc), then one ``fc_norm`` per aux feature (EAGLE-3.1), then ``fc``."""
-        if self.input_norm is not None:
-            features = self.input_norm(features)
-        if self.fc_norm is not None:
-            chunks = features.chunk(len(self.fc_norm), dim=-1)
-            features = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks, strict=True)], dim=-1)
+        """Target features [..., A x T] -> the layer's hidden input [..., H]: the variant's norms in the engines'
+        order (``input_norm`` over the whole concatenation with norm_before_fc, then one ``fc_norm`` per aux
+        feature with EAGLE-3.1's fc_norm), then ``fc``."""
+        for flag in FEATURE_NORMS:
+            norm = getattr(self, flag.module)
+            if isinstance(norm, nn.ModuleList):
+                chunks = features.chunk(len(norm), dim=-1)
+                features = torch.cat([n(c) for n, c in zip(norm, chunks, strict=True)], dim=-1)
+            elif norm is not None:
+                features = norm(features)
         return self.fc(features)
 
     def finish(self, pre_norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -562,7 +498,7 @@ def _combine(drafter: Eagle3Drafter, features: torch.Tensor) -> torch.Tensor:
     return drafter.combine(features)
 
 
-def _rope(drafter: Eagle3Drafter, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _rope(drafter: Eagle3Drafter, hidden: torch.Tensor, positions: torch.Tensor) -> CosSin:
     """RoPE's cos and sin at ``positions`` (in ``hidden``'s dtype)."""
     return drafter.rotary(hidden, positions)
 
@@ -570,6 +506,13 @@ def _rope(drafter: Eagle3Drafter, hidden: torch.Tensor, positions: torch.Tensor)
 def _head(drafter: Eagle3Drafter, m: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The last layer's MLP output and residual -> :meth:`Eagle3Drafter.finish` of their sum."""
     return drafter.finish(m + residual)
+
+
+def _feature_norm(flag: VariantFlag, fc_in: int, num_aux: int, eps: float) -> nn.Module:
+    """The norm a variant flag adds before fc: one RMSNorm per aux feature, or one over their concatenation."""
+    if flag.per_aux:
+        return nn.ModuleList(LlamaRMSNorm(fc_in // num_aux, eps) for _ in range(num_aux))
+    return LlamaRMSNorm(fc_in, eps)
 
 
 def refuse_unsupported(ckpt: Checkpoint) -> None:

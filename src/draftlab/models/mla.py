@@ -36,13 +36,13 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm
 from draftlab.checkpoint import DrafterConfig
 from draftlab.checkpoint.variants import MLA_ROPE_TYPES, MlaDims
 from draftlab.errors import DraftlabError
-from draftlab.models.drafter import KV, Preallocated, attend
+from draftlab.models.attention import KV, CosSin, Preallocated, attend
 
 DEFAULT_THETA = 10000.0  # DeepSeek-V3's rope_theta when a config leaves it out
 
 
 class MlaAttention(nn.Module):
-    """MLA with the drafter attention interface: ``heads`` = ``kv_heads`` (one key per head),
+    """MLA with the drafter attention interface (:class:`~draftlab.models.attention.DrafterAttention`): ``heads`` = ``kv_heads`` (one key per head),
     ``head_dim`` the cached width, an explicit ``scale``, :meth:`project` and :meth:`output`."""
 
     def __init__(self, in_size: int, cfg: DrafterConfig) -> None:
@@ -64,7 +64,7 @@ class MlaAttention(nn.Module):
         self.kv_b_proj = nn.Linear(dims.kv_lora_rank, heads * (dims.qk_nope_head_dim + dims.v_head_dim), bias=False)
         self.o_proj = nn.Linear(heads * dims.v_head_dim, cfg.hidden_size, bias=False)
 
-    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+    def project(self, x: torch.Tensor, rope: CosSin
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, n, in] -> q, k, v [B, heads, n, head_dim] (q/k zero-padded past nope + rope, v past v_head_dim)."""
         b, n, _ = x.shape
@@ -89,7 +89,7 @@ class MlaAttention(nn.Module):
         b, _, n, _ = out.shape
         return self.o_proj(out[..., :self.dims.v_head_dim].transpose(1, 2).reshape(b, n, -1))
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], past: KV | Preallocated | None,
+    def forward(self, x: torch.Tensor, rope: CosSin, past: KV | Preallocated | None,
                 mask: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, KV]:
         return attend(self, x, rope, past, mask, layer)
 

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 import torch
 
 from draftlab.engines.sglang_flags import SpecFlags
-from draftlab.models.drafter import KV, Eagle3Drafter
+from draftlab.models.attention import KV
+from draftlab.models.drafter import Eagle3Drafter
 from draftlab.decode.tree import Frontier, PoolChunk, draft_top_k, kept_pool_mask, select_top_k
 
 
