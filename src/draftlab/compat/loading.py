@@ -111,15 +111,14 @@ def target_supported(pair: Pair) -> Iterator[Finding]:
 
 
 def target_served(pair: Pair) -> Iterator[Finding]:
-    """SGLang serves EAGLE-3 on Qwen3.5/3.6 targets only from 0.5.22 (earlier releases crash in capture)."""
-    rel = pair.release
-    if not rel.serves_target(pair.target.model_type):
-        since = first_serving(pair.engine, pair.target.model_type)
+    """A target family the release serves no EAGLE-3 for (SGLang before 0.5.22 on Qwen3.5/3.6 targets)."""
+    rel, model_type = pair.release, pair.target.model_type
+    why = rel.unserved_because(model_type)
+    if why is not None:
         yield Finding("target-unserved", "error", "model_type",
-                      f"the target's model_type is {pair.target.model_type!r}; {rel.name} captures no aux hidden "
-                      "states for it (the decoder reads per-layer capture flags nothing sets, so the drafter gets "
-                      "empty features and CUDA-graph capture crashes; sglang PR #38307)",
-                      f"serve it with {engine_loading(pair.engine).name} >= {since}")
+                      f"the target's model_type is {model_type!r}; {rel.name} captures no aux hidden states for it "
+                      f"({why})", f"serve it with {engine_loading(pair.engine).name} >= "
+                      f"{first_serving(pair.engine, model_type)}")
 
 
 def dtype(pair: Pair) -> Iterator[Finding]:

@@ -17,10 +17,17 @@ TensorRT-LLM switches speculation off.
 
 from __future__ import annotations
 
-
 from draftlab.cost.plan import ConfigPlan, Plan
-from draftlab.engines.schedule import BatchSchedule, EngineSchedule, ScheduleRange, check_release, write_schedule
+from draftlab.engines.schedule import (
+    BatchSchedule,
+    EngineSchedule,
+    ScheduleRange,
+    check_release,
+    draft_length_cap,
+    write_schedule,
+)
 from draftlab.errors import DraftlabError
+
 
 def chain_length(row: ConfigPlan) -> int | None:
     """The chain length of a plan row (its steps), None for a tree config or a model-free method."""
@@ -79,9 +86,8 @@ def engine_schedule(plan: Plan, engine: str, version: str | None = None, *,
     version = check_release(engine, version)
     schedule = schedule_from_plan(plan, max_batch_size=max_batch_size)
     notes = list(schedule.notes)
-    first = schedule.ranges[0].draft_length
-    if engine == "trtllm" and first and schedule.max_draft_length > first:
-        schedule = schedule_from_plan(plan, max_batch_size=max_batch_size, max_draft_length=first)
-        notes.append(f"TensorRT-LLM: every range's K is capped at batch 1's ({first}), which must equal "
-                     "max_draft_len; the capped ranges take the best K up to it")
+    cap, why = draft_length_cap(engine, schedule)
+    if cap is not None:
+        schedule = schedule_from_plan(plan, max_batch_size=max_batch_size, max_draft_length=cap)
+        notes.append(why)
     return write_schedule(schedule, engine, version, notes=notes)

@@ -87,11 +87,13 @@ VLLM_V1_FORCED = (
     ("0.28.0", "0.31.0", "elastic expert parallelism"),
     ("0.28.0", "0.30.0", "custom logits processors"),
 )
-# SGLang: target model_types (prefixes) it serves no EAGLE-3 for, and the first release that does. Qwen3.5/3.6
+# SGLang: target model_types (prefixes) it serves no EAGLE-3 for before a release, and why. Qwen3.5/3.6
 # (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration, Qwen3_5ForCausalLM): before 0.5.22 the
-# VL wrapper sets layers_to_capture but its decoder reads per-layer flags nothing sets, so the capture is empty
-# and CUDA-graph capture crashes (models/qwen3_5.py, sglang PR #38307).
-SGLANG_SERVES_FROM = {"qwen3_5": "0.5.22"}
+# VL wrapper sets layers_to_capture but its decoder reads per-layer flags nothing sets (models/qwen3_5.py).
+SGLANG_SERVES_FROM = {
+    "qwen3_5": ("0.5.22", "its decoder reads per-layer capture flags nothing sets, so the drafter gets empty "
+                          "features and CUDA-graph capture crashes; sglang PR #38307"),
+}
 
 Places = tuple[str, ...]  # dotted config paths a flag is read from, in lookup order; () = not read
 
@@ -172,9 +174,14 @@ class Release:
 
     def serves_target(self, model_type: str) -> bool:
         """Whether this release serves EAGLE-3 on a target of this (text) model_type at all."""
+        return self.unserved_because(model_type) is None
+
+    def unserved_because(self, model_type: str) -> str | None:
+        """Why this release serves no EAGLE-3 on a target of this model_type (None: it serves it)."""
         if self.engine != "sglang":
-            return True
-        return all(self.at(first) for prefix, first in SGLANG_SERVES_FROM.items() if model_type.startswith(prefix))
+            return None
+        return next((why for prefix, (first, why) in SGLANG_SERVES_FROM.items()
+                     if model_type.startswith(prefix) and not self.at(first)), None)
 
 
 def _sglang(version: str) -> Release:

@@ -109,6 +109,16 @@ class EngineSchedule:
                 "planned": to_jsonable(self.plan), "notes": self.notes}
 
 
+def draft_length_cap(engine: str, schedule: BatchSchedule) -> tuple[int | None, str | None]:
+    """The K no range may exceed in ``engine``'s format, and why (None, None: no cap). TensorRT-LLM: every
+    range's K is at most the smallest key's, which must equal ``max_draft_len``."""
+    first = schedule.ranges[0].draft_length
+    if engine == "trtllm" and first and schedule.max_draft_length > first:
+        return first, (f"TensorRT-LLM: every range's K is capped at batch 1's ({first}), which must equal "
+                       "max_draft_len; the capped ranges take the best K up to it")
+    return None, None
+
+
 def write_schedule(schedule: BatchSchedule, engine: str, version: str | None = None, *,
                    notes: list[str] | None = None) -> EngineSchedule:
     """``schedule`` in ``engine``'s format; refused where that release (or engine) cannot say it."""
