@@ -18,9 +18,9 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.decode.tree import PoolChunk, organize_draft_results, select_top_k
 from draftlab.decode.verify import walk_tree, walk_trees
+from draftlab.engines.sglang_flags import resolve_spec_flags
 
 
 def pool(batch: int, steps: int, topk: int, device: torch.device) -> list[PoolChunk]:

@@ -20,9 +20,9 @@ import collections
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+import draftlab.decode.decoder as decoder_module
 import draftlab.models.drafter as drafter_module
 import draftlab.models.target_static as target_static
-import draftlab.decode.decoder as decoder_module
 from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.models.pair import load_pair
 from draftlab.toy import cached_toy_pair

@@ -28,11 +28,11 @@ import time
 import torch
 from runtime_speed import build
 
+from draftlab.decode.plain_decode import plain_decode
 from draftlab.models import TargetRunner
 from draftlab.models.devices import synchronize
 from draftlab.models.static_kv import BatchKV
 from draftlab.models.target_batch import BatchTarget
-from draftlab.decode.plain_decode import plain_decode
 
 VARIANTS = {"unfused": {"fused": False, "compile": False}, "fused": {"fused": True, "compile": False},
             "fused+compiled": {"fused": True, "compile": True}}

@@ -32,9 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from draftlab.checkpoint import open_checkpoint  # noqa: E402
-from draftlab.compat.summary import inspect_checkpoint  # noqa: E402
 from draftlab.checkpoint.synth import write_drafter, write_target  # noqa: E402
 from draftlab.compat import check_pair  # noqa: E402
+from draftlab.compat.summary import inspect_checkpoint  # noqa: E402
 
 KIMI_DRAFTER = Path("/work/shared/reference/configs/aq-medai-kimi-k2-instruct-eagle3.config.json")
 

@@ -29,11 +29,11 @@ import time
 import torch
 from runtime_speed import build
 
+from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
 from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.models.devices import synchronize
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe_sequences
-from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
 
 CONFIGS = [(3, 1, 4), (5, 4, 8)]
 

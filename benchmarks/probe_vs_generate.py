@@ -81,8 +81,8 @@ def plain_decoding(target: Path, args) -> dict:
     """draftlab's plain decoding vs HF generate with a static cache, side by side in this process."""
     import transformers as tf
 
-    from draftlab.models.target import TargetRunner
     from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
+    from draftlab.models.target import TargetRunner
 
     device = torch.device(args.device)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from draftlab.acceptance.profile import accept_length_for
-from draftlab.probe.to_profile import profile_from_probe
 from draftlab.probe.probe import probe
+from draftlab.probe.to_profile import profile_from_probe
 from draftlab.toy import cached_toy_pair
 
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len(", "class Foo(object):\n    ",

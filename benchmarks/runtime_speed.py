@@ -154,8 +154,8 @@ def compare(fast: dict, eager: dict, forced: torch.Tensor) -> dict:
 def spec_runs(target: TargetRunner, drafter: Eagle3Drafter, prompt: torch.Tensor, new: int, device: str) -> dict:
     """Tokens/s of plain decoding and of speculative chains/trees through draftlab.decode (if present)."""
     try:
-        from draftlab.engines.sglang_flags import SpecFlags
         from draftlab.decode.decoder import SpeculativeDecoder
+        from draftlab.engines.sglang_flags import SpecFlags
     except ImportError:
         return {}
     configs = {"baseline": None, "chain_3_1_4": (3, 1, 4), "tree_5_4_8": (5, 4, 8)}

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from draftlab.probe.probe import probe
 from draftlab.decode.generate import generate
+from draftlab.probe.probe import probe
 from draftlab.toy import cached_toy_pair
 
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len(", "class Foo(object):\n    "]

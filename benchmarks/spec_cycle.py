@@ -38,13 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from decode_profile import copy_bandwidth  # noqa: E402
 
 from draftlab.checkpoint import DrafterConfig  # noqa: E402
+from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len  # noqa: E402
 from draftlab.documents import provenance  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.devices import parse_device, parse_dtype, synchronize  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.kernels import drafter_compile_chosen  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
-from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len  # noqa: E402
 
 LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from draftlab.demo import DEMO_PROMPTS
 from draftlab.decode.generate import generate
+from draftlab.demo import DEMO_PROMPTS
 from draftlab.threads import default_threads
 from draftlab.toy import cached_toy_pair
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from draftlab.cli import main
-from draftlab.models import target as target_module
 from draftlab.decode.generate import generate
+from draftlab.models import target as target_module
 
 sys.path.insert(0, str(Path(__file__).parent / "serve"))
 

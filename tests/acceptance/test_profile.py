@@ -15,11 +15,16 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "cost"))
 
 from cost_fixtures import profile_doc, write_json  # noqa: E402
 
+from draftlab.acceptance.profile import (  # noqa: E402
+    AcceptanceProfile,
+    accept_length_for,
+    rates_from_histogram,
+    read_profile,
+    validation,
+    write_profile,
+)
 from draftlab.cli import main  # noqa: E402
 from draftlab.errors import DraftlabError  # noqa: E402
-from draftlab.acceptance.profile import (  # noqa: E402
-    AcceptanceProfile, accept_length_for, rates_from_histogram, read_profile, validation, write_profile,
-)
 
 TEXTS = [("def __init__(self, ", "code"), ("import os\nimport sys\n\n", "code"),
          ("    for i in range(len(", "loops"), ("The quick brown fox", None)]

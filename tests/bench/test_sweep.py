@@ -17,9 +17,9 @@ from draftlab.bench.grid import SweepEntry, parse_grid
 from draftlab.bench.result import load_result
 from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep, run_sweep
 from draftlab.cli import main
+from draftlab.decode.generate import generate
 from draftlab.engines.launch import group_members
 from draftlab.errors import DraftlabError
-from draftlab.decode.generate import generate
 
 TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self."]
 MAX_TOKENS = 16

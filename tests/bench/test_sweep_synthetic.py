@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from draftlab.acceptance.synthetic import parse_synthetic
 from draftlab.bench.grid import parse_grid
 from draftlab.bench.result import load_result
 from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep, run_sweep
 from draftlab.cli import main
-from draftlab.acceptance.synthetic import parse_synthetic
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))
 

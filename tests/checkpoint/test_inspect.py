@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from builders import SEEN_AUX, make_pair
 
-from draftlab.compat.summary import inspect_checkpoint
 from draftlab.checkpoint.synth import write_drafter, write_target
 from draftlab.cli import main
+from draftlab.compat.summary import inspect_checkpoint
 
 REFERENCE = Path("/work/shared/reference/configs")
 

@@ -9,11 +9,11 @@ import shutil
 import pytest
 import torch
 
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.pair import load_pair
 from draftlab.models.static_kv import BatchKV
-from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
-from draftlab.decode.decoder import SpeculativeDecoder
 
 PROMPTS = [b"def __init__(self", b"import os\nimport sys\n", b"x"]
 

@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
-from draftlab.engines.sglang_flags import exact_spec_flags
-from draftlab.models.batch_slots import BatchSlots, gather_slots
-from draftlab.models.pair import load_pair
 from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
 from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.decode.generate import generate
+from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.models.batch_slots import BatchSlots, gather_slots
+from draftlab.models.pair import load_pair
 
 PROMPTS = [b"def __init__(self", b"import os\nimport sys\n", b"    return self._", b"for i in range(len(", b"x"]
 NEW = 36

@@ -9,10 +9,10 @@ import gc
 import pytest
 import torch
 
-from draftlab.engines.sglang_flags import exact_spec_flags
-from draftlab.models.pair import load_pair
 from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
 from draftlab.decode.decoder import SpeculativeDecoder
+from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.models.pair import load_pair
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 

@@ -1,8 +1,8 @@
 """When ``generate`` compiles its target's layer parts: only where it pays at any accept length."""
 
+from draftlab.decode.generate import decode_steps
 from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.models.target_batch import COMPILE_PAYS_AFTER
-from draftlab.decode.generate import decode_steps
 
 
 def test_plain_and_batched_decodes_count_a_step_per_token_of_each_group() -> None:

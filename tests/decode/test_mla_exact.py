@@ -16,9 +16,9 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from draftlab.compat import check_pair
+from draftlab.decode.generate import generate
 from draftlab.models.drafter_weights import canonical_names
 from draftlab.probe.probe import probe
-from draftlab.decode.generate import generate
 from draftlab.toy.mla import AUX_LAYERS, cached_mla_toy
 
 TEXTS = ["def __init__(self", "import os\nimport sys\n", "    return self._", "for i in range(len(",

@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draftlab.engines.sglang_flags import resolve_spec_flags
-from draftlab.models import kernels
-from draftlab.models.pair import load_pair
 from draftlab.decode import pipeline
 from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
 from draftlab.decode.tree import build_tree
 from draftlab.decode.verify import greedy_walk
+from draftlab.engines.sglang_flags import resolve_spec_flags
+from draftlab.models import kernels
+from draftlab.models.pair import load_pair
 
 PROMPTS = [list(t.encode()) for t in ("def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len(")]
 CONFIGS = [(3, 1, 4), (4, 4, 8), (5, 1, 4)]

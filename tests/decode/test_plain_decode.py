@@ -14,11 +14,11 @@ from torch.overrides import TorchFunctionMode
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from tiny_targets import tiny_target  # noqa: E402
 
+from draftlab.decode.plain_decode import CHECK_EVERY, plain_decode  # noqa: E402
 from draftlab.errors import DraftlabError  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
 from draftlab.models.target_batch import BatchTarget  # noqa: E402
 from draftlab.probe.continuations import target_continuations  # noqa: E402
-from draftlab.decode.plain_decode import CHECK_EVERY, plain_decode  # noqa: E402
 
 PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13], [40, 41, 42, 43]]
 READS = {"item", "tolist", "__int__", "__bool__", "__float__", "__index__"}

@@ -4,8 +4,8 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from draftlab.errors import DraftlabError
 from draftlab.decode.prompts import read_prompts
+from draftlab.errors import DraftlabError
 
 WORDS = ["<s>", "hello", "world", "user", "assistant", ":", "\n"]
 TEMPLATE = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant :{% endif %}"

@@ -15,6 +15,8 @@ import torch
 from accelerate import dispatch_model
 
 from draftlab.cli import main
+from draftlab.decode.decoder import SpeculativeDecoder
+from draftlab.decode.generate import generate
 from draftlab.engines.sglang_flags import resolve_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import offloaded
@@ -22,8 +24,6 @@ from draftlab.models.pair import load_pair
 from draftlab.models.target import TargetRunner
 from draftlab.probe.continuations import target_continuations
 from draftlab.probe.probe import probe, probe_sequences
-from draftlab.decode.decoder import SpeculativeDecoder
-from draftlab.decode.generate import generate
 
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len("]
 NEW = 24

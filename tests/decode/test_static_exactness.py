@@ -10,12 +10,12 @@ import json
 import pytest
 import torch
 
+from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
+from draftlab.decode.generate import generate
 from draftlab.engines.sglang_flags import SpecFlags, resolve_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.pair import LoadedPair, load_pair
 from draftlab.probe.probe import probe_sequences
-from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
-from draftlab.decode.generate import generate
 
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len("]
 PROMPTS = [list(t.encode()) for t in TEXTS]

@@ -10,8 +10,8 @@ from engine_schedule_rules import sglang_steps, vllm_dense
 from schedule_fixtures import FALLING
 
 from draftlab.cli import main
-from draftlab.engines.launch import LaunchRequest, engine_command
 from draftlab.cost.schedule import engine_schedule
+from draftlab.engines.launch import LaunchRequest, engine_command
 from draftlab.engines.schedule import load_schedule
 from draftlab.errors import DraftlabError
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from draftlab.acceptance.synthetic import SyntheticAcceptance, parse_synthetic
 from draftlab.cli import main
 from draftlab.engines.launch import LaunchRequest, engine_command
 from draftlab.engines.releases import SGLANG_VERSIONS, VLLM_VERSIONS, version_key
 from draftlab.engines.synthetic import synthetic_settings
 from draftlab.errors import DraftlabError
-from draftlab.acceptance.synthetic import SyntheticAcceptance, parse_synthetic
 
 PROFILE = SyntheticAcceptance("p.json", marginals=(0.816, 0.634, 0.475, 0.2), profile="p.json")
 

@@ -16,6 +16,7 @@ from test_drafter_static import _script
 from tiny_drafters import H, drafter_tensors, write_specforge
 from tiny_mla import mla_config, mla_tensors, write_mla
 
+from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.documents import provenance
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
@@ -23,7 +24,6 @@ from draftlab.models import drafter as drafter_module
 from draftlab.models import kernels
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.pair import load_pair
-from draftlab.decode.decoder import SpeculativeDecoder
 
 
 def _speculators(folder: Path) -> Path:

@@ -8,13 +8,13 @@ import pytest
 import torch
 from tiny_targets import tiny_target
 
+from draftlab.decode.decoder import SpeculativeDecoder
+from draftlab.decode.plain_decode import plain_decode
 from draftlab.models import kernels
 from draftlab.models.fused_layer import FusedLayer
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
 from draftlab.models.target_static import FAMILIES, LayerWalk
-from draftlab.decode.decoder import SpeculativeDecoder
-from draftlab.decode.plain_decode import plain_decode
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12], [11, 12, 13]]  # longer than mistral's window of 6
 NEW = 20

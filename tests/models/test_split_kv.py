@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 import transformers as tf
 
+from draftlab.decode.generate import generate
 from draftlab.documents import provenance
 from draftlab.errors import DraftlabError
 from draftlab.models import kernels, split_kv
 from draftlab.models.static_kv import StaticKV, cached_attention, gqa_attention
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe
-from draftlab.decode.generate import generate
 
 pytestmark = pytest.mark.skipif(not split_kv.available(), reason="needs Triton (the test extras install it)")
 

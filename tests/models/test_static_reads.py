@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
+from draftlab.decode.generate import generate
 from draftlab.models import target as target_module
 from draftlab.models.static_kv import READ_BUCKET, StaticKV
-from draftlab.decode.generate import generate
 
 PROMPT = ('"""Utilities for reading files."""\n\nimport os\nimport sys\n\n\nclass Reader:\n    def __init__(self, '
           'path, mode="r"):\n        self.path = path\n        self.mode = mode\n        self._file = None\n\n'

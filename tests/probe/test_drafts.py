@@ -14,11 +14,11 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from tiny_drafters import drafter_tensors, tied_head, write_specforge  # noqa: E402
 from tiny_targets import tiny_target  # noqa: E402
 
+from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
 from draftlab.probe.drafts import accepted_drafts, drafted_trees  # noqa: E402
-from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
 
 
 @pytest.fixture(scope="module")

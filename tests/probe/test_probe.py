@@ -5,9 +5,9 @@ import json
 import pytest
 
 from draftlab.cli import main
+from draftlab.decode.generate import generate
 from draftlab.errors import DraftlabError
 from draftlab.probe.probe import probe
-from draftlab.decode.generate import generate
 
 TEXTS = ["def __init__(self, ", "import os\nimport sys\n\n", "    for i in range(len("]
 NEW = 32

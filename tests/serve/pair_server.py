@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
 
 from spec_fakes import make_pair  # noqa: E402
 
+from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.serve.engine import ServeEngine  # noqa: E402
 from draftlab.serve.http import ServeContext, make_server  # noqa: E402
-from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
 
 VOCAB = 12
 EOS = 11

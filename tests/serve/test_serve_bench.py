@@ -14,8 +14,8 @@ from pair_server import build_context, start
 from draftlab.bench.client import BenchConfig
 from draftlab.bench.run import run_bench
 from draftlab.bench.workload import Prompt
-from draftlab.serve.http import make_server
 from draftlab.decode.metrics import accept_stats
+from draftlab.serve.http import make_server
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 0, 7, 8], [9], [2, 2, 10], [3, 1]]
 

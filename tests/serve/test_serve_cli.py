@@ -26,8 +26,8 @@ def target_dir(tmp_path_factory):
 
 
 def test_serve_process_generates_like_the_library_and_stops_on_ctrl_c(target_dir):
-    from draftlab.models.target import TargetRunner
     from draftlab.decode.decoder import SpeculativeDecoder
+    from draftlab.models.target import TargetRunner
 
     expected = [t for c in SpeculativeDecoder(TargetRunner.load(target_dir), None, None)
                 .stream([5, 6, 7], max_new_tokens=8, ignore_eos=True) for t in c.tokens]

@@ -15,10 +15,10 @@ import httpx
 import pytest
 from pair_server import start
 
+from draftlab.decode.generate import generate
 from draftlab.engines.metrics import parse_prometheus
 from draftlab.serve.http import MAX_BODY_BYTES
 from draftlab.serve.load import load_context
-from draftlab.decode.generate import generate
 
 CLIENTS = 64
 MAX_NEW = 10

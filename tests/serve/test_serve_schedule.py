@@ -10,12 +10,12 @@ import httpx
 import pytest
 from pair_server import start
 
+from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.engines.schedule import load_schedule
 from draftlab.models.pair import load_pair
 from draftlab.serve.batched import BatchServeEngine
 from draftlab.serve.engine import Job
 from draftlab.serve.load import load_context
-from draftlab.decode.decoder import SpeculativeDecoder
 
 PROMPTS = [list(b"def __init__(self"), list(b"import os\nimport sys\n"), list(b"    return self._"),
            list(b"for i in range(len("), list(b"x")]

@@ -14,16 +14,16 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
 
 from spec_fakes import make_pair  # noqa: E402
 
+from draftlab.acceptance.synthetic import SyntheticAcceptance, parse_synthetic  # noqa: E402
 from draftlab.bench.client import BenchConfig  # noqa: E402
 from draftlab.bench.run import run_bench  # noqa: E402
 from draftlab.bench.workload import Prompt  # noqa: E402
+from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.errors import DraftlabError  # noqa: E402
 from draftlab.serve.engine import ServeEngine  # noqa: E402
 from draftlab.serve.http import ServeContext  # noqa: E402
 from draftlab.serve.synthetic import SyntheticDecoder  # noqa: E402
-from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
-from draftlab.acceptance.synthetic import SyntheticAcceptance, parse_synthetic  # noqa: E402
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 0, 7, 8], [9], [2, 2, 10], [3, 1]]
 

@@ -10,8 +10,8 @@ from pair_server import start
 from draftlab.bench.client import BenchConfig
 from draftlab.bench.run import run_bench
 from draftlab.bench.workload import Prompt
-from draftlab.serve.load import load_context
 from draftlab.decode.generate import generate
+from draftlab.serve.load import load_context
 
 TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self.", "return self._"]
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftlab.errors import DraftlabError
 from draftlab.acceptance.profile import conditional_rates, read_profile
+from draftlab.errors import DraftlabError
 
 OPTION = "--synthetic-acceptance"
 

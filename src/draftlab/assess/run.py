@@ -23,13 +23,14 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from draftlab.acceptance.profile import write_profile
 from draftlab.assess.slices import Cycles, Slice, slices
 from draftlab.assess.verdict import Evidence, Verdict, decide
 from draftlab.checkpoint import TargetConfig, open_checkpoint
-from draftlab.compat.summary import InspectResult, inspect_checkpoint
 from draftlab.compat import check_pair, fix_pair
 from draftlab.compat.findings import CheckResult
 from draftlab.compat.fix import FixResult
+from draftlab.compat.summary import InspectResult, inspect_checkpoint
 from draftlab.cost.auto_plan import default_grid, probe_accept_length, profile_sizes
 from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine
 from draftlab.cost.model import SpecConfig
@@ -39,20 +40,19 @@ from draftlab.cost.profile import FORMAT as PROFILE_FORMAT
 from draftlab.cost.profile import Profile, load_profile
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
-from draftlab.documents import document, to_jsonable
 from draftlab.cost.schedule import engine_schedule
+from draftlab.decode.prompts import read_categories
+from draftlab.documents import document, to_jsonable
 from draftlab.engines.schedule import dumps
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
 from draftlab.models.pair import LoadedPair, load_pair
 from draftlab.probe import modelfree
-from draftlab.acceptance.profile import write_profile
-from draftlab.probe.to_profile import profile_from_probe
 from draftlab.probe.drift import DriftResult, compare_targets, drift_sequences
 from draftlab.probe.probe import Clock, ProbeResult, decode_continuations, probe_configs
 from draftlab.probe.samples import Decoded
-from draftlab.decode.prompts import read_categories
+from draftlab.probe.to_profile import profile_from_probe
 from draftlab.vocab.counts import TokenCounts
 from draftlab.vocab.coverage import CoverageResult, coverage
 from draftlab.vocab.mapping import VocabMapping

@@ -8,7 +8,14 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.checks import at_least_one, check_device, checked, non_negative, positive, share
+from draftlab.cli.checks import (
+    at_least_one,
+    check_device,
+    checked,
+    non_negative,
+    positive,
+    share,
+)
 from draftlab.cli.common import lower_on_oom, parse_ints
 from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import DtypeOption, Placement, ThreadsOption
@@ -60,10 +67,10 @@ def assess_command(
     if out.exists():
         raise DraftlabError("already exists; assess writes a new folder, give another --out", path=out)
     where = Placement.of(dtype, device, threads=threads)
+    from draftlab.assess.render import render_assess
     from draftlab.assess.run import assess, assess_document
     from draftlab.cost.plan import parse_grid
     from draftlab.probe.modelfree import Ngram
-    from draftlab.assess.render import render_assess
 
     try:
         lookup = [int(v) for v in ngram.split(",")]

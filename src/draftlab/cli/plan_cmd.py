@@ -14,12 +14,19 @@ from typing import Annotated, Any, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.checks import at_least_one, check_device, checked, non_negative, positive, share
+from draftlab.cli.checks import (
+    at_least_one,
+    check_device,
+    checked,
+    non_negative,
+    positive,
+    share,
+)
 from draftlab.cli.common import lower_on_oom, parse_ints
 from draftlab.cli.output import JsonOption, emit_json, show
 from draftlab.cli.placement import Placement, ThreadsOption
-from draftlab.console import console
 from draftlab.cli.schedule_opts import ScheduleRequest
+from draftlab.console import console
 from draftlab.cost.engine_numbers import estimate_from_engine, parse_what_if
 from draftlab.cost.plan import DEFAULT_GRID, Plan, make_plan, parse_grid
 from draftlab.cost.probes import load_probes, profile_accept_lengths, save_probes

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftlab.checkpoint.configs import TargetConfig, drafter_config, is_drafter, target_config
+from draftlab.checkpoint.configs import (
+    TargetConfig,
+    drafter_config,
+    is_drafter,
+    target_config,
+)
 from draftlab.checkpoint.d2t import validate_d2t
 from draftlab.checkpoint.reader import Checkpoint, open_checkpoint
 from draftlab.checkpoint.variants import unknown_keys, unsupported

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from draftlab.checkpoint.variants import FEATURE_NORMS, VariantFlag, canonical_tensor_name, unsupported
+from draftlab.checkpoint.variants import (
+    FEATURE_NORMS,
+    VariantFlag,
+    canonical_tensor_name,
+    unsupported,
+)
 from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair
 from draftlab.engines.flags import FlagReading, fc_inputs, read_flag

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from draftlab.cost.plan import Plan
 from draftlab import figures
+from draftlab.cost.plan import Plan
 
 
 def plot_plan(plan: Plan, dest: str | Path) -> Path:

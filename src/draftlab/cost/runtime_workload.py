@@ -32,14 +32,14 @@ from draftlab.cost.model import SpecConfig
 from draftlab.cost.overhead import CycleSample
 from draftlab.cost.profile import ModelInfo
 from draftlab.cost.profiler import Workload
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.devices import synchronize
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
-from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
-from draftlab.decode.decoder import SpeculativeDecoder
 
 CYCLE_TOKENS = 49  # new tokens per prompt when timing real decoder cycles (the first comes from the prefill)
 CYCLE_RUNS = 5  # timed runs of each length (prefill alone, and the full decode), medians taken

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import torch
 
+from draftlab.decode.decoder import trim_commit
 from draftlab.models.batch_slots import left_pad
 from draftlab.models.target_batch import BatchTarget, pick_next
-from draftlab.decode.decoder import trim_commit
 
 CHECK_EVERY = 16  # decode steps between reads of the tokens when stopping at EOS
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from draftlab.acceptance.synthetic import OPTION, SyntheticAcceptance
 from draftlab.engines.releases import newest, release, version_key
 from draftlab.errors import DraftlabError
-from draftlab.acceptance.synthetic import OPTION, SyntheticAcceptance
 
 if TYPE_CHECKING:
     from draftlab.engines.launch import EngineCommand

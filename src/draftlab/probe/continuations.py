@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
+from draftlab.decode.plain_decode import plain_decode
 from draftlab.errors import DraftlabError
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget, compile_pays
-from draftlab.decode.plain_decode import plain_decode
 
 
 @torch.inference_mode()

@@ -18,13 +18,13 @@ from rich.console import Console
 from rich.progress import Progress
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+from draftlab.decode.prompts import read_prompts
 from draftlab.engines import aux_layers
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype
 from draftlab.models.target import TargetRunner
 from draftlab.probe.drift_metrics import HiddenDrift, LayerDrift, NextTokenDrift
 from draftlab.probe.probe import Clock, check_room, probe
-from draftlab.decode.prompts import read_prompts
 
 
 @dataclass

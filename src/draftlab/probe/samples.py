@@ -9,13 +9,13 @@ from pathlib import Path
 import torch
 from rich.progress import Progress
 
+from draftlab.decode.prompts import read_prompts
 from draftlab.distributed import gather
 from draftlab.errors import DraftlabError
 from draftlab.probe.batching import CPU_BATCH, auto_batch_size
 from draftlab.probe.continuations import read_responses, target_continuations
 from draftlab.probe.features import feature_files, read_sample, response_spans
 from draftlab.probe.options import ProbeModels, ProbeOptions
-from draftlab.decode.prompts import read_prompts
 
 
 @dataclass

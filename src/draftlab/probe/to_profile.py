@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from draftlab.acceptance.profile import (
-    PRODUCER, AcceptanceProfile, check_profile, rates_from_histogram, validation,
+    PRODUCER,
+    AcceptanceProfile,
+    check_profile,
+    rates_from_histogram,
+    validation,
 )
 from draftlab.probe.probe import ProbeResult
 

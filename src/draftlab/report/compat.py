@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
-from draftlab.compat.summary import DrafterSummary, InspectResult
 from draftlab.compat.findings import CheckResult
 from draftlab.compat.fix import FixResult
+from draftlab.compat.summary import DrafterSummary, InspectResult
 from draftlab.engines.loading import engine_loading
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}

@@ -24,11 +24,11 @@ import queue
 import threading
 from collections.abc import Callable
 
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import Commit, SpeculativeDecoder
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.serve.engine import _END, JobStream, ServeEngine, SpecCounters
-from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
-from draftlab.decode.decoder import Commit, SpeculativeDecoder
 
 DEFAULT_GATHER_S = 0.02
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from draftlab.acceptance.synthetic import SyntheticAcceptance
 from draftlab.checkpoint.configs import TargetConfig
 from draftlab.checkpoint.reader import open_checkpoint
 from draftlab.engines import ENGINES
@@ -13,7 +14,6 @@ from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.serve.engine import ServeEngine
 from draftlab.serve.http import ServeContext
-from draftlab.acceptance.synthetic import SyntheticAcceptance
 
 SCHEDULE_MAX_BATCH = 48  # requests batched together with a schedule unless --max-batch says otherwise
 
@@ -35,10 +35,10 @@ def load_context(
             raise DraftlabError("--synthetic-acceptance runs one request at a time; drop --schedule/--max-batch")
         return _batched_context(target, drafter, steps, topk, num_draft_tokens, dtype, device, engine, schedule,
                                 max_batch or SCHEDULE_MAX_BATCH)
+    from draftlab.decode.decoder import SpeculativeDecoder
     from draftlab.models.devices import default_dtype
     from draftlab.models.pair import load_pair
     from draftlab.models.target import TargetRunner
-    from draftlab.decode.decoder import SpeculativeDecoder
 
     if engine not in ENGINES:
         raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")

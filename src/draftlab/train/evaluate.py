@@ -7,12 +7,12 @@ from pathlib import Path
 
 import torch
 
+from draftlab.decode.prompts import read_prompts
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
 from draftlab.probe.continuations import target_continuations
 from draftlab.probe.probe import probe_sequences
-from draftlab.decode.prompts import read_prompts
 from draftlab.train.data import TrainRow, pad_batch
 from draftlab.train.ttt import TTTKernels, make_batch, ttt_loss
 
