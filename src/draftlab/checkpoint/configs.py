@@ -139,6 +139,10 @@ class DrafterConfig:
     norm_before_residual: bool
     variant: Variant  # norm_before_fc, fc_norm, norm_output, MLA (checkpoint/variants.py)
     layer_config: dict[str, Any]
+    # the sliding window each decoder layer was trained with (None: full attention), as the config states it
+    # (``layer_types[i] == "sliding_attention"`` with ``sliding_window``); which engine applies it: engines/window.py
+    layer_windows: tuple[int | None, ...] = ()
+    layer_kind: str = "llama"  # the decoder layer's model_type: "llama", or "qwen3" (per-head q/k norms)
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> DrafterConfig:
@@ -183,7 +187,28 @@ class DrafterConfig:
             norm_before_residual=bool(config.get("norm_before_residual", speculators)),
             variant=variant,
             layer_config=layer,
+            layer_windows=layer_windows(layer, int(_first(layer, "num_hidden_layers", default=1))),
+            layer_kind=str(layer.get("model_type") or "llama") if speculators else "llama",
         )
+
+    @property
+    def sliding_window(self) -> int | None:
+        """The window the drafter was trained with (None: every layer attends to the whole context)."""
+        return next((w for w in self.layer_windows if w is not None), None)
+
+
+def layer_windows(layer: dict[str, Any], num_layers: int) -> tuple[int | None, ...]:
+    """Each decoder layer's sliding window, read as transformers and vLLM's drafters read it: ``layer_types[i]``
+    ``"sliding_attention"`` takes ``sliding_window``; without ``layer_types``, ``use_sliding_window: true`` puts
+    every layer on it (Qwen's spelling). None: full attention."""
+    window = layer.get("sliding_window")
+    if type(window) is not int or window <= 0:
+        return (None,) * num_layers
+    types = layer.get("layer_types")
+    if isinstance(types, list) and types:
+        return tuple(window if i < len(types) and types[i] == "sliding_attention" else None
+                     for i in range(num_layers))
+    return (window if layer.get("use_sliding_window") is True else None,) * num_layers
 
 
 def _int_list(value: Any) -> list[int] | None:
