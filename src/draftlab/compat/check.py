@@ -15,8 +15,10 @@ from draftlab.errors import DraftlabError
 RULES = shapes.RULES + vocab.RULES + aux.RULES + context.RULES + loading.RULES + variants.RULES
 
 
-def open_pair(drafter: str | Path, target: str | Path, engine: str, version: str | None = None) -> Pair:
-    """Open both checkpoints (headers and configs only) and check each is what it claims to be."""
+def open_pair(drafter: str | Path, target: str | Path, engine: str, version: str | None = None,
+              draft_window: int | None = None) -> Pair:
+    """Open both checkpoints (headers and configs only) and check each is what it claims to be;
+    ``draft_window``: SGLang's --speculative-draft-window-size the pair is served with."""
     version = release(engine, version).version  # refuse an unknown engine or release before touching files
     d_ckpt, t_ckpt = open_checkpoint(drafter), open_checkpoint(target)
     if not is_drafter(d_ckpt):
@@ -24,14 +26,15 @@ def open_pair(drafter: str | Path, target: str | Path, engine: str, version: str
                             "midlayer weights)", path=drafter)
     if is_drafter(t_ckpt):
         raise DraftlabError("is an EAGLE-3 drafter; --target must be the target model", path=target)
-    return Pair(engine, d_ckpt, drafter_config(d_ckpt), t_ckpt, target_config(t_ckpt), version)
+    return Pair(engine, d_ckpt, drafter_config(d_ckpt), t_ckpt, target_config(t_ckpt), version, draft_window)
 
 
 def check_pair(drafter: str | Path, target: str | Path, engine: str = "sglang",
-               engine_version: str | None = None) -> CheckResult:
+               engine_version: str | None = None, draft_window: int | None = None) -> CheckResult:
     """Check ``drafter`` against ``target`` for ``engine`` ("sglang" or "vllm") at ``engine_version``
-    (default: the newest release draftlab knows)."""
-    return run_rules(open_pair(drafter, target, engine, engine_version), Path(drafter), Path(target))
+    (default: the newest release draftlab knows), served with SGLang's ``draft_window`` if given."""
+    pair = open_pair(drafter, target, engine, engine_version, draft_window)
+    return run_rules(pair, Path(drafter), Path(target))
 
 
 def run_rules(pair: Pair, drafter: Path, target: Path) -> CheckResult:

@@ -8,6 +8,7 @@ from typing import Any
 
 from draftlab.checkpoint import Checkpoint, DrafterConfig, TargetConfig, TensorInfo
 from draftlab.engines import AuxLayers, aux_layers, intended_aux_layers
+from draftlab.engines.deployment import Deployment
 from draftlab.engines.releases import Release, release
 
 LAYER_PREFIXES = ("midlayer.", "layers.0.")  # SpecForge/SGLang and vLLM speculators spellings
@@ -21,6 +22,7 @@ class Pair:
     target_ckpt: Checkpoint
     target: TargetConfig
     version: str | None = None  # the engine release whose rules apply (None: the newest draftlab knows)
+    draft_window: int | None = None  # SGLang's --speculative-draft-window-size the pair is served with
 
     @cached_property
     def release(self) -> Release:
@@ -63,6 +65,11 @@ class Pair:
     def t2d(self) -> list[int] | None:
         info = self.tensor("t2d")
         return self.drafter_ckpt.read_ints(info.name) if info is not None else None
+
+    @cached_property
+    def deployment(self) -> Deployment:
+        """What the release serves for this pair (windows per layer; engines/deployment.py)."""
+        return Deployment.resolve(self.engine, self.release.version, self.drafter, self.target, self.draft_window)
 
 
 def layer_dict(config: dict[str, Any]) -> dict[str, Any]:
