@@ -49,7 +49,7 @@ def test_each_result_is_recognised_and_its_heading_states_the_finding(page, toy_
     span = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"  # the toy's timings may agree
     assert heading["bench-compare"] == f"eagle3 against baseline: {span} output throughput"
     assert heading["check"] == "drafter loads cleanly in SGLang 0.5.23"  # the release whose rules applied
-    assert [s["figures"] for s in result.sections] == [0, 0, 0, 1, 1, 2, 0, 1]
+    assert [s["figures"] for s in result.sections] == [0, 0, 0, 2, 1, 2, 0, 1]  # probe: + accept by context
 
 
 def test_each_section_names_the_command_and_versions_that_made_it(page, toy_results):

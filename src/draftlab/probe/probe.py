@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +23,23 @@ import torch
 from rich.console import Console
 from rich.progress import Progress
 
-from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
-from draftlab.engines import ENGINES, aux_layers
+from draftlab.acceptance.by_context import accept_length_by_context
+from draftlab.checkpoint import TargetConfig, open_checkpoint
+from draftlab.engines.deployment import Deployment
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.distributed import World, gather, init_world
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.graphs import captures
-from draftlab.models.pair import LoadedPair
+from draftlab.models.pair import LoadedPair, deployment_for
 from draftlab.models.target import TargetRunner
 from draftlab.probe.drafts import accepted_drafts, drafted_trees
 from draftlab.probe.heads import TargetHeads
 from draftlab.probe.options import ProbeModels, ProbeOptions, check_run
 from draftlab.probe.samples import Decoded, Sample, feature_samples, live_samples, no_room
 from draftlab.probe.sampling import expected_accept_length, expected_by_step, expected_histogram, reach_by_depth
-from draftlab.probe.walk import acceptance_by_step, decoder_walk, histogram_list, per_position_lengths
+from draftlab.probe.walk import acceptance_by_step, cycle_roots, decoder_walk, histogram_list, per_position_lengths
 from draftlab.decode.metrics import accept_stats
 from draftlab.decode.prompts import read_prompts
 
@@ -66,6 +67,9 @@ class ProbeResult:
     results: list[ProbePromptResult]
     estimate: bool = False  # temperature > 0: expected figures along the text, not an exact count
     timings: dict[str, float] | None = None  # seconds: load_s, continuations_s, probe_s, total_s
+    # per bucket of cycle root positions: {from, to, cycles, mean_accept_length, past} (acceptance/by_context.py);
+    # empty for the temperature > 0 estimate, which has no cycles
+    accept_length_by_context: list[dict[str, Any]] = field(default_factory=list)
 
 
 def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = None, *, steps: int | None = None,
@@ -73,9 +77,10 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
           responses: str = "generate", features: str | Path | None = None, temperature: float = 0.0,
           seed: int | None = None, batch_size: int | None = None, dtype: str | None = None,
           device: str | None = None,
-          device_map: str | None = None, engine: str = "sglang", progress: bool = False) -> ProbeResult:
+          device_map: str | None = None, deployment: Deployment | None = None, progress: bool = False) -> ProbeResult:
     """Exact greedy accept lengths of ``drafter`` on ``target`` over ``prompts``, or over the captured
     hidden states in ``features`` (then ``target`` supplies only its config, embedding and lm_head).
+    ``deployment`` (default: the newest SGLang's) names the aux layers the target feeds the drafter.
 
     At ``temperature`` > 0 the figures are the expected acceptance of the engines' top-k drafts
     verified by sampling, along the text (:mod:`.sampling`), an estimate, and the continuations are
@@ -92,13 +97,13 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
     world = init_world(device or "cpu")
     if world.size > 1:
         device, progress = _rank_device(world, device, device_map), progress and world.main
-    _check_target(device_map, features, engine)
+    _check_target(device_map, features)
     check_run(responses, max_new_tokens, batch_size)
     _check_text(prompts, features, temperature)
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
-    layers = aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config), target_cfg.num_layers,
-                        target=target_cfg).layers
+    deployment = deployment or deployment_for(target, drafter)
+    layers = list(deployment.aux.layers)
     options = ProbeOptions((flags,), max_new_tokens, responses, batch_size, temperature, seed, world=world)
 
     if features is None:
@@ -119,7 +124,7 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
             decoded = feature_samples(features, models, options)
         clock.lap("continuations_s")
         config = {
-            "target": str(target), "drafter": str(drafter), "engine": engine, "aux_layers": layers,
+            "target": str(target), "drafter": str(drafter), **deployment.describe(), "aux_layers": layers,
             "responses": "features" if features is not None else responses,
             "features": None if features is None else str(features), "dtype": dtype, "device": device,
             "device_map": device_map,
@@ -140,13 +145,11 @@ def _rank_device(world: World, device: str | None, device_map: str | None) -> st
     return f"cuda:{world.local_rank}" if device == "cuda" else device
 
 
-def _check_target(device_map: str | None, features: str | Path | None, engine: str) -> None:
-    """Refuse a placement or engine the target cannot run with."""
+def _check_target(device_map: str | None, features: str | Path | None) -> None:
+    """Refuse a placement the target cannot run with."""
     if device_map is not None and features is not None:
         raise DraftlabError("--device-map splits a live target; with --features only its embedding and lm_head "
                             "load, so use --device")
-    if engine not in ENGINES:
-        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
 def _check_text(prompts: str | Path | None, features: str | Path | None, temperature: float) -> None:
@@ -267,6 +270,7 @@ def _run_greedy(models: ProbeModels, options: ProbeOptions, decoded: Decoded, co
     task = bar.add_task("probing", total=len(mine))
     per_prompt: list[dict[int, ProbePromptResult]] = [{} for _ in configs]
     per_position: list[list[int]] = [[] for _ in configs]
+    cycles: list[list[tuple[int, int]]] = [[] for _ in configs]  # (root position, accept length)
     disagree, judged = 0, 0
     for batch, accepted_by_config, argmax in _probe_batches(models, configs, mine, decoded.batch_size):
         for row, (sample, top) in enumerate(zip(batch, argmax)):
@@ -279,16 +283,20 @@ def _run_greedy(models: ProbeModels, options: ProbeOptions, decoded: Decoded, co
                 lengths = decoder_walk(acc, sample.tokens, sample.prompt_len, sample.max_new_tokens,
                                        steps=flags.steps, eos=models.eos, context=models.context)
                 per_position[c] += per_position_lengths(acc, sample.prompt_len, sample.max_new_tokens)
+                cycles[c] += zip(cycle_roots(sample.prompt_len, lengths), lengths)
                 _add(per_prompt[c], sample.index, lengths, len(span), off)
         bar.advance(task, len(batch))
     if world.size > 1:
-        parts = gather(world, (per_prompt, per_position, disagree, judged))
+        parts = gather(world, (per_prompt, per_position, disagree, judged, cycles))
         per_prompt = [{i: r for part in parts for i, r in part[0][c].items()} for c in range(len(configs))]
         per_position = [[n for part in parts for n in part[1][c]] for c in range(len(configs))]
         disagree, judged = sum(part[2] for part in parts), sum(part[3] for part in parts)
+        cycles = [[x for part in parts for x in part[4][c]] for c in range(len(configs))]
 
     out = []
-    for flags, prompts_of, positions in zip(configs, per_prompt, per_position):
+    limits = {"max_position_embeddings": models.drafter.config.max_position_embeddings,
+              "sliding_window": models.drafter.config.sliding_window}
+    for flags, prompts_of, positions, walked in zip(configs, per_prompt, per_position, cycles):
         results = [prompts_of[i] for i in sorted(prompts_of)]
         all_lengths = [n for r in results for n in r.accept_lengths]
         out.append(ProbeResult(
@@ -301,6 +309,7 @@ def _run_greedy(models: ProbeModels, options: ProbeOptions, decoded: Decoded, co
             target_disagreement=disagree / judged if judged else None,
             skipped_prompts=decoded.num_inputs - len(results),
             results=results,
+            accept_length_by_context=accept_length_by_context(walked, limits=limits),
         ))
     return out
 

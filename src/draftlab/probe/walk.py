@@ -38,6 +38,17 @@ def decoder_walk(accepted: Sequence[int], tokens: Sequence[int], prompt_len: int
     return lengths
 
 
+def cycle_roots(prompt_len: int, accept_lengths: Sequence[int]) -> list[int]:
+    """The root position of each cycle of a :func:`decoder_walk`: the first at ``prompt_len`` (the
+    token the prefill committed), each next one past the tokens the cycle before committed (only the
+    last cycle's commit is ever cut short, so the lengths give the roots)."""
+    roots, root = [], prompt_len
+    for length in accept_lengths:
+        roots.append(root)
+        root += length
+    return roots
+
+
 def acceptance_by_step(accept_lengths: Sequence[int], steps: int) -> list[float | None]:
     """P(draft j accepted | drafts before j accepted), j = 1..steps; None where no cycle got that far."""
     out: list[float | None] = []

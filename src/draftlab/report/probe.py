@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from draftlab.acceptance.by_context import bucket_label
+
 if TYPE_CHECKING:
     from draftlab.probe.probe import ProbeResult
 
@@ -34,11 +36,23 @@ def render_probe(result: ProbeResult, console: Console) -> None:
     console.print(f"accept-length histogram (1..{len(result.accept_length_histogram) - 1}): "
                   f"{' '.join(map(str, result.accept_length_histogram[1:]))}")
     console.print(f"vocabulary bound: {result.vocab_bound:.1%} of continuation tokens are in the draft vocabulary")
+    _render_by_context(result, console)
     if result.target_disagreement:
         console.print(f"[yellow]the target disagrees with {result.target_disagreement:.1%} of the given tokens: "
                       "accept lengths describe this text, not what the target would generate[/yellow]")
     if result.skipped_prompts:
         console.print(f"[yellow]skipped {result.skipped_prompts} prompt(s) as long as the target's context[/yellow]")
+
+
+def _render_by_context(result: ProbeResult, console: Console) -> None:
+    """Mean accept length per bucket of cycle start positions, a bucket past a drafter limit in red."""
+    if not result.accept_length_by_context:
+        return
+    parts = []
+    for bucket in result.accept_length_by_context:
+        text = f"{bucket_label(bucket)}: {bucket['mean_accept_length']:.2f} ({bucket['cycles']})"
+        parts.append(f"[red]{text} past {', '.join(bucket['past'])}[/red]" if bucket["past"] else text)
+    console.print("accept length by context (cycle start position: mean (cycles)): " + "  ".join(parts))
 
 
 def _render_estimate(result: ProbeResult, console: Console) -> None:

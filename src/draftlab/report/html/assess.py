@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from draftlab import figures
+from draftlab.report.html.by_context import assess_curves, context_parts
 from draftlab.report.html.markup import Section, esc, figure, num, para, table
 
 
@@ -29,6 +30,7 @@ def assess_section(doc: dict[str, Any]) -> Section:
                                   [(name, num(new), num(old)) for name, new, old in candidates],
                                   numeric=[False, True, True], caption="Accept length per candidate (bonus included)"))
         section.body.append(_accept_figure(candidates))
+    section.body += context_parts(assess_curves(doc))  # the probes' accept length by context
     for kind, title in (("category", "per category"), ("context", "per context length (tokens before the cycle)")):
         names = sorted({n for s in doc.get("slices", {}).values() for n in s.get(kind, {})},
                        key=lambda n: (int(n.split("-")[0].rstrip("+")) if kind == "context" else n))

@@ -7,6 +7,7 @@ from typing import Any
 
 from draftlab.probe.walk import acceptance_by_step, histogram_list
 from draftlab import figures
+from draftlab.report.html.by_context import context_parts
 from draftlab.report.html.markup import Section, config_label, figure, num, para, pct, table
 
 
@@ -36,6 +37,7 @@ def probe_section(doc: dict[str, Any]) -> Section:
         facts.append(f"{doc['skipped_prompts']} prompts were skipped (no room for a continuation).")
     section.body += [para(" ".join(facts))]
     _accept_figures(section, doc["accept_length_histogram"], doc["acceptance_by_step"], cfg["steps"])
+    section.body += context_parts([(label, doc.get("accept_length_by_context") or [])])
     section.body.append(table(
         ["prompt", "tokens", "cycles", "mean accept", "off-greedy"],
         [(r["prompt_index"], r["continuation_tokens"], r["num_cycles"],
