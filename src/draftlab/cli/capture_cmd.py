@@ -10,13 +10,16 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one
 from draftlab.cli.common import main_process, parse_layer_ids
-from draftlab.cli.options import EngineOption, TargetOption
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
+from draftlab.cli.options import TargetOption
 from draftlab.cli.output import JsonOption, emit_json
-from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.console import console
 
 
 @app.command("capture")
+@grouped
 def capture_command(
     target: TargetOption,
     data: Annotated[Path, typer.Option("--data", help="JSONL as vocab count reads it.")],
@@ -25,25 +28,23 @@ def capture_command(
         "--drafter", help="Capture the aux layers this drafter reads (in --engine's convention).")] = None,
     aux_layers: Annotated[Optional[str], typer.Option(
         "--aux-layers", help="Target layers a,b,c to capture (default: the engines' default).")] = None,
-    engine: EngineOption = "sglang",
+    asked: EngineChoice = engine_choice(window=False),
     seq_len: Annotated[int, typer.Option("--seq-len", callback=at_least_one,
         help="Tokens per row (longer rows are cut).")] = 2048,
     batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one, help="Rows per target pass.")] = 4,
     shard: Annotated[int, typer.Option("--shard", callback=at_least_one, help="Files per rows_* folder.")] = 2000,
     resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted capture in --out.")] = False,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = None,
-    device_map: DeviceMapOption = None,
+    where: Placement = placement(dtype="float32"),
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
     """Capture a dataset's hidden states for train --features and probe --features (resumable, sharded)."""
-    where = Placement.of(dtype, device, device_map, threads)
+    deployment = None if drafter is None else asked.resolve(target, drafter)
     from draftlab.train.capture import capture
 
     layers = None if aux_layers is None else parse_layer_ids(aux_layers)
     result = capture(target, data, out, drafter=drafter, aux_layers=layers,
-                     engine=engine, seq_len=seq_len, batch_size=batch_size, shard=shard, resume=resume,
+                     deployment=deployment, seq_len=seq_len, batch_size=batch_size, shard=shard, resume=resume,
                      **where.loading(), progress=not json_out)
     if not main_process():
         return

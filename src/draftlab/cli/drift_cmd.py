@@ -11,12 +11,15 @@ from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one
 from draftlab.cli.common import lower_on_oom
 from draftlab.cli.options import NumDraftTokensOption, StepsOption, TopkOption
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
 from draftlab.cli.output import JsonOption, show
-from draftlab.cli.placement import DefaultedDeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.errors import DraftlabError
 
 
 @app.command("drift")
+@grouped
 def drift_command(
     target_a: Annotated[Path, typer.Option("--target-a", help="The reference target (the drafter's training target).")],
     target_b: Annotated[Path, typer.Option("--target-b", help="The new target version.")],
@@ -33,22 +36,24 @@ def drift_command(
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,
     batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one, help="Sequences per pass.")] = 4,
-    dtype: DtypeOption = None,
-    device: DefaultedDeviceOption = "cpu",
+    where: Placement = placement(device="cpu", device_map=False),
     engine: Annotated[str, typer.Option("--engine", help="Aux-layer convention of the drafter config.")] = "sglang",
+    asked: EngineChoice = engine_choice(),
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
     """Per-layer cosine, relative L2 and CKA of the hidden states; next-token agreement and KL."""
-    where = Placement.of(dtype, device, threads=threads)
+    deployment = None if drafter is None else asked.resolve(target_a, drafter)
     from draftlab.probe.drift import drift
     from draftlab.report.drift import render_drift
 
     with lower_on_oom(batch_size=batch_size, max_new_tokens=max_new_tokens):
         result = drift(target_a, target_b, prompts, layers=_parse_layers(layers), drafter=drafter,
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                       batch_size=batch_size, dtype=where.dtype, device=where.device, engine=engine,
-                       progress=not json_out)
+                       batch_size=batch_size, dtype=where.dtype, device=where.device,
+                       deployment=deployment, progress=not json_out)
+    if deployment is None:  # no drafter: the engine asked for, nothing captured for one
+        result.config.update(asked.describe())
     show(result, json_out, render_drift)
 
 

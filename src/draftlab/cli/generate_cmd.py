@@ -10,14 +10,17 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one
 from draftlab.cli.common import lower_on_oom
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
 from draftlab.cli.options import (
-    EngineOption, NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TemperatureOption, TopkOption,
+    NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TemperatureOption, TopkOption,
 )
 from draftlab.cli.output import JsonOption, show
-from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 
 
 @app.command("generate")
+@grouped
 def generate_command(
     target: TargetOption,
     prompts: Annotated[Path, typer.Option("--prompts", help="JSONL: one of input_ids, prompt or messages a line.")],
@@ -30,10 +33,8 @@ def generate_command(
     temperature: TemperatureOption = 0.0,
     seed: SamplingSeedOption = None,
     no_draft: Annotated[bool, typer.Option("--no-draft", help="Decode with the target alone (baseline).")] = False,
-    dtype: DtypeOption = None,
-    device: DeviceOption = None,
-    device_map: DeviceMapOption = None,
-    engine: EngineOption = "sglang",
+    where: Placement = placement(),
+    asked: EngineChoice = engine_choice(),
     batch_size: Annotated[int, typer.Option(
         "--batch-size", callback=at_least_one,
             help="Prompts decoded together (1: one at a time, the fastest path per prompt).")] = 1,
@@ -42,7 +43,7 @@ def generate_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
-    where = Placement.of(dtype, device, device_map, threads)
+    deployment = None if drafter is None or no_draft else asked.resolve(target, drafter)
     from draftlab.report.generate import render_generate
     from draftlab.decode.generate import generate
 
@@ -50,7 +51,9 @@ def generate_command(
         result = generate(
             target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,
-            **where.loading(), engine=engine, progress=not json_out,
+            **where.loading(), deployment=deployment, progress=not json_out,
             batch_size=batch_size, ignore_eos=ignore_eos,
         )
+    if deployment is None:  # no drafter: the engine asked for, nothing captured
+        result.config.update(asked.describe())
     show(result, json_out, render_generate)

@@ -1,5 +1,5 @@
 """Where a command's models run: ``--dtype``, ``--device``, ``--device-map`` and ``--threads``, spelled
-once here and read into one :class:`Placement` by each command that loads a model."""
+once here and handed as one :class:`Placement` to each command that loads a model (:func:`placement`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.checks import at_least_one, check_device
+from draftlab.cli.groups import OptionGroup, option
 from draftlab.threads import use_threads
 
 DtypeOption = Annotated[Optional[str], typer.Option(
@@ -45,3 +46,14 @@ class Placement:
     def loading(self) -> dict[str, str | None]:
         """``dtype``, ``device`` and ``device_map``: the keywords the library's model loaders take."""
         return {"dtype": self.dtype, "device": self.device, "device_map": self.device_map}
+
+
+def placement(dtype: str | None = None, device: str | None = None, *, device_map: bool = True) -> OptionGroup:
+    """The placement options with this command's defaults, as one :class:`Placement` (``where: Placement =
+    placement()`` under :func:`~draftlab.cli.groups.grouped`). A device default shows in --help;
+    ``device_map`` False: no ``--device-map`` (the command places its models on one device)."""
+    options = [option("dtype", DtypeOption, dtype),
+               option("device", DeviceOption if device is None else DefaultedDeviceOption, device)]
+    if device_map:
+        options.append(option("device_map", DeviceMapOption))
+    return OptionGroup((*options, option("threads", ThreadsOption)), Placement.of)

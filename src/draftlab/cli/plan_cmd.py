@@ -14,15 +14,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.checks import (
-    at_least_one,
-    check_device,
-    checked,
-    non_negative,
-    positive,
-    share,
-)
+from draftlab.cli.checks import at_least_one, check_device, checked, non_negative, positive, share
 from draftlab.cli.common import lower_on_oom, parse_ints
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
 from draftlab.cli.output import JsonOption, emit_json, show
 from draftlab.cli.placement import Placement, ThreadsOption
 from draftlab.cli.schedule_opts import ScheduleRequest
@@ -43,6 +38,7 @@ from draftlab.report.schedule import render_schedule
 
 
 @app.command()
+@grouped
 def plan(
     target: Annotated[Optional[Path], typer.Option(help="Target model folder: probe and profile it here (with --drafter and --prompts).")] = None,
     drafter: Annotated[Optional[Path], typer.Option(help="EAGLE-3 drafter folder (with --target).")] = None,
@@ -73,10 +69,11 @@ def plan(
     batch_size: Annotated[int, typer.Option(callback=at_least_one, help="Engine: batch size the throughputs were measured at.")] = 1,
     what_if: Annotated[Optional[list[str]], typer.Option(help="Engine: a scenario, e.g. accept_length=3.2 or allreduce_scale=0.5; repeatable.")] = None,
     schedule: Annotated[Optional[str], typer.Option(help="Also write the best chain length per batch-size range in this engine's format: sglang, vllm or trtllm (JSON key schedule).")] = None,
-    engine_version: Annotated[Optional[str], typer.Option(help="With --schedule: the engine release to write for (default: the newest draftlab knows).")] = None,
+    engine_version: Annotated[Optional[str], typer.Option(help="With --schedule: the engine release to write for; with --target: the release of --engine whose rules apply (default: the newest draftlab knows).")] = None,
     schedule_out: Annotated[Optional[Path], typer.Option(help="With --schedule: write the schedule to this file (what the engine or draftlab launch --schedule reads).")] = None,
     schedule_max_batch: Annotated[Optional[int], typer.Option(callback=at_least_one, help="With --schedule: the largest batch size the schedule covers (default: the largest planned).")] = None,
     served: Annotated[bool, typer.Option("--served", help="With --target: also time the target served by draftlab serve (batching, per-token HTTP work, the bench client) at every batch size and predict that server's tok/s for requests of --max-new-tokens (JSON served_*); --schedule then chooses by them.")] = False,
+    asked: EngineChoice = engine_choice(version=False),  # --engine-version: also --schedule's, read below
     threads: ThreadsOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -85,7 +82,9 @@ def plan(
                      "--schedule-out": schedule_out},
                     {"--target": target, "--drafter": drafter, "--prompts": prompts, "--costs": costs, "--probe": probe,
                      "--profile": profile})
-    wanted = ScheduleRequest.of(schedule, engine_version, schedule_out, schedule_max_batch)
+    pair_mode = target is not None or drafter is not None or prompts is not None
+    wanted = ScheduleRequest.of(schedule, None if pair_mode and schedule is None else engine_version, schedule_out,
+                                schedule_max_batch)
     engine = {"baseline_tps": baseline_tps, "decode_ms": decode_ms, "spec_tps": spec_tps,
               "cycle_ms": cycle_ms, "accept_length": accept_length,
               "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
@@ -93,13 +92,14 @@ def plan(
     pair_options = {"max_new_tokens": max_new_tokens, "context": context, "dtype": dtype, "device": device,
                     "temperature": temperature, "seed": seed, "repeats": repeats, "overhead_ms": overhead_ms,
                     "save_costs": save_costs, "save_probe": save_probe, "threads": threads,
-                    "served": served or None}
-    if target is not None or drafter is not None or prompts is not None:
+                    "served": served or None, "draft_window": asked.draft_window}
+    if pair_mode:
         if costs is not None or probe or profile is not None:
             raise DraftlabError("--target/--drafter/--prompts probe and profile the pair here; drop --costs, "
                                 "--probe and --profile (they plan from earlier measurements)")
         _refuse_engine_numbers(given_engine, "--target plans from the pair itself")
-        _plan_pair(target, drafter, prompts, grid, batch_sizes, plot, json_out, pair_options, wanted)
+        _plan_pair(target, drafter, prompts, grid, batch_sizes, plot, json_out, pair_options, wanted,
+                   EngineChoice.of(asked.engine, engine_version, asked.draft_window))
         return
     given_pair = [k for k, v in pair_options.items() if v is not None]
     if given_pair:
@@ -130,9 +130,9 @@ def _refuse_engine_numbers(given: list[str], mode: str) -> None:
 
 def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, grid: str | None,
                batch_sizes: str | None, plot: Path | None, json_out: bool, options: dict[str, Any],
-               wanted: ScheduleRequest | None) -> None:
-    """``--target --drafter --prompts``: probe every grid config, profile the pair, plan. ``options``
-    holds the pair-mode options (those not given keep auto_plan's defaults)."""
+               wanted: ScheduleRequest | None, asked: EngineChoice) -> None:
+    """``--target --drafter --prompts``: probe every grid config, profile the pair, plan, for the engine release
+    ``asked``. ``options`` holds the pair-mode options (those not given keep auto_plan's defaults)."""
     from draftlab.cost.auto_plan import MAX_NEW_TOKENS, auto_plan
 
     batches = [1] if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes)
@@ -144,21 +144,23 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
     if assumed is not None:
         raise DraftlabError(f"--grid {assumed.config.label}:{assumed.accept_length:g}: with --target the probe "
                             f"measures every accept length; drop ':{assumed.accept_length:g}'")
-    save_costs, save_probe = options.pop("save_costs"), options.pop("save_probe")
+    deployment = asked.resolve(target, drafter)
+    save_costs, save_probe, _ = options.pop("save_costs"), options.pop("save_probe"), options.pop("draft_window")
     where = Placement.of(options.pop("dtype"), options.pop("device"), threads=options.pop("threads"))
     options["context_tokens"] = options.pop("context")
     given = {k: v for k, v in options.items() if v is not None}  # the others keep auto_plan's defaults
     with lower_on_oom(batch_sizes=",".join(map(str, batches)),
                       max_new_tokens=given.get("max_new_tokens") or MAX_NEW_TOKENS):
         result = auto_plan(target, drafter, prompts, grid=None if entries is None else [e.config for e in entries],
-                           batch_sizes=batches, dtype=where.dtype, device=where.device, **given)
+                           batch_sizes=batches, dtype=where.dtype, device=where.device, deployment=deployment,
+                           **given)
     if save_costs is not None:
         save_profile(result.profile, save_costs)
     if save_probe is not None:
         save_probes(result.probes, save_probe)
     if not json_out:
         render_measurements(result, console)
-    _emit_plan(result.plan, plot, json_out, timings=result.timings, schedule=wanted)
+    _emit_plan(result.plan, plot, json_out, timings=result.timings, schedule=wanted, engine=deployment.describe())
 
 
 def _plan_measured(costs: Path, probe: list[Path], profile: Path | None, grid: str | None, batch_sizes: str | None,
@@ -191,7 +193,8 @@ def _plan_engine(numbers: dict[str, float | None], batch_size: int, what_if: lis
 
 
 def _emit_plan(result: Plan, plot: Path | None, json_out: bool, timings: dict[str, float] | None = None,
-               schedule: ScheduleRequest | None = None) -> None:
+               schedule: ScheduleRequest | None = None, engine: dict[str, Any] | None = None) -> None:
+    """The plan (with its schedule, plot and ``engine``: the deployment's fields in pair mode), as JSON or tables."""
     written = None if schedule is None else schedule.write(result)
     plot_path = None
     if plot is not None:
@@ -200,7 +203,8 @@ def _emit_plan(result: Plan, plot: Path | None, json_out: bool, timings: dict[st
         plot_path = plot_plan(result, plot)
     if json_out:
         extra = {} if written is None else {"schedule": written.value, "schedule_plan": written.summary()}
-        emit_json({**to_jsonable(result), "plot": plot_path, **({"timings": timings} if timings else {}), **extra})
+        emit_json({**to_jsonable(result), "plot": plot_path, **({"timings": timings} if timings else {}), **extra,
+                   **(engine or {})})
     else:
         render_plan(result, console, plot_path)
         if written is not None:

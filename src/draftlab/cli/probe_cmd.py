@@ -11,15 +11,16 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one, non_negative
 from draftlab.cli.common import lower_on_oom, main_process
-from draftlab.cli.options import (
-    EngineOption, NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TopkOption,
-)
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
+from draftlab.cli.options import NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TopkOption
 from draftlab.cli.output import JsonOption, show
-from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.console import err_console
 
 
 @app.command("probe")
+@grouped
 def probe_command(
     target: TargetOption,
     drafter: Annotated[Path, typer.Option("--drafter", help="EAGLE-3 drafter folder.")],
@@ -47,10 +48,8 @@ def probe_command(
         "--batch-size", callback=at_least_one,
             help="Sequences decoded and probed together (default: as many as free GPU memory holds, "
                              "up to 64; 4 on the CPU).")] = None,
-    dtype: DtypeOption = None,
-    device: DeviceOption = None,
-    device_map: DeviceMapOption = None,
-    engine: EngineOption = "sglang",
+    where: Placement = placement(),
+    asked: EngineChoice = engine_choice(),
     profile_out: Annotated[Optional[Path], typer.Option(
         "--profile-out", help="Also write the per-position acceptance profile here (ModelOpt's "
                               "speculation_profile.json schema; per prompt category when rows carry one).")] = None,
@@ -66,7 +65,7 @@ def probe_command(
         refuse_overlap(profile_out, {**local_inputs(target=target, drafter=drafter, features=features),
                                      "--prompts": prompts})
         categories = read_categories(prompts) if prompts is not None else None
-    where = Placement.of(dtype, device, device_map, threads)
+    deployment = asked.resolve(target, drafter)
     from draftlab.distributed import leave
     from draftlab.probe.probe import probe
     from draftlab.report.probe import render_probe
@@ -76,7 +75,7 @@ def probe_command(
             result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
                            max_new_tokens=max_new_tokens, responses=responses, features=features,
                            temperature=temperature, seed=seed, batch_size=batch_size, **where.loading(),
-                           engine=engine, progress=not json_out)
+                           deployment=deployment, progress=not json_out)
     finally:
         leave()
     if not main_process():  # torchrun: every rank holds the result; rank 0 prints it

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one, non_negative
 from draftlab.cli.common import lower_on_oom, parse_ints
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
 from draftlab.cli.output import JsonOption, show
-from draftlab.cli.placement import DefaultedDeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.cost.profile import ModelInfo, Profile, save_profile
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 from draftlab.report.profile import render_profile
 
+if TYPE_CHECKING:
+    from draftlab.engines.deployment import Deployment
+
 
 @app.command()
+@grouped
 def profile(
     out: Annotated[Path, typer.Option(help="Where to write PROFILE.json.")],
     target: Annotated[Optional[Path], typer.Option(help="Target model folder (Hugging Face layout).")] = None,
@@ -29,8 +35,7 @@ def profile(
     draft_rows: Annotated[str, typer.Option(help="Rows per sequence of a draft step (the topk values to plan).")] = "1,2,4,8",
     extend_tokens: Annotated[str, typer.Option(help="Accepted tokens per sequence of a draft-extend.")] = "1,2,3,4,5,6,7,8",
     context: Annotated[int, typer.Option(callback=at_least_one, help="KV-cache length every pass runs after.")] = 256,
-    dtype: DtypeOption = None,
-    device: DefaultedDeviceOption = "cuda",
+    where: Placement = placement(device="cuda", device_map=False),
     warmup: Annotated[int, typer.Option(callback=non_negative, help="Untimed calls before each measurement.")] = 3,
     repeats: Annotated[int, typer.Option(callback=at_least_one,
         help="Timed calls per measurement (median and spread).")] = 10,
@@ -40,6 +45,7 @@ def profile(
         help="Also time the all-reduce over this many processes (>= 2; NCCL on GPUs, gloo on CPU).")] = 1,
     hidden_size: Annotated[Optional[int], typer.Option(help="With --tp and no --target: the model's hidden size.")] = None,
     num_layers: Annotated[Optional[int], typer.Option(help="With --tp and no --target: the model's layer count.")] = None,
+    asked: EngineChoice = engine_choice(),
     threads: ThreadsOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -51,14 +57,14 @@ def profile(
         raise DraftlabError("give --target T (and --drafter D), or --tp P to time the all-reduce")
     if drafter is not None and target is None:
         raise DraftlabError("--drafter needs --target (the drafter reads the target's features)")
-    where = Placement.of(dtype, device, threads=threads)
     result = Profile(model=ModelInfo(), verify=[])
     with lower_on_oom(batch_sizes=batch_sizes, context=context, verify_tokens=verify_tokens):
         if target is not None:
             from draftlab.models.devices import default_dtype
 
             where = replace(where, dtype=where.dtype or default_dtype(where.device))
-            result = _time_pair(target, drafter, where, context, batch_sizes=batches, verify_tokens=tokens,
+            deployment = None if drafter is None else asked.resolve(target, drafter)
+            result = _time_pair(target, drafter, deployment, where, context, batch_sizes=batches, verify_tokens=tokens,
                                 draft_rows=parse_ints("--draft-rows", draft_rows),
                                 extend_tokens=parse_ints("--extend-tokens", extend_tokens),
                                 warmup=warmup, repeats=repeats, overhead_ms=overhead_ms)
@@ -72,14 +78,17 @@ def profile(
     show(result, json_out, render_profile, out)
 
 
-def _time_pair(target: Path, drafter: Path | None, where: Placement, context: int, **timing: Any) -> Profile:
-    """Load the target (and drafter) as placed and time their passes after ``context`` tokens of KV cache."""
+def _time_pair(target: Path, drafter: Path | None, deployment: Deployment | None, where: Placement, context: int,
+               **timing: Any) -> Profile:
+    """Load the target (and drafter) as placed, the target capturing the layers ``deployment`` names, and time
+    their passes after ``context`` tokens of KV cache."""
     from draftlab.cost.profiler import profile_costs
     from draftlab.cost.runtime_workload import runtime_workload
     from draftlab.models.drafter import Eagle3Drafter
     from draftlab.models.target import TargetRunner
 
-    runner = TargetRunner.load(target, dtype=where.dtype, device=where.device)
+    runner = TargetRunner.load(target, aux_layers=None if deployment is None else list(deployment.aux.layers),
+                               dtype=where.dtype, device=where.device)
     draft = None if drafter is None else Eagle3Drafter.load(drafter, target=runner, dtype=where.dtype,
                                                             device=where.device)
     workload = runtime_workload(runner, draft, context_tokens=context,

@@ -10,12 +10,14 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one, non_negative
 from draftlab.cli.common import main_process
+from draftlab.cli.groups import grouped
 from draftlab.cli.output import JsonOption, emit_json
-from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.console import console
 
 
 @app.command("regenerate")
+@grouped
 def regenerate_command(
     data: Annotated[Path, typer.Option("--data", help="JSONL conversations (messages or conversations).")],
     out: Annotated[Path, typer.Option("--out", help="New JSONL file: each row with the target's response.")],
@@ -32,14 +34,11 @@ def regenerate_command(
     batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least_one,
         help="Prompts per decoding batch (runtime).")] = 8,
     resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted run.")] = False,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = None,
-    device_map: DeviceMapOption = None,
+    where: Placement = placement(dtype="float32"),
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
     """Replace each conversation's last assistant turn with the target's own response."""
-    where = Placement.of(dtype, device, device_map, threads)
     from draftlab.train.regenerate import regenerate
 
     result = regenerate(data, out, target=target, base_url=base_url, model=model, concurrency=concurrency,

@@ -10,14 +10,15 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.options import (
-    EngineOption, HostOption, NumDraftTokensOption, StepsOption, SyntheticAcceptanceOption, TopkOption,
-)
-from draftlab.cli.placement import DefaultedDeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
+from draftlab.cli.options import HostOption, NumDraftTokensOption, StepsOption, SyntheticAcceptanceOption, TopkOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.console import console, err_console
 
 
 @app.command()
+@grouped
 def serve(
     target: Annotated[str, typer.Option("--target", help="Target model folder.")],
     drafter: Annotated[Optional[str], typer.Option(
@@ -27,9 +28,8 @@ def serve(
     num_draft_tokens: NumDraftTokensOption = None,
     host: HostOption = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="0 picks a free port (printed).")] = 30000,
-    dtype: DtypeOption = None,
-    device: DefaultedDeviceOption = "cpu",
-    engine: EngineOption = "sglang",
+    where: Placement = placement(device="cpu", device_map=False),
+    asked: EngineChoice = engine_choice(),
     schedule: Annotated[Optional[Path], typer.Option(
         "--schedule", help="Batch requests and draft per batch size as this schedule says (a file written by "
         "draftlab plan --schedule ENGINE --schedule-out FILE, read the way that engine reads it).")] = None,
@@ -45,7 +45,7 @@ def serve(
     from draftlab.acceptance.synthetic import parse_synthetic
 
     synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
-    where = Placement.of(dtype, device, threads=threads)
+    deployment = None if drafter is None else asked.resolve(target, drafter)
     from draftlab.serve.http import make_server
     from draftlab.serve.load import load_context
 
@@ -56,7 +56,7 @@ def serve(
         loaded = load_schedule(schedule)
     with err_console.status("loading models"):
         ctx = load_context(target, drafter, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
-                           dtype=where.dtype, device=where.device, engine=engine, synthetic=synthetic,
+                           dtype=where.dtype, device=where.device, deployment=deployment, synthetic=synthetic,
                            synthetic_seed=synthetic_seed, schedule=loaded, max_batch=max_batch)
     server = make_server(ctx, host, port)
     bound_host, bound_port = server.server_address[:2]

@@ -11,11 +11,14 @@ from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one, non_negative, positive
 from draftlab.cli.common import lower_on_oom, main_process, parse_layer_ids
 from draftlab.cli.options import NumDraftTokensOption, StepsOption, TargetOption, TopkOption
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
 from draftlab.cli.output import JsonOption, show
-from draftlab.cli.placement import DeviceMapOption, DeviceOption, DtypeOption, Placement, ThreadsOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 
 
 @app.command("train")
+@grouped
 def train_command(
     target: TargetOption,
     out: Annotated[Path, typer.Option("--out", help="New drafter folder (SpecForge layout; checkpoints too).")],
@@ -66,9 +69,8 @@ def train_command(
     num_draft_tokens: NumDraftTokensOption = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Initialisation and data-order seed.")] = 0,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = None,
-    device_map: DeviceMapOption = None,
+    where: Placement = placement(dtype="float32"),
+    asked: EngineChoice = engine_choice(window=False),
     compile_layer: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help=(
         "Run the drafter's layer and the target's dense layers through torch.compile (default: on CUDA only; "
         "flex attention is compiled on CUDA either way)."))] = None,
@@ -76,7 +78,7 @@ def train_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Train an EAGLE-3 drafter with SpecForge's TTT loss; OUT loads in SGLang and vLLM."""
-    where = Placement.of(dtype, device, device_map, threads)
+    deployment = None if init is None else asked.resolve(target, init)
     from draftlab.report.train import render_train, train_document
     from draftlab.train.trainer import TrainOptions, train
 
@@ -87,7 +89,7 @@ def train_command(
         aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers), variant=variant,
         eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
         save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
-        **where.loading(), progress=not json_out, compile=compile_layer)
+        deployment=deployment, **where.loading(), progress=not json_out, compile=compile_layer)
     with lower_on_oom(batch_size=batch_size, seq_len=seq_len, ttt_length=ttt_length):
         result = train(options)
     if main_process():

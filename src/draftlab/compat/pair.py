@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Any
 
 from draftlab.checkpoint import Checkpoint, DrafterConfig, TargetConfig, TensorInfo
-from draftlab.engines import AuxLayers, aux_layers, intended_aux_layers
+from draftlab.engines import AuxLayers, intended_aux_layers
 from draftlab.engines.deployment import Deployment
 from draftlab.engines.releases import Release, release
 
@@ -47,9 +47,8 @@ class Pair:
 
     @cached_property
     def captured(self) -> AuxLayers:
-        """The target layers the engine will capture."""
-        return aux_layers(self.engine, self.drafter, self.target.num_layers, target=self.target,
-                          version=self.release.version)
+        """The target layers the engine will capture: the deployment's, which every command computes from."""
+        return self.deployment.aux
 
     @cached_property
     def intended(self) -> AuxLayers:

@@ -27,6 +27,7 @@ from draftlab.cost.profile import Profile
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.cost.served import ServedCost, measure_served
+from draftlab.engines.deployment import Deployment
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.readable import regular_file
@@ -45,6 +46,7 @@ class AutoPlan:
     probes: list[ProbeResult]  # one per grid config, in grid order
     accept_lengths: list[AcceptLength]  # the probes' means, as make_plan reads them (to re-plan)
     timings: dict[str, float]  # seconds: load_s, continuations_s, probe_s, profile_s, total_s
+    deployment: Deployment | None = None  # the engine release whose captured layers fed the drafter
 
 
 def default_grid() -> list[SpecConfig]:
@@ -71,7 +73,7 @@ def auto_plan(
     context_tokens: int = 256,
     dtype: str | None = None,
     device: str | None = None,
-    engine: str = "sglang",
+    deployment: Deployment | None = None,
     probe_batch_size: int | None = None,
     temperature: float = 0.0,
     seed: int | None = None,
@@ -84,6 +86,7 @@ def auto_plan(
     """Probe every config of ``grid`` (default :data:`~draftlab.cost.plan.DEFAULT_GRID`) on
     ``prompts``, profile the pair at ``batch_sizes`` and predict. ``overhead_ms`` is a fixed
     per-cycle cost to add (an engine's own work between passes, which the timed passes leave out).
+    The target feeds the drafter the aux layers ``deployment`` captures (default: the newest SGLang's).
     At ``temperature`` > 0 the accept lengths are the probe's estimates for sampled decoding (``seed``
     samples the continuations). ``device`` defaults to CUDA when there is one, else the CPU; ``dtype``
     to bfloat16 on CUDA, float32 on the CPU. With ``served`` the pair's target is also measured through
@@ -101,7 +104,7 @@ def auto_plan(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
     clock = Clock()
-    pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device)
+    pair = load_pair(target, drafter, deployment, dtype=dtype, device=device)
     clock.lap("load_s")
     _check_context(pair.target.config.max_position_embeddings, context_tokens, configs)
 
@@ -110,6 +113,8 @@ def auto_plan(
         max_new_tokens=max_new_tokens, batch_size=probe_batch_size, temperature=temperature, seed=seed,
         progress=progress, clock=clock,
     )
+    for result in probed:
+        result.config.update(pair.deployment.describe())
     accept = [probe_accept_length(c, r, prompts) for c, r in zip(configs, probed)]
 
     verify, rows, extend = profile_sizes(configs)
@@ -123,7 +128,8 @@ def auto_plan(
         profile = replace(profile, served=_measure_served(target, prompts, batch_sizes, max_new_tokens, device, dtype))
         clock.lap("served_s")
     plan = make_plan(profile, accept, grid=[GridEntry(c) for c in configs], batch_sizes=list(batch_sizes))
-    return AutoPlan(plan=plan, profile=profile, probes=probed, accept_lengths=accept, timings=clock.timings())
+    return AutoPlan(plan=plan, profile=profile, probes=probed, accept_lengths=accept, timings=clock.timings(),
+                    deployment=pair.deployment)
 
 
 def _measure_served(target: str | Path, prompts: str | Path, batch_sizes: Sequence[int], request_tokens: int,

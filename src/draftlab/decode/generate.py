@@ -24,12 +24,12 @@ from rich.progress import Progress
 
 from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.compat import check_pair
-from draftlab.engines import ENGINES
+from draftlab.engines.deployment import Deployment
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement, synchronize
 from draftlab.models.drafter import Eagle3Drafter
-from draftlab.models.pair import load_pair
+from draftlab.models.pair import NO_DEPLOYMENT, deployment_for, load_pair
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import compile_pays
 from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
@@ -61,10 +61,11 @@ def generate(
     target: str | Path, drafter: str | Path | None, prompts: str | Path, *,
     steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
     max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None, no_draft: bool = False,
-    dtype: str | None = None, device: str | None = None, device_map: str | None = None, engine: str = "sglang",
-    progress: bool = False, batch_size: int = 1, ignore_eos: bool = False, cache: str = "auto",
+    dtype: str | None = None, device: str | None = None, device_map: str | None = None,
+    deployment: Deployment | None = None, progress: bool = False, batch_size: int = 1, ignore_eos: bool = False, cache: str = "auto",
 ) -> GenerateResult:
-    """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``).
+    """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``), the target
+    feeding the drafter the aux layers ``deployment`` captures (default: the newest SGLang's).
 
     ``cache`` is the target's KV cache ("auto": static, with CUDA graphs, on one CUDA device for the
     families that support it; dynamic elsewhere). A static target gets a static drafter cache too,
@@ -76,7 +77,9 @@ def generate(
     device, device_map = resolve_placement(device, device_map)
     dtype = dtype or default_dtype(device, device_map)
     sampling = _Sampling(max_new_tokens, temperature, seed, ignore_eos)
-    _check_arguments(drafter, no_draft, engine, sampling, batch_size)
+    _check_arguments(drafter, no_draft, sampling, batch_size)
+    if not no_draft:
+        deployment = deployment or deployment_for(target, drafter)
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     flags = None if no_draft else exact_spec_flags(steps, topk, num_draft_tokens,
                                                    architecture=target_cfg.architecture)
@@ -89,7 +92,7 @@ def generate(
     # compiling pays only for long decodes; no device: a device map, which splits the target over GPUs
     compile = compile_pays(decode_steps(len(rows), batch_size, max_new_tokens, None if batched else flags),
                            torch.device(device or "cuda"))
-    runner, draft_model, layers = _load(target, None if no_draft else drafter, engine, dtype=dtype, device=device,
+    runner, draft_model, layers = _load(target, None if no_draft else drafter, deployment, dtype=dtype, device=device,
                                         device_map=device_map, cache=cache, max_len=max_len,
                                         compile=compile and not batched)
 
@@ -103,7 +106,8 @@ def generate(
             run = _decode_one_by_one(SpeculativeDecoder(runner, draft_model, flags), rows, sampling, advance)
 
     config = {
-        "target": str(target), "drafter": None if no_draft else str(drafter), "engine": engine,
+        "target": str(target), "drafter": None if no_draft else str(drafter),
+        **(NO_DEPLOYMENT if no_draft else deployment.describe()),
         "no_draft": no_draft, "steps": flags.steps if flags else None, "topk": flags.topk if flags else None,
         "num_draft_tokens": flags.num_draft_tokens if flags else None,
         "flags_source": flags.source if flags else None, "aux_layers": layers,
@@ -144,12 +148,10 @@ class _Run:
         return sum(len(r.output_ids) for r in self.results)
 
 
-def _check_arguments(drafter: str | Path | None, no_draft: bool, engine: str, sampling: _Sampling,
+def _check_arguments(drafter: str | Path | None, no_draft: bool, sampling: _Sampling,
                      batch_size: int) -> None:
     """Refuse what no decode can run with, before anything is read or loaded (the CLI's own checks
     cover its options; a library caller reaches here directly)."""
-    if engine not in ENGINES:
-        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if sampling.max_new_tokens < 1:
         raise DraftlabError(f"--max-new-tokens must be >= 1, got {sampling.max_new_tokens}")
     if sampling.temperature < 0:
@@ -173,14 +175,14 @@ def _fitting_prompts(prompts: str | Path, target: str | Path, target_cfg: Target
     return rows
 
 
-def _load(target: str | Path, drafter: str | Path | None, engine: str, *, compile: bool,
+def _load(target: str | Path, drafter: str | Path | None, deployment: Deployment | None, *, compile: bool,
           **placement: Any) -> tuple[TargetRunner, Eagle3Drafter | None, list[int] | None]:
     """The target alone (``drafter`` None), or the pair once ``draftlab check`` finds no error; with the
     drafter's aux layers. ``placement``: dtype, device, device_map, cache, max_len."""
     if drafter is None:
         return TargetRunner.load(target, **placement), None, None
-    _refuse_incompatible(drafter, target, engine)
-    pair = load_pair(target, drafter, engine=engine, compile=compile, **placement)
+    _refuse_incompatible(drafter, target, deployment)
+    pair = load_pair(target, drafter, deployment, compile=compile, **placement)
     return pair.target, pair.drafter, pair.aux_layers
 
 
@@ -235,9 +237,11 @@ def decode_steps(prompts: int, batch_size: int, max_new_tokens: int, flags: Spec
     return tokens if flags is None else tokens // (flags.steps + 1)
 
 
-def _refuse_incompatible(drafter: str | Path, target: str | Path, engine: str) -> None:
-    """Refuse a drafter with error findings from ``draftlab check`` for this target and engine."""
-    errors = [f for f in check_pair(drafter, target, engine=engine).findings if f.severity == "error"]
+def _refuse_incompatible(drafter: str | Path, target: str | Path, deployment: Deployment) -> None:
+    """Refuse a drafter with error findings from ``draftlab check`` for this target and engine release."""
+    engine = deployment.engine
+    errors = [f for f in check_pair(drafter, target, engine=engine, engine_version=deployment.version).findings
+              if f.severity == "error"]
     if errors:
         listed = "; ".join(f"{f.code}: {f.message}" for f in errors)
         raise DraftlabError(

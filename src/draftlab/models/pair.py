@@ -1,4 +1,4 @@
-"""Load a target and its EAGLE-3 drafter together, capturing the aux layers the chosen engine would."""
+"""Load a target and its EAGLE-3 drafter together, capturing the aux layers one engine release would."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
-from draftlab.engines import aux_layers
+from draftlab.engines.deployment import Deployment
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.kernels import drafter_compile_chosen
 from draftlab.models.target import TargetRunner
+
+# the engine fields (Deployment.describe()'s) of a result computed without a drafter: nothing captured for one
+NO_DEPLOYMENT = {"engine": None, "engine_version": None, "captured_layers": None}
 
 
 @dataclass
@@ -17,12 +20,22 @@ class LoadedPair:
     target: TargetRunner
     drafter: Eagle3Drafter
     aux_layers: list[int]  # canonical ids the target captures for this drafter
+    deployment: Deployment  # the release whose rules chose them (and the drafter's served window)
 
 
-def load_pair(target: str | Path, drafter: str | Path, *, engine: str = "sglang", dtype: str = "float32",
-              device: str = "cpu", device_map: str | None = None, cache: str = "auto",
+def deployment_for(target: str | Path, drafter: str | Path, engine: str = "sglang", version: str | None = None,
+                   draft_window: int | None = None) -> Deployment:
+    """The deployment of the drafter folder ``drafter`` on the target folder ``target`` by ``engine`` at
+    ``version`` (None: the newest known), from their configs alone."""
+    return Deployment.resolve(engine, version, DrafterConfig.from_dict(open_checkpoint(drafter).config),
+                              TargetConfig.from_dict(open_checkpoint(target).config), draft_window)
+
+
+def load_pair(target: str | Path, drafter: str | Path, deployment: Deployment | None = None, *,
+              dtype: str = "float32", device: str = "cpu", device_map: str | None = None, cache: str = "auto",
               max_len: int | None = None, compile: bool = False) -> LoadedPair:
-    """The target runner capturing ``engine``'s aux layers for ``drafter``, and the drafter sharing its embedding.
+    """The target runner capturing ``deployment``'s aux layers (default: the newest SGLang's) for ``drafter``,
+    and the drafter sharing its embedding.
 
     The target goes on ``device``, or is split across the GPUs by ``device_map`` (then ``device`` is
     unused); the drafter always sits with the target's input embedding, which it shares.
@@ -33,13 +46,13 @@ def load_pair(target: str | Path, drafter: str | Path, *, engine: str = "sglang"
     (:class:`~draftlab.models.target_static.StaticTarget`), and the drafter's where
     ``DRAFTLAB_DRAFTER=compiled`` asks for it (:func:`~draftlab.models.kernels.drafter_compile_chosen`).
     """
-    target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
-    drafter_cfg = DrafterConfig.from_dict(open_checkpoint(drafter).config)
-    layers = aux_layers(engine, drafter_cfg, target_cfg.num_layers, target=target_cfg).layers
+    deployment = deployment or deployment_for(target, drafter)
+    layers = list(deployment.aux.layers)
     runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device, device_map=device_map,
                                cache=cache, max_len=max_len, compile=compile)
-    draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device))
+    draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device),
+                                     windows=deployment.windows)
     if runner.max_len is not None:
         draft_model.use_static_cache(max_len if max_len is not None else runner.max_len,
                                      compile=compile and drafter_compile_chosen())
-    return LoadedPair(runner, draft_model, layers)
+    return LoadedPair(runner, draft_model, layers, deployment)

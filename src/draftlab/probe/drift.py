@@ -17,11 +17,12 @@ import torch
 from rich.console import Console
 from rich.progress import Progress
 
-from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.decode.prompts import read_prompts
-from draftlab.engines import aux_layers
+from draftlab.engines.deployment import Deployment
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype
+from draftlab.models.pair import NO_DEPLOYMENT, deployment_for
 from draftlab.models.target import TargetRunner
 from draftlab.probe.drift_metrics import HiddenDrift, LayerDrift, NextTokenDrift
 from draftlab.probe.probe import Clock, check_room, probe
@@ -42,8 +43,11 @@ class DriftResult:
 def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, layers: list[int] | None = None,
           drafter: str | Path | None = None, max_new_tokens: int = 128, steps: int | None = None,
           topk: int | None = None, num_draft_tokens: int | None = None, batch_size: int = 4,
-          dtype: str | None = None, device: str = "cpu", engine: str = "sglang", progress: bool = False) -> DriftResult:
-    """Per-layer hidden-state drift and next-token drift of ``target_b`` against ``target_a``."""
+          dtype: str | None = None, device: str = "cpu", deployment: Deployment | None = None,
+          progress: bool = False) -> DriftResult:
+    """Per-layer hidden-state drift and next-token drift of ``target_b`` against ``target_a``; with ``drafter``,
+    at the aux layers ``deployment`` captures for it on ``target_a`` (default: the newest SGLang's) unless
+    ``layers`` are given, and its accept length on both targets fed those layers."""
     dtype = dtype or default_dtype(device)
     cfg_a = TargetConfig.from_dict(open_checkpoint(target_a).config)
     cfg_b = TargetConfig.from_dict(open_checkpoint(target_b).config)
@@ -51,10 +55,10 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
         if getattr(cfg_a, field) != getattr(cfg_b, field):
             raise DraftlabError(f"{target_b}: {field} is {getattr(cfg_b, field)} but {target_a} has "
                                 f"{getattr(cfg_a, field)}; drift compares versions of one architecture")
+    if drafter is not None:
+        deployment = deployment or deployment_for(target_a, drafter)
     if layers is None:
-        layers = (aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config), cfg_a.num_layers,
-                             target=cfg_a).layers
-                  if drafter is not None else list(range(cfg_a.num_layers)))
+        layers = list(deployment.aux.layers) if drafter is not None else list(range(cfg_a.num_layers))
     bad = [k for k in layers if not 0 <= k < cfg_a.num_layers]
     if bad:
         raise DraftlabError(f"--layers: layer {bad[0]} does not exist; the targets have layers "
@@ -74,13 +78,14 @@ def drift(target_a: str | Path, target_b: str | Path, prompts: str | Path, *, la
 
     result = DriftResult(
         config={"target_a": str(target_a), "target_b": str(target_b),
-                "drafter": None if drafter is None else str(drafter), "engine": engine, "layers": layers,
+                "drafter": None if drafter is None else str(drafter), "layers": layers,
+                **(deployment.describe() if drafter is not None else NO_DEPLOYMENT),
                 "dtype": dtype, "device": device, "num_sequences": len(sequences)},
         layers=hidden, next_token_agreement=tokens.agreement, kl=tokens.kl, num_positions=tokens.n,
     )
     if drafter is not None:
         options = dict(steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, max_new_tokens=max_new_tokens,
-                       batch_size=batch_size, dtype=dtype, device=device, engine=engine, progress=progress)
+                       batch_size=batch_size, dtype=dtype, device=device, deployment=deployment, progress=progress)
         result.accept_length_a = probe(target_a, drafter, prompts, **options).mean_accept_length
         result.accept_length_b = probe(target_b, drafter, prompts, **options).mean_accept_length
         result.config.update(max_new_tokens=max_new_tokens)

@@ -17,7 +17,8 @@ def train_document(result: Any) -> dict[str, Any]:
     return {"out": str(result.out), "init": result.init, "vocab": result.vocab, "steps": result.steps,
             "tokens": result.tokens, "tokens_per_second": result.tokens_per_second, "final_loss": result.final_loss,
             "accuracy_by_step": result.accuracy_by_step, "eval": result.eval, "interrupted": result.interrupted,
-            "aux_layers": result.aux_layers, "draft_vocab_size": result.draft_vocab_size, "notes": result.notes}
+            "aux_layers": result.aux_layers, "draft_vocab_size": result.draft_vocab_size, "notes": result.notes,
+            "engine": result.engine, "engine_version": result.engine_version, "captured_layers": result.captured_layers}
 
 
 def render_train(result: Any, console: Console) -> None:

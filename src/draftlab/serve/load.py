@@ -8,7 +8,7 @@ from typing import Any
 from draftlab.acceptance.synthetic import SyntheticAcceptance
 from draftlab.checkpoint.configs import TargetConfig
 from draftlab.checkpoint.reader import open_checkpoint
-from draftlab.engines import ENGINES
+from draftlab.engines.deployment import Deployment
 from draftlab.engines.schedule import LoadedSchedule, schedule_steps
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
@@ -20,11 +20,12 @@ SCHEDULE_MAX_BATCH = 48  # requests batched together with a schedule unless --ma
 
 def load_context(
     target: str | Path, drafter: str | Path | None, *, steps: int | None = None, topk: int | None = None,
-    num_draft_tokens: int | None = None, dtype: str | None = None, device: str = "cpu", engine: str = "sglang",
-    synthetic: SyntheticAcceptance | None = None, synthetic_seed: int = 0,
+    num_draft_tokens: int | None = None, dtype: str | None = None, device: str = "cpu",
+    deployment: Deployment | None = None, synthetic: SyntheticAcceptance | None = None, synthetic_seed: int = 0,
     schedule: LoadedSchedule | None = None, max_batch: int | None = None,
 ) -> ServeContext:
-    """Load the pair and start the decoder worker. ``engine`` picks whose aux-id convention to read;
+    """Load the pair and start the decoder worker, the target capturing the aux layers ``deployment`` names
+    (default: the newest SGLang's);
     ``synthetic`` forces acceptance at the requested rates (:mod:`draftlab.serve.synthetic`).
 
     With ``schedule`` or ``max_batch`` > 1 the worker batches requests (:mod:`draftlab.serve.batched`):
@@ -33,15 +34,13 @@ def load_context(
     if schedule is not None or (max_batch or 1) > 1:
         if synthetic is not None:
             raise DraftlabError("--synthetic-acceptance runs one request at a time; drop --schedule/--max-batch")
-        return _batched_context(target, drafter, steps, topk, num_draft_tokens, dtype, device, engine, schedule,
+        return _batched_context(target, drafter, steps, topk, num_draft_tokens, dtype, device, deployment, schedule,
                                 max_batch or SCHEDULE_MAX_BATCH)
     from draftlab.decode.decoder import SpeculativeDecoder
     from draftlab.models.devices import default_dtype
     from draftlab.models.pair import load_pair
     from draftlab.models.target import TargetRunner
 
-    if engine not in ENGINES:
-        raise DraftlabError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if drafter is None and any(v is not None for v in (steps, topk, num_draft_tokens)):
         raise DraftlabError("--steps/--topk/--num-draft-tokens need --drafter")
     if drafter is None and synthetic is not None:
@@ -57,7 +56,7 @@ def load_context(
             from draftlab.serve.synthetic import check_forceable
 
             check_forceable(synthetic, flags)  # before anything loads
-        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device)
+        pair = load_pair(target, drafter, deployment, dtype=dtype, device=device)
         runner, draft_model = pair.target, pair.drafter
     if synthetic is None:
         decoder = SpeculativeDecoder(runner, draft_model, flags)
@@ -74,7 +73,7 @@ def load_context(
 
 
 def _batched_context(target: str | Path, drafter: str | Path | None, steps: int | None, topk: int | None,
-                     num_draft_tokens: int | None, dtype: str | None, device: str, engine: str,
+                     num_draft_tokens: int | None, dtype: str | None, device: str, deployment: Deployment | None,
                      schedule: LoadedSchedule | None, max_batch: int) -> ServeContext:
     from draftlab.models.devices import default_dtype
     from draftlab.models.pair import load_pair
@@ -100,7 +99,7 @@ def _batched_context(target: str | Path, drafter: str | Path | None, steps: int 
     if drafter is None:
         runner, draft_model = TargetRunner.load(target, dtype=dtype, device=device), None
     else:
-        pair = load_pair(target, drafter, engine=engine, dtype=dtype, device=device)
+        pair = load_pair(target, drafter, deployment, dtype=dtype, device=device)
         runner, draft_model = pair.target, pair.drafter
     serve_engine = BatchServeEngine(runner, draft_model, draft_length or (lambda _b: top), max_draft_length=top,
                                     max_batch=max_batch)

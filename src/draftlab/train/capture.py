@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
-from draftlab.engines import aux_layers as engine_aux_layers
 from draftlab.engines import first_nameable
+from draftlab.engines.deployment import Deployment
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, refuse_overlap, write_json_atomic
 from draftlab.train.data import pad_batch, target_tokenizer, tokenized_rows
@@ -37,6 +37,9 @@ class CaptureResult:
     rows: int  # rows of the data with a trainable token (one file each)
     written: int  # files this run wrote (all ranks)
     skipped: int  # files already there (--resume)
+    engine: str | None = None  # with a drafter: the engine release whose rules chose the layers
+    engine_version: str | None = None
+    captured_layers: list[int] | None = None  # the target layers captured (aux_layers, as every command names them)
 
 
 def feature_path(out: Path, index: int, shard: int) -> Path:
@@ -45,10 +48,12 @@ def feature_path(out: Path, index: int, shard: int) -> Path:
 
 
 def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: str | Path | None = None,
-            aux_layers: list[int] | None = None, engine: str = "sglang", seq_len: int = 2048, batch_size: int = 4,
+            aux_layers: list[int] | None = None, deployment: Deployment | None = None, seq_len: int = 2048,
+            batch_size: int = 4,
             shard: int = 2000, resume: bool = False, dtype: str = "float32", device: str | None = None,
             device_map: str | None = None, progress: bool = False) -> CaptureResult:
-    """Capture ``data``'s features into ``out`` (a new folder, or an unfinished one with ``resume``)."""
+    """Capture ``data``'s features into ``out`` (a new folder, or an unfinished one with ``resume``): the aux
+    layers ``deployment`` captures for ``drafter`` (default: the newest SGLang's), or ``aux_layers``."""
     from draftlab.models.devices import resolve_placement
     from draftlab.models.target import TargetRunner
 
@@ -63,8 +68,9 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
     try:
         target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
         if drafter is not None:
-            layers = engine_aux_layers(engine, DrafterConfig.from_dict(open_checkpoint(drafter).config),
-                                       target_cfg.num_layers, target=target_cfg).layers
+            deployment = deployment or Deployment.resolve(
+                "sglang", None, DrafterConfig.from_dict(open_checkpoint(drafter).config), target_cfg)
+            layers = list(deployment.aux.layers)
         else:
             layers = scratch_aux_layers(target_cfg.num_layers, aux_layers, first=first_nameable(target_cfg))
         tokenizer, why = target_tokenizer(target)
@@ -98,7 +104,9 @@ def capture(target: str | Path, data: str | Path, out: str | Path, *, drafter: s
             write_json_atomic(out / MANIFEST, {"target": str(target), "data": str(data), "aux_layers": layers,
                                                "rows": len(rows), "seq_len": seq_len, "shard": shard, "dtype": dtype,
                                                "layout": "specforge"})
-        return CaptureResult(out, layers, len(rows), int(counts[0]), int(counts[1]))
+        return CaptureResult(out, layers, len(rows), int(counts[0]), int(counts[1]),
+                             engine=deployment and deployment.engine, engine_version=deployment and deployment.version,
+                             captured_layers=layers)
     finally:
         close_world(world)
 

@@ -126,17 +126,19 @@ def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCount
 
 
 def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, remap: str | Path | None,
-               staging: Path) -> StartingDrafter:
+               staging: Path, aux_layers: list[int] | None = None) -> StartingDrafter:
     """The old drafter ``init`` (only read; a speculators-layout one through ``convert`` into a copy
     under ``staging``); with ``remap`` its vocabulary rebuilt from those counts in a copy under
-    ``staging`` (through ``vocab remap``, new rows from the target's lm_head)."""
+    ``staging`` (through ``vocab remap``, new rows from the target's lm_head). It fuses ``aux_layers`` (the
+    ones an engine release captures for it), else the ones its config intends; the copy names them in both
+    engines' fields."""
     init = Path(init)
     ckpt = open_checkpoint(init)
     if not is_drafter(ckpt):
         raise DraftlabError("is not an EAGLE-3 drafter", path=init)
     cfg = DrafterConfig.from_dict(ckpt.config)
     target = TargetConfig.from_dict(open_checkpoint(target_dir).config)
-    aux = intended_aux_layers(cfg, target.num_layers, target=target).layers
+    aux = aux_layers if aux_layers is not None else intended_aux_layers(cfg, target.num_layers, target=target).layers
     if cfg.layout != "specforge":  # speculators' layout (vLLM's): the same tensors, renamed, in a copy
         from draftlab.compat.convert import convert_drafter
 

@@ -34,6 +34,7 @@ from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
 from draftlab.engines import first_nameable, intended_aux_layers
 from draftlab.engines.sglang_flags import exact_spec_flags
+from draftlab.engines.deployment import Deployment
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 from draftlab.models.devices import parse_device, resolve_placement
@@ -73,6 +74,7 @@ class TrainOptions:
     ttt_length: int = 7
     draft_vocab_size: int | None = None  # from scratch; None: 32000, or the target's vocabulary when smaller
     aux_layers: list[int] | None = None
+    deployment: Deployment | None = None  # with --init: the engine release whose captured layers it fuses
     variant: str | None = None  # from scratch: "eagle3" (default) or "eagle3.1"; a warm start keeps --init's
     eval_prompts: Path | None = None
     eval_every: int = 0
@@ -105,6 +107,9 @@ class TrainResult:
     aux_layers: list[int] = field(default_factory=list)  # canonical target layers the drafter fuses
     draft_vocab_size: int | None = None
     notes: list[str] = field(default_factory=list)  # choices made for the user (aux layers, vocabulary size)
+    engine: str | None = None  # with --init: the engine release whose captured layers it fuses
+    engine_version: str | None = None
+    captured_layers: list[int] = field(default_factory=list)  # the target layers fed (aux_layers)
 
 
 StepHook = Callable[[int], bool]  # called after each optimizer step; True asks the run to stop (tests)
@@ -204,6 +209,8 @@ class _Run:
     # --- set-up ---
 
     def _aux_layers(self) -> list[int]:
+        if self.opts.deployment is not None:
+            return list(self.opts.deployment.aux.layers)
         if self.opts.init is not None:
             cfg = DrafterConfig.from_dict(open_checkpoint(self.opts.init).config)
             return intended_aux_layers(cfg, self.target_cfg.num_layers, target=self.target_cfg).layers
@@ -243,7 +250,7 @@ class _Run:
         if o.init is not None:
             staging = self.out.parent / f".{self.out.name}.staging{self.world.rank}"
             try:
-                return warm_start(o.init, o.target, self.heads, remap=o.remap, staging=staging)
+                return warm_start(o.init, o.target, self.heads, remap=o.remap, staging=staging, aux_layers=aux)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         return from_scratch(o.target, self.heads.embed_tokens, self._counts(), o.draft_vocab_size, o.aux_layers,
@@ -429,6 +436,7 @@ class _Run:
         barrier(self.world)
 
     def _result(self, step: int, tokens: int, rate: float, log: list[dict], interrupted: bool) -> TrainResult:
+        deployment = self.opts.deployment
         window = log[-ACCURACY_WINDOW:]
         correct = np.sum([e["correct"] for e in window], axis=0) if window else []
         counted = np.sum([e["counted"] for e in window], axis=0) if window else []
@@ -443,7 +451,9 @@ class _Run:
                            notes=setup_notes(self.target_cfg, self.start, scratch=self.opts.init is None
                                              and self.state is None, opts_aux=self.opts.aux_layers,
                                              opts_vocab=self.opts.draft_vocab_size)
-                           + ([self.kernel_note] if self.kernel_note else []))
+                           + ([self.kernel_note] if self.kernel_note else []),
+                           engine=deployment and deployment.engine, engine_version=deployment and deployment.version,
+                           captured_layers=list(self.start.aux_layers))
 
 
 def make_optimizer(params: list[torch.Tensor], lr: float) -> torch.optim.AdamW:
