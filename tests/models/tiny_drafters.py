@@ -45,6 +45,13 @@ def drafter_tensors(*, layers: int = 1, seed: int = 0, with_embed: bool = True) 
     return t
 
 
+def qk_norms(tensors: dict[str, torch.Tensor], seed: int = 1) -> dict[str, torch.Tensor]:
+    """``tensors`` with Qwen3's per-head q_norm/k_norm weights (away from 1) on the first layer."""
+    g = torch.Generator().manual_seed(seed)
+    return {**tensors, **{f"midlayer.self_attn.{n}.weight": 1 + 0.5 * torch.randn(HEAD_DIM, generator=g)
+                          for n in ("q_norm", "k_norm")}}
+
+
 def tied_head(tensors: dict[str, torch.Tensor], target_id: int) -> dict[str, torch.Tensor]:
     """The drafter with an all-zero lm_head: every logit is exactly 0.0, so every draft step is one exact
     tie over the whole draft vocabulary (SGLang drafts draft id 0, the first maximum); d2t maps draft
@@ -63,19 +70,22 @@ def llama_fields(layers: int = 1, rope_scaling: dict | None = None) -> dict:
 
 
 def write_specforge(folder: Path, tensors: dict[str, torch.Tensor], *, layers: int = 1, prefix: str = "",
-                    rope_scaling: dict | None = None) -> Path:
+                    rope_scaling: dict | None = None, fields: dict | None = None) -> Path:
+    """A SpecForge-layout folder; ``fields`` are added to (or replace) the layer's config keys."""
     folder.mkdir(parents=True)
-    config = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(layers, rope_scaling),
+    config = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(layers, rope_scaling), **(fields or {}),
               "draft_vocab_size": DRAFT_VOCAB, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}}
     (folder / "config.json").write_text(json.dumps(config))
     save_file({prefix + k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
     return folder
 
 
-def write_speculators(folder: Path, tensors: dict[str, torch.Tensor], *, norm_before_residual: bool = False) -> Path:
+def write_speculators(folder: Path, tensors: dict[str, torch.Tensor], *, norm_before_residual: bool = False,
+                      fields: dict | None = None) -> Path:
+    """A speculators-layout folder; ``fields`` are added to (or replace) transformer_layer_config's keys."""
     folder.mkdir(parents=True)
     config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-              "transformer_layer_config": llama_fields(), "draft_vocab_size": DRAFT_VOCAB,
+              "transformer_layer_config": {**llama_fields(), **(fields or {})}, "draft_vocab_size": DRAFT_VOCAB,
               "speculators_config": {"algorithm": "eagle3"},
               # speculators defaults to True; False computes the SpecForge/SGLang formula
               "norm_before_residual": norm_before_residual}
@@ -102,8 +112,11 @@ def _rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
 
 def _attn(t: dict, p: str, x: torch.Tensor, pos: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     n = x.shape[0]
-    q = _rope((x @ t[f"{p}.self_attn.q_proj.weight"].T).view(n, HEADS, HEAD_DIM), pos)
-    k = _rope((x @ t[f"{p}.self_attn.k_proj.weight"].T).view(n, KV_HEADS, HEAD_DIM), pos)
+    q = (x @ t[f"{p}.self_attn.q_proj.weight"].T).view(n, HEADS, HEAD_DIM)
+    k = (x @ t[f"{p}.self_attn.k_proj.weight"].T).view(n, KV_HEADS, HEAD_DIM)
+    if f"{p}.self_attn.q_norm.weight" in t:  # Qwen3's per-head norms, before RoPE
+        q, k = _rms(q, t[f"{p}.self_attn.q_norm.weight"]), _rms(k, t[f"{p}.self_attn.k_norm.weight"])
+    q, k = _rope(q, pos), _rope(k, pos)
     v = (x @ t[f"{p}.self_attn.v_proj.weight"].T).view(n, KV_HEADS, HEAD_DIM)
     out = torch.empty(n, HEADS, HEAD_DIM)
     for h in range(HEADS):
@@ -121,20 +134,23 @@ def _mlp(t: dict, p: str, x: torch.Tensor) -> torch.Tensor:
 
 def reference(t: dict, embed: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor, *, layers: int = 1,
               allowed: torch.Tensor | None = None, pos: torch.Tensor | None = None,
-              norm_before_residual: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits and pre-norm output of a sequence; `hidden` rows of width 3H go through fc, width H do not."""
+              norm_before_residual: bool = False, windows: tuple[int | None, ...] | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits and pre-norm output of a sequence; `hidden` rows of width 3H go through fc, width H do not.
+    ``windows``: layer i sees only keys less than windows[i] positions behind the query."""
     n = ids.numel()
     pos = torch.arange(n) if pos is None else pos
     allowed = torch.ones(n, n, dtype=torch.bool).tril() if allowed is None else allowed
+    near = [allowed if w is None else allowed & (pos[:, None] - pos[None, :] < w) for w in windows or [None] * layers]
     h = torch.stack([row @ t["fc.weight"].T if row.numel() == 3 * H else row for row in hidden])
     x = torch.cat([_rms(embed[ids], t["midlayer.input_layernorm.weight"]),
                    _rms(h, t["midlayer.hidden_norm.weight"])], -1)
     base = _rms(h, t["midlayer.hidden_norm.weight"]) if norm_before_residual else h  # vLLM's variant
-    r = base + _attn(t, "midlayer", x, pos, allowed)
+    r = base + _attn(t, "midlayer", x, pos, near[0])
     m = _mlp(t, "midlayer", _rms(r, t["midlayer.post_attention_layernorm.weight"]))
     for i in range(layers - 1):  # SGLang's BasicDecoderLayer: input is the MLP output alone
         p = f"additional_layers.{i}"
-        r = m + _attn(t, p, _rms(m, t[f"{p}.hidden_norm.weight"]), pos, allowed)
+        r = m + _attn(t, p, _rms(m, t[f"{p}.hidden_norm.weight"]), pos, near[i + 1])
         m = _mlp(t, p, _rms(r, t[f"{p}.post_attention_layernorm.weight"]))
     pre = m + r
     return _rms(pre, t["norm.weight"]) @ t["lm_head.weight"].T, pre

@@ -50,7 +50,7 @@ from draftlab.models.drafter_weights import canonical_names
 from draftlab.models.gqa import GqaAttention
 from draftlab.models.graphs import BUCKETS, GraphSteps, bucket, pad_to_bucket
 from draftlab.models.kernels import attention_kernels, compile_failed, compiled_fn, say_uncompiled
-from draftlab.models.masks import attention_mask, new_token_mask
+from draftlab.models.masks import apply_window, attention_mask, new_token_mask
 from draftlab.models.mla import MlaAttention, deepseek_rotary
 from draftlab.models.static_kv import StaticKV
 
@@ -164,10 +164,11 @@ class Eagle3Drafter(nn.Module):
     """An EAGLE-3 drafter with its own KV cache (batch 1) and a batched masked path."""
 
     def __init__(self, config: DrafterConfig, *, embed_tokens: nn.Embedding | None = None,
-                 fc_in: int | None = None, bias: bool = False) -> None:
+                 fc_in: int | None = None, bias: bool = False, windows: tuple[int | None, ...] | None = None) -> None:
         super().__init__()
         self.config = config
         self.variant = config.variant
+        self.windows = layer_windows(config, windows)
         h = config.hidden_size
         llama = _llama_config(config)
         self.embed_tokens = embed_tokens if embed_tokens is not None else nn.Embedding(config.vocab_size, h)
@@ -189,10 +190,13 @@ class Eagle3Drafter(nn.Module):
 
     @classmethod
     def load(cls, path: str | Path, *, target: TargetRunner | None = None, use_target_embedding: bool = True,
-             dtype: str = "float32", device: str = "cpu") -> Eagle3Drafter:
+             dtype: str = "float32", device: str = "cpu", windows: tuple[int | None, ...] | None = None
+             ) -> Eagle3Drafter:
         """Load a SpecForge- or speculators-layout drafter folder.
 
-        The embedding is the target's when ``use_target_embedding`` and the hidden sizes match (as
+        ``windows``: each layer's sliding window as the engine serves it (None: full attention), default
+        the config's (``DrafterConfig.layer_windows``); :class:`~draftlab.engines.deployment.Deployment`
+        says which an engine applies. The embedding is the target's when ``use_target_embedding`` and the hidden sizes match (as
         SGLang does); otherwise the checkpoint's own ``embed_tokens.weight``. With no ``lm_head.weight``
         and a null ``draft_vocab_size``, the head is the target's (SGLang's ``load_lm_head_from_target``).
         """
@@ -209,7 +213,7 @@ class Eagle3Drafter(nn.Module):
             raise DraftlabError("has no fc.weight (the 3 x target hidden -> hidden fusion)", path=path)
         embed = _choose_embedding(config, tensors, target, use_target_embedding, path)
         bias = "midlayer.self_attn.q_proj.bias" in tensors
-        drafter = cls(config, embed_tokens=embed, fc_in=fc.shape[1], bias=bias)
+        drafter = cls(config, embed_tokens=embed, fc_in=fc.shape[1], bias=bias, windows=windows)
         if "lm_head.weight" not in tensors:
             if config.tie_word_embeddings:
                 tensors["lm_head.weight"] = drafter.embed_tokens.weight
@@ -240,7 +244,11 @@ class Eagle3Drafter(nn.Module):
         unexpected = sorted(set(tensors) - set(own))
         if missing or unexpected:
             what = f"lacks tensor {missing[0]!r}" if missing else f"has unexpected tensor {unexpected[0]!r}"
-            raise DraftlabError(f"{what} for a {self.config.num_layers}-layer EAGLE-3 drafter", path=path)
+            qwen3 = any(n.endswith(("q_norm.weight", "k_norm.weight")) for n in unexpected)
+            hint = ("; per-head q/k norms are a Qwen3-architecture drafter's, which its config names with "
+                    "transformer_layer_config.model_type: qwen3 (speculators' layout)") if qwen3 else ""
+            raise DraftlabError(f"{what} for a {self.config.num_layers}-layer {self.config.layer_kind} EAGLE-3 "
+                                f"drafter{hint}", path=path)
         for name, tensor in tensors.items():
             if tensor.shape != own[name].shape:
                 raise DraftlabError(f"tensor {name!r} has shape {list(tensor.shape)}; the config implies "
@@ -364,6 +372,7 @@ class Eagle3Drafter(nn.Module):
     def reset(self) -> None:
         """Empty the KV cache (start a new prompt)."""
         self._kv: list[KV] | None = None
+        self._positions: torch.Tensor | None = None  # the dynamic cache's entries' positions (for windows)
         self._cached = 0
         self._last_new = 0
 
@@ -391,9 +400,12 @@ class Eagle3Drafter(nn.Module):
             self._last_new = n
             return DraftStep(logits=logits.float(), hidden=out)
         mask = attention_mask(self._cached, tree_mask, n, device)
+        earlier = self._positions if self._positions is not None else positions.new_zeros(0).to(device)
+        self._positions = torch.cat([earlier, positions.reshape(n).to(device)])
         with attention_kernels():
             logits, out, kv = self.forward_masked(input_ids.reshape(1, n), hidden.reshape(1, n, -1),
-                                                  positions.reshape(1, n), mask[None], self._kv)
+                                                  positions.reshape(1, n), mask[None], self._kv,
+                                                  key_positions=self._positions[None])
         self._kv = kv if self._kv is None else [
             (torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)) for (pk, pv), (k, v) in zip(self._kv, kv)]
         self._cached += n
@@ -415,6 +427,7 @@ class Eagle3Drafter(nn.Module):
         else:
             full = torch.cat([torch.arange(start, device=device), start + indices])
             self._kv = [(k.index_select(2, full), v.index_select(2, full)) for k, v in self._kv]
+            self._positions = self._positions.index_select(0, full)
         self._cached = start + indices.numel()
         self._last_new = indices.numel()
 
@@ -424,17 +437,20 @@ class Eagle3Drafter(nn.Module):
             raise DraftlabError(f"crop() length must lie in 0..{self._cached}; got {length}")
         if self._kv is not None:
             self._kv = [(k[:, :, :length], v[:, :, :length]) for k, v in self._kv]
+            self._positions = self._positions[:length]
         self._cached = length
         self._last_new = 0
 
     # --- the batched, cache-free computation both paths share ---
 
     def forward_masked(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                       mask: torch.Tensor, past: list[KV] | Preallocated | None = None, *, compiled: bool = False
-                       ) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
+                       mask: torch.Tensor, past: list[KV] | Preallocated | None = None, *, compiled: bool = False,
+                       key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
         """input_ids [B, n], hidden [B, n, 3T or H], positions [B, n], mask [B, n, S] bool over the
         ``past`` keys (S - n of them, per layer) then the n new ones (over the slots a StaticKV, B = 1,
-        or a BatchKV reads, which this writes). Returns float32 logits [B, n, Vd],
+        or a BatchKV reads, which this writes), narrowed per layer to its window (:attr:`windows`) by the
+        keys' positions ``key_positions`` [B or 1, S] (needed with a window over a list of keys or a
+        BatchKV; without a past they are ``positions``, over a StaticKV its slots'). Returns float32 logits [B, n, Vd],
         the hidden the next draft step receives [B, n, H] (:meth:`finish`) and each layer's new
         keys/values. ``compiled``: the work around attention through torch.compile (the same math,
         rounded where eager rounds; for inference: the compiled parts are not differentiated)."""
@@ -448,14 +464,32 @@ class Eagle3Drafter(nn.Module):
                                     f"{self.fc.in_features} (target features) or {self.config.hidden_size}")
             hidden = _part(_combine, compiled)(self, hidden)
         rope = _part(_rope, compiled)(self, hidden, positions.to(device))
-        mask = mask.to(device)
+        masks = self._layer_masks(mask.to(device), positions.to(device), past, key_positions)
         static = past if isinstance(past, Preallocated) else None
-        out, residual, kv0 = self.midlayer(embeds, hidden, rope, static or (past[0] if past else None), mask, compiled)
+        out, residual, kv0 = self.midlayer(embeds, hidden, rope, static or (past[0] if past else None), masks[0],
+                                           compiled)
         new = [kv0]
         for i, layer in enumerate(self.additional_layers, start=1):
-            out, residual, kv = layer(out, rope, static or (past[i] if past else None), mask, i, compiled)
+            out, residual, kv = layer(out, rope, static or (past[i] if past else None), masks[i], i, compiled)
             new.append(kv)
         return (*_part(_head, compiled)(self, out, residual), new)
+
+    def _layer_masks(self, mask: torch.Tensor, positions: torch.Tensor, past: list[KV] | Preallocated | None,
+                     key_positions: torch.Tensor | None) -> list[torch.Tensor]:
+        """Each layer's mask: ``mask`` without keys its window or more positions behind the query (one
+        tensor per distinct window; the same tensor for every layer when none has a window)."""
+        if all(window is None for window in self.windows):
+            return [mask] * len(self.windows)
+        if key_positions is None:
+            if isinstance(past, StaticKV):
+                key_positions = past.positions[:past.read.numel()][None]
+            elif past is None:
+                key_positions = positions
+            else:
+                raise ValueError("a sliding-window drafter's pass over earlier keys needs their key_positions")
+        key_positions = key_positions.to(mask.device)
+        by_window = {w: apply_window(mask, positions, key_positions, w) for w in dict.fromkeys(self.windows)}
+        return [by_window[w] for w in self.windows]
 
     def combine(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [..., A x T] -> the layer's hidden input [..., H]: the variant's norms in the engines'
@@ -513,6 +547,18 @@ def _feature_norm(flag: VariantFlag, fc_in: int, num_aux: int, eps: float) -> nn
     if flag.per_aux:
         return nn.ModuleList(LlamaRMSNorm(fc_in // num_aux, eps) for _ in range(num_aux))
     return LlamaRMSNorm(fc_in, eps)
+
+
+def layer_windows(config: DrafterConfig, windows: tuple[int | None, ...] | None) -> tuple[int | None, ...]:
+    """Each layer's sliding window: ``windows`` when given (the engine's, checked: one per layer, each None or
+    a positive int), else the config's; None for every layer of a config that states none."""
+    if windows is None:
+        return tuple(config.layer_windows) or (None,) * config.num_layers
+    windows = tuple(windows)
+    if len(windows) != config.num_layers or any(w is not None and (type(w) is not int or w < 1) for w in windows):
+        raise DraftlabError(f"the drafter's windows {list(windows)} do not give each of its {config.num_layers} "
+                            "layer(s) None (full attention) or a positive window")
+    return windows
 
 
 def refuse_unsupported(ckpt: Checkpoint) -> None:

@@ -10,6 +10,7 @@ tokens is widened to a token-count bucket and, on CUDA, replays as a CUDA graph.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import BatchSlots, pad_block
@@ -55,20 +56,22 @@ class BatchDrafter:
         positions_b, valid_b, tree_b, ids_b, hidden_b = pad_block(
             width, positions, new_valid, tree_mask, input_ids.to(self.device), hidden.to(self.device))
         mask = self._kv.pad(self.slots.allowed(positions_b, tree_b, valid_b))
+        keys = F.pad(torch.cat([self.slots.positions, positions_b], dim=1), (0, mask.shape[-1] - start - width))
         slots = torch.arange(start, start + width, device=self.device)
         if width > BUCKETS[-1]:
             with attention_kernels():  # a shape that does not recur
-                logits, out = self._step(ids_b, hidden_b, positions_b, slots, mask)
+                logits, out = self._step(ids_b, hidden_b, positions_b, slots, mask, keys)
         else:
-            logits, out = self._run_bucket(ids_b, hidden_b, positions_b, slots, mask)
+            logits, out = self._run_bucket(ids_b, hidden_b, positions_b, slots, mask, keys)
         self.slots.append(positions, new_valid)
         return DraftStep(logits=logits[:, :n].clone(), hidden=out[:, :n].clone())
 
     def _step(self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-              mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One forward writing ``slots`` of every row under ``mask`` [B, n, read slots]."""
+              mask: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward writing ``slots`` of every row under ``mask`` [B, n, read slots], whose keys sit at
+        positions ``keys`` [B, read slots] (a sliding window's distances)."""
         self._kv.begin(slots, mask.shape[-1])
-        logits, out, _ = self.drafter.forward_masked(ids, hidden, positions, mask, self._kv)
+        logits, out, _ = self.drafter.forward_masked(ids, hidden, positions, mask, self._kv, key_positions=keys)
         return logits, out
 
     def keep(self, paths: list[list[int]]) -> None:

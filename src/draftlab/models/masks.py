@@ -30,10 +30,12 @@ def attention_mask(cached: int, tree_mask: torch.Tensor | None, n: int, device: 
 
 def apply_window(mask: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor,
                  window: int | None) -> torch.Tensor:
-    """Drop keys at least ``window`` positions behind their query (no change when window is None)."""
+    """Drop keys at least ``window`` positions behind their query (no change when window is None): mask
+    [..., n, S], query positions [..., n], key positions [..., S] (leading dims broadcast). vLLM's
+    attention backends take the window as ``(window - 1, 0)``, the same rule (flash_attn.py)."""
     if window is None:
         return mask
-    distance = query_positions.view(-1, 1) - key_positions.view(1, -1)
+    distance = query_positions[..., :, None] - key_positions[..., None, :]
     return mask & (distance < window)
 
 

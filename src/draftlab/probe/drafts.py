@@ -109,7 +109,8 @@ def _draft_steps(drafter: Eagle3Drafter, tokens: torch.Tensor, features: torch.T
                 for i, (pk, pv) in enumerate(prefix)]
         out_logits, out_hidden, new_kv = drafter.forward_masked(
             _slot_major(frontier.tokens), _slot_major(parent_hidden), (positions + step).expand(b * k, n),
-            torch.cat(blocks, dim=1)[None], past)
+            torch.cat(blocks, dim=1)[None], past,
+            key_positions=torch.cat([positions + d for d in range(step + 1)])[None])  # prefix, ancestors, new
         top_p, top_d = draft_top_k(_position_major(out_logits, b, k), k)
         ids = drafter.to_target_ids(top_d)  # [B, n, k, k]: children of each frontier slot
         previous = frontier
