@@ -10,7 +10,9 @@ temporary and is one :class:`DraftlabError` line saying what happened.
 :func:`refuse_overlap` is the one output rule every command checks before it runs: an output is never
 an input, inside one or holding one (by path and by file identity), and never a device, FIFO or socket
 (the rename that protects regular files would replace them). The atomic writers refuse special
-files themselves too, so no writer can destroy one.
+files themselves too, so no writer can destroy one. An output named by a symlink is written through
+it to the regular file it leads to (the link stays); a link that dangles or leads into ``/proc`` or
+``/dev`` (``/dev/stdout``, ``/proc/self/fd/1``) is refused.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def atomic_path(dest: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; on success rename it onto ``dest``."""
     dest = Path(dest)
     refuse_special(dest)
+    dest = written_path(dest)
     with _said_as_write_error(dest):
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
@@ -183,7 +186,9 @@ def local_inputs(**given: str | Path | None) -> dict[str, Path | None]:
 
 
 def refuse_special(out: Path, *, folder: bool = False) -> None:
-    """Refuse an output that exists and is not a regular file (or, with ``folder``, not a folder)."""
+    """Refuse an output that exists and is not a regular file (or, with ``folder``, not a folder), and a
+    symlink that leads where writing cannot go (:func:`_refuse_link`)."""
+    _refuse_link(out)
     try:
         mode = os.stat(out).st_mode
     except FileNotFoundError:
@@ -200,6 +205,35 @@ def refuse_special(out: Path, *, folder: bool = False) -> None:
             raise DraftlabError("is a folder; give a file path for the output", path=out)
         raise DraftlabError(f"is {special_kind(mode)}, not a regular file, and writing the output would replace it; "
                             "write to a regular file", path=out)
+
+
+def written_path(out: Path) -> Path:
+    """Where an output file is written: ``out``, or for a symlink the file it leads to, so that the link
+    stays a link (the rename that makes writes atomic would otherwise replace the link itself)."""
+    return out.resolve() if out.is_symlink() else out
+
+
+def _refuse_link(out: Path) -> None:
+    """Refuse an output that is a symlink leading nowhere (dangling) or into ``/proc`` or ``/dev`` (a
+    process's open file such as ``/dev/stdout`` or ``/proc/self/fd/1``, or a device): writing through
+    it could not reach what the user meant, and replacing it would destroy the link."""
+    if not out.is_symlink():
+        return
+    current = out.absolute()
+    for _ in range(40):  # the kernel's own limit on links followed; a loop is refuse_special's to name
+        if not current.is_symlink():
+            break
+        target = os.readlink(current)
+        current = Path(os.path.normpath(current.parent / target))
+        if current.parts[1:2] in (("proc",), ("dev",)):
+            raise DraftlabError(f"is a link to {target}, a process's open file or a device (standard output, "
+                                "say), which an output file cannot replace; give a file path (or redirect the "
+                                "command's output)", path=out)
+    else:
+        return
+    if not os.path.exists(out):
+        raise DraftlabError(f"is a link to {os.readlink(out)}, which does not exist; give a path that is not a "
+                            "dangling link (or create what it points to)", path=out)
 
 
 def _paths(given: str | Path | Iterable[str | Path] | None) -> list[Path]:

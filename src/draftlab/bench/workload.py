@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from draftlab import jsonio
+from draftlab.decode.prompts import surrogate_error
 from draftlab.errors import DraftlabError
 from draftlab.readable import regular_file
 
@@ -34,17 +35,30 @@ def load_prompts(path: str | Path) -> list[Prompt]:
     path = Path(path)
     regular_file(path, "prompts file not found; give a JSONL file with prompt/messages/input_ids rows")
     prompts = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(_lines(path), start=1):
         if not line.strip():
             continue
         try:
             row = jsonio.loads(line)
         except json.JSONDecodeError as exc:
             raise DraftlabError(f"line {lineno} is not valid JSON ({exc.msg}); one JSON object per line", path=path) from None
+        if (bad := surrogate_error(row, f"line {lineno}")) is not None:
+            raise DraftlabError(bad, path=path)
         prompts.append(_prompt_from_row(row, path, lineno))
     if not prompts:
         raise DraftlabError("no prompts; add rows like {\"prompt\": \"...\"}", path=path)
     return prompts
+
+
+def _lines(path: Path) -> list[str]:
+    """The file's lines; bytes that are not UTF-8 are one error naming the line, not a traceback."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DraftlabError(f"line {line} is not UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8",
+                            path=path) from None
 
 
 def _prompt_from_row(row: Any, path: Path, lineno: int) -> Prompt:

@@ -80,9 +80,10 @@ def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
 
 
 def engine_schedule(plan: Plan, engine: str, version: str | None = None, *,
-                    max_batch_size: int | None = None) -> EngineSchedule:
+                    max_batch_size: int | None = None, all_off: bool = False) -> EngineSchedule:
     """The plan's best chain length per batch-size range, in ``engine``'s format for ``version``
-    (default: the newest release draftlab knows); DraftlabError for a release without the feature."""
+    (default: the newest release draftlab knows); DraftlabError for a release without the feature.
+    ``all_off``: K = 0 everywhere where speculation always loses, not an error (:func:`write_schedule`)."""
     version = check_release(engine, version)
     schedule = schedule_from_plan(plan, max_batch_size=max_batch_size)
     notes = list(schedule.notes)
@@ -90,4 +91,4 @@ def engine_schedule(plan: Plan, engine: str, version: str | None = None, *,
     if cap is not None:
         schedule = schedule_from_plan(plan, max_batch_size=max_batch_size, max_draft_length=cap)
         notes.append(why)
-    return write_schedule(schedule, engine, version, notes=notes)
+    return write_schedule(schedule, engine, version, notes=notes, all_off=all_off)

@@ -120,19 +120,24 @@ def draft_length_cap(engine: str, schedule: BatchSchedule) -> tuple[int | None, 
 
 
 def write_schedule(schedule: BatchSchedule, engine: str, version: str | None = None, *,
-                   notes: list[str] | None = None) -> EngineSchedule:
-    """``schedule`` in ``engine``'s format; refused where that release (or engine) cannot say it."""
+                   notes: list[str] | None = None, all_off: bool = False) -> EngineSchedule:
+    """``schedule`` in ``engine``'s format; refused where that release (or engine) cannot say it. Where
+    speculation loses at every planned batch size there is nothing to serve with a drafter: an error,
+    or with ``all_off`` (``plan --schedule``: a finding, not bad input) the schedule with K = 0 at every
+    batch size, the verdict in its notes."""
     version = check_release(engine, version)
     ranges = merged([(r.lo, r.hi, r.draft_length) for r in schedule.ranges])
     notes = list(schedule.notes if notes is None else notes)
     top = max(k for _, _, k in ranges)
     if top == 0:
         best = max(schedule.ranges, key=lambda r: r.speedup)
-        raise DraftlabError(f"speculation loses at every planned batch size (plain decoding is predicted faster "
-                            f"even at batch {best.planned_batch}); there is no schedule to write: serve without "
-                            "a drafter")
+        why = (f"speculation loses at every planned batch size (plain decoding is predicted faster even at batch "
+               f"{best.planned_batch})")
+        if not all_off:
+            raise DraftlabError(f"{why}; there is no schedule to write: serve without a drafter")
+        notes.append(f"{why}: serve without a drafter (this schedule switches speculation off at every batch size)")
     name = f"{NAMES[engine]} {version}"
-    if any(k == 0 for _, _, k in ranges) and engine != "trtllm" and not release(engine, version).schedule_zero:
+    if top and any(k == 0 for _, _, k in ranges) and engine != "trtllm" and not release(engine, version).schedule_zero:
         raise DraftlabError(f"{name} cannot switch speculation off for a batch-size range (steps 0 needs "
                             f"{NAMES[engine]} {SCHEDULE_ZERO_FIRST[engine]}+); use a newer --engine-version")
     if engine == "vllm":
@@ -143,7 +148,7 @@ def write_schedule(schedule: BatchSchedule, engine: str, version: str | None = N
         notes.append("SGLang pads a batch up to its next CUDA-graph batch size before picking the slot, so a "
                      "batch takes the draft length of its padded size (batch 3 with graphs 2 and 4: batch 4's)")
     else:
-        if ranges[0][2] == 0:
+        if top and ranges[0][2] == 0:
             raise DraftlabError(f"{name}: speculation loses at batch 1, but TensorRT-LLM's smallest schedule key "
                                 "must equal max_draft_len (> 0 for EAGLE-3); serve without a drafter")
         value = {"max_draft_len": ranges[0][2], TRTLLM_KEY: {str(hi): k for _, hi, k in ranges}}
