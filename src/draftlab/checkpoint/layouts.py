@@ -31,6 +31,17 @@ DEFAULT_PROPOSAL = {"proposal_type": "greedy", "speculative_tokens": 3, "verifie
                     "accept_tolerance": 0.0}
 
 LAYER_PREFIXES = {"specforge": "midlayer.", "speculators": "layers.0."}
+# A Qwen3 decoder layer's per-head norms (speculators ``--draft-arch qwen3``; ``layers.0.`` / ``midlayer.`` before)
+QK_NORMS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+
+
+def layer_kind_of(tensor_names: Iterable[str]) -> str:
+    """The decoder layer the stored weights are: "qwen3" when they hold per-head q/k norms, else "llama".
+    A speculators config names it in ``transformer_layer_config.model_type`` (vLLM >= 0.24 builds
+    ``Eagle3Qwen3ForCausalLM`` for "qwen3", its Llama drafter for "llama" and refuses anything else)."""
+    bare = {n.removeprefix("model.") for n in tensor_names}
+    qk = any(prefix + norm in bare for prefix in LAYER_PREFIXES.values() for norm in QK_NORMS)
+    return "qwen3" if qk else "llama"
 
 
 def flatten_speculators(config: dict[str, Any], architecture: str) -> dict[str, Any]:

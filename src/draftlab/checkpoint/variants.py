@@ -18,6 +18,7 @@ every command that runs a drafter refuses them. Reads configs and tensor names o
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,13 @@ def lookup(config: Mapping[str, Any], place: str) -> Any:
             return None
         node = node[part]
     return node
+
+
+def truthy(value: Any) -> bool:
+    """A flag as the engines read it: Python truthiness of the config attribute (``getattr(config, key, False)``
+    in SGLang's and vLLM's drafters), so the string ``"false"`` turns a flag on and ``0`` leaves it off;
+    draftlab's runtime reads every flag this way too (``check`` names the values that are not booleans)."""
+    return bool(value)
 
 
 def first_present(config: Mapping[str, Any], places: Iterable[str]) -> Any:
@@ -69,7 +77,11 @@ class VariantFlag:
 
     def is_set(self, config: Mapping[str, Any]) -> bool:
         """Whether ``config`` sets the flag, in either layout."""
-        return first_present(config, self.flat) is True or any(lookup(config, p) is True for p in self.legacy)
+        return truthy(first_present(config, self.flat)) or any(truthy(lookup(config, p)) for p in self.legacy)
+
+    def not_boolean(self, config: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        """The places where ``config`` gives the flag a value that is not a JSON boolean (nor null)."""
+        return [(p, v) for p in self.places if (v := lookup(config, p)) is not None and not isinstance(v, bool)]
 
     @property
     def tensors(self) -> str:
@@ -103,6 +115,20 @@ FLAG_PLACES = frozenset(p for f in FLAGS for p in f.places)
 # The weights of the flags' modules, by canonical name: input_norm.weight, fc_norm.{i}.weight
 VARIANT_WEIGHT = re.compile("^(" + "|".join(re.escape(f.module) + (r"\.\d+" if f.per_aux else "")
                                             for f in FEATURE_NORMS) + r")\.weight$")
+
+def boolean_flags(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with every flag value that is not a JSON boolean written as the boolean the engines read
+    from it (a config draftlab writes never keeps ``"false"``, which they would read as on)."""
+    out = copy.deepcopy(dict(config))
+    for flag in FLAGS:
+        for place, value in flag.not_boolean(config):
+            *parents, key = place.split(".")
+            node = out
+            for part in parents:
+                node = node[part]
+            node[key] = truthy(value)
+    return out
+
 
 # Config keys draftlab reads, or knows the engines ignore (metadata, training-only, transformers'
 # own bookkeeping). Top level and decoder-layer config alike; ``eagle_config`` has its own list.
@@ -190,10 +216,6 @@ class Variant:
         return base + ("-mla" if self.mla is not None else "")
 
 
-def _flag(value: Any) -> bool:
-    return value is True
-
-
 def read_variant(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Variant:
     """The variant of a drafter config (``layer``: the dict holding the decoder-layer fields)."""
     architecture = (config.get("architectures") or [None])[0]
@@ -278,7 +300,7 @@ def _moe(config: Mapping[str, Any], layer: Mapping[str, Any], names: list[str]) 
         yield Unsupported(experts[0], f"tensor {experts[0]!r} belongs to an MoE FFN in the drafter; draftlab "
                                       "computes dense drafters only (no released engine serves an MoE EAGLE-3 head)",
                                       "moe")
-    elif _flag(layer.get("use_moe")) or _flag(config.get("use_moe")):
+    elif truthy(layer.get("use_moe")) or truthy(config.get("use_moe")):
         yield Unsupported("use_moe", "use_moe is true: an MoE FFN in the drafter, which draftlab does not compute",
                           "moe")
 
@@ -299,7 +321,7 @@ def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Uns
     types = layer.get("layer_types")
     if isinstance(types, list) and any(t != "full_attention" for t in types):
         yield Unsupported("layer_types", f"layer_types is {types!r}; draftlab computes full attention only", "layers")
-    if _flag(layer.get("use_sliding_window")):
+    if truthy(layer.get("use_sliding_window")):
         yield Unsupported("use_sliding_window", "use_sliding_window is true; draftlab computes full attention only",
                           "layers")
 

@@ -24,7 +24,7 @@ from typing import Any
 from draftlab.checkpoint import (
     Checkpoint, DrafterConfig, TargetConfig, drafter_config, is_drafter, open_checkpoint, target_config,
 )
-from draftlab.checkpoint.layouts import flatten_speculators, layer_renames, nest_speculators
+from draftlab.checkpoint.layouts import flatten_speculators, layer_kind_of, layer_renames, nest_speculators
 from draftlab.checkpoint.variants import FLAGS
 from draftlab.checkpoint.write import copy_other_files, write_as_safetensors
 from draftlab.compat.check import check_pair
@@ -254,6 +254,9 @@ def _to_speculators(ckpt: Checkpoint, d: DrafterConfig, verifier: dict[str, Any]
               "SGLang's field; a speculators config carries the ids at the top level only")
     _note(changes, "architectures", config.get("architectures"), ["Eagle3Speculator"],
           "speculators' class (vLLM picks its EAGLE-3 model from speculators_model_type)")
-    if "model_type" not in layer_dict(config):
-        _note(changes, "transformer_layer_config.model_type", None, "llama", "speculators builds the layer from it")
-    return nest_speculators(config, verifier=verifier, top=top)
+    kind = layer_kind_of(ckpt.tensors)
+    _note(changes, "transformer_layer_config.model_type", layer_dict(config).get("model_type"), kind,
+          "speculators and vLLM build the decoder layer from it (vLLM >= 0.24: qwen3 -> Eagle3Qwen3ForCausalLM, "
+          "llama -> its Llama drafter, anything else refused); the weights are a "
+          + ("Qwen3 layer (q_norm/k_norm)" if kind == "qwen3" else "Llama layer"))
+    return nest_speculators({**config, "model_type": kind}, verifier=verifier, top=top)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from draftlab.checkpoint.layouts import flatten_speculators
-from draftlab.checkpoint.variants import FLAGS
+from draftlab.checkpoint.variants import FLAGS, boolean_flags
 from draftlab.checkpoint.write import copy_other_files, write_weights
 from draftlab.compat.check import check_pair, open_pair, run_rules
 from draftlab.compat.findings import CheckResult, Finding
@@ -25,7 +25,7 @@ from draftlab.engines.flags import fc_inputs, read_flag
 from draftlab.engines.loading import bound_name, engine_loading, fixed_architecture, weight_fate
 from draftlab.engines.written_config import loadable_config
 from draftlab.errors import DraftlabError
-from draftlab.fsutil import atomic_dir, refuse_overlap
+from draftlab.fsutil import atomic_dir, refuse_overlap, refuse_special
 
 
 @dataclass
@@ -36,6 +36,7 @@ class FixResult:
     fixed: list[Finding]  # the fixable findings of ``before``
     renamed: dict[str, str] = field(default_factory=dict)  # tensor renames
     config_diff: str = ""  # unified diff of config.json
+    written: bool = True  # False: nothing was fixable, so no folder was written (``after`` is ``before``)
 
 
 @dataclass
@@ -134,8 +135,14 @@ def _drop_vocab_map(e: _Edit) -> None:
     e.drops.update(info.name for info in (e.pair.tensor("d2t"), e.pair.tensor("t2d")) if info is not None)
 
 
+def _booleans(e: _Edit) -> None:
+    """Flags written as strings or numbers: the boolean the engines read from them (both mean the same)."""
+    e.config = boolean_flags(e.config)
+
+
 # Order matters: the layout is converted before fields are written into it.
 FIXERS: dict[str, Callable[[_Edit], None]] = {
+    "flag-not-boolean": _booleans,
     "architecture-unknown": _architecture,
     "target-hidden-size": _target_hidden,
     "aux-convention": _aux_ids,
@@ -169,7 +176,12 @@ def fix_pair(drafter: str | Path, target: str | Path, out: str | Path, engine: s
     out = Path(out)
     refuse_overlap(out, {"the drafter's folder": pair.drafter_ckpt.path, "the target's folder": pair.target_ckpt.path},
                    folder=True)
+    refuse_special(out, folder=True)
+    if out.exists() or out.is_symlink():
+        raise DraftlabError("already exists; choose a new output path", path=out)
     fixed = before.fixable
+    if not fixed and aux_layers is None:
+        return FixResult(out, before, before, [], written=False)
     edit = _Edit(pair, copy.deepcopy(pair.drafter_ckpt.config), {}, aux_layers)
     for code, fixer in FIXERS.items():
         if any(f.code == code for f in fixed):

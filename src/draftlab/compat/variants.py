@@ -10,11 +10,14 @@ everything :func:`draftlab.checkpoint.variants.unsupported` names.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from draftlab.checkpoint.variants import (
     FEATURE_NORMS,
+    FLAGS,
     VariantFlag,
     canonical_tensor_name,
+    truthy,
     unsupported,
 )
 from draftlab.compat.findings import Finding
@@ -147,6 +150,67 @@ def fc_aux_count(pair: Pair) -> Iterator[Finding]:
                   "(check --fix writes it there)", fixable=flat)
 
 
+_SAYS_FALSE = frozenset({"false", "0", "no", "off", "none", "null", ""})
+_SAYS_TRUE = frozenset({"true", "1", "yes", "on"})
+
+
+def _says(value: Any) -> bool | None:
+    """What a non-boolean flag value means to the person who wrote it (None: it does not say)."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        return False if word in _SAYS_FALSE else True if word in _SAYS_TRUE else None
+    return bool(value) if isinstance(value, (int, float)) else None
+
+
+def flag_values(pair: Pair) -> Iterator[Finding]:
+    """A variant flag written as something other than a JSON boolean: the engines branch on its Python truthiness
+    (``getattr(config, flag, False)``), so ``"false"`` turns it on; draftlab reads it the same way."""
+    config = pair.drafter_ckpt.config
+    for flag in FLAGS:
+        for place, value in flag.not_boolean(config):
+            read = truthy(value)
+            reads = f"SGLang, vLLM and draftlab read it by Python truthiness, as {'on' if read else 'off'}"
+            if _says(value) == read:
+                yield Finding("flag-not-boolean", "warning", place,
+                              f"{place} is {value!r}, not a JSON boolean; {reads}, as it says, but other tools "
+                              "(SpecForge's training, converters) may not", f"write {place}: {str(read).lower()}",
+                              fixable=True)
+            else:
+                yield Finding("flag-not-boolean", "error", place,
+                              f"{place} is {value!r}, not a JSON boolean; {reads}, so the served drafter computes "
+                              f"{'with' if read else 'without'} {flag.name} ({flag.computes})",
+                              f"write {place}: true if the drafter was trained with {flag.name}, else false "
+                              "(a JSON boolean)")
+
+
+def variant_tensors(pair: Pair) -> Iterator[Finding]:
+    """A norm before fc whose stored tensors are not the module the engines build: one ``input_norm`` over the
+    n x T concatenation, or one ``fc_norm.{i}`` of width T per captured aux layer; the load fails (a shape
+    mismatch, an unexpected weight) or a missing norm runs with its initial weights."""
+    aux, width = len(pair.captured.layers), pair.target.hidden_size
+    for flag in FEATURE_NORMS:
+        stored = {canonical_tensor_name(n): info for n, info in pair.drafter_ckpt.tensors.items()
+                  if flag.owns(canonical_tensor_name(n))}
+        if not stored:
+            continue  # variant-no-tensors / nothing stored: the flags' own findings
+        wanted = flag.weights(aux, width)
+        extra = sorted(set(stored) - set(wanted))
+        missing = sorted(set(wanted) - set(stored))
+        wrong = [n for n in sorted(set(stored) & set(wanted)) if tuple(stored[n].shape) != wanted[n]]
+        if not (extra or missing or wrong):
+            continue
+        if wrong:
+            name = wrong[0]
+            what = f"{stored[name].name} is {list(stored[name].shape)} but the engines build it {list(wanted[name])}"
+        else:
+            what = (f"{len(stored)} {flag.tensors} tensors are stored but the engines build {len(wanted)} (one per "
+                    f"captured aux layer: {', '.join(sorted(wanted))})")
+        yield Finding("variant-tensors", "error", stored[(wrong or extra or sorted(stored))[0]].name,
+                      f"{what} ({flag.computes}, for {aux} aux layers of the target's width {width}); the load fails "
+                      f"or {'the missing norms run with their initial weights' if missing else 'refuses the weights'}",
+                      "use the norm weights saved with this drafter for this target (the same aux layers)")
+
+
 def not_computable(pair: Pair) -> Iterator[Finding]:
     """Everything in the folder that changes the drafter's function and that draftlab does not compute."""
     for item in unsupported(pair.drafter_ckpt.config, pair.drafter_ckpt.tensors):
@@ -155,4 +219,4 @@ def not_computable(pair: Pair) -> Iterator[Finding]:
         yield Finding(_CODES[item.kind], "error", item.field, item.message, _FIXES[item.kind])
 
 
-RULES = (flags_read, norm_output, mla_requirements, fc_aux_count, not_computable)
+RULES = (flag_values, variant_tensors, flags_read, norm_output, mla_requirements, fc_aux_count, not_computable)

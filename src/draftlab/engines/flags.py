@@ -2,7 +2,8 @@
 
 The places come from :mod:`draftlab.engines.releases` (``../shared/reference/drafter-variants.md``
 sections 1-3 and 5); lookups follow the engines' own order (``eagle_config`` first, then the top level,
-for ``norm_before_fc``). A key that is present decides, even when false.
+for ``norm_before_fc``). A key that is present decides, even when false; its value counts as the engines'
+``getattr(config, key, False)`` branches on it, by Python truthiness (``"false"`` is on).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from draftlab.checkpoint.configs import DrafterConfig
-from draftlab.checkpoint.variants import FLAGS, first_present, lookup
+from draftlab.checkpoint.variants import FLAGS, first_present, lookup, truthy
 from draftlab.engines.loading import drafter_class
 from draftlab.engines.releases import Release
 
@@ -38,8 +39,8 @@ class FlagReading:
 def read_flag(rel: Release, config: Mapping[str, Any], drafter: DrafterConfig, flag: str) -> FlagReading:
     """How ``rel`` reads ``flag`` from this drafter's config."""
     places = rel.places(flag, drafter_class(drafter), drafter.layout)
-    set_at = tuple(p for p in ANY_PLACE[flag] if lookup(config, p) is True)
-    return FlagReading(flag, set_at, places, first_present(config, places) is True)
+    set_at = tuple(p for p in ANY_PLACE[flag] if truthy(lookup(config, p)))
+    return FlagReading(flag, set_at, places, truthy(first_present(config, places)))
 
 
 def fc_inputs(rel: Release, config: Mapping[str, Any], drafter: DrafterConfig) -> tuple[int, str] | None:

@@ -113,6 +113,9 @@ def render_check(result: CheckResult, console: Console) -> None:
 
 
 def render_fix(result: FixResult, console: Console) -> None:
+    if not result.written:
+        console.print(f"[bold]Nothing to fix[/]: no finding is fixable by --fix, so {result.out} was not written")
+        return
     console.print(f"[bold]Wrote[/] {result.out}: {len(result.fixed)} findings fixed")
     if result.config_diff:
         console.print(Syntax(result.config_diff, "diff", theme="ansi_dark", background_color="default"))

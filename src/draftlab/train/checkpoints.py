@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from draftlab.checkpoint import DrafterConfig
-from draftlab.checkpoint.variants import NORM_OUTPUT_TRAINED, TRAINED_KEY
+from draftlab.checkpoint.variants import NORM_OUTPUT_TRAINED, TRAINED_KEY, boolean_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, write_json_atomic
 from draftlab.models.devices import parse_dtype
@@ -29,6 +29,7 @@ def export_drafter(out: Path, drafter: Eagle3Drafter, t2d: torch.Tensor, config:
                    with_embedding: bool = False) -> None:
     """The serving folder's two files; weights cast to the config's dtype. The embedding is
     saved only when it is the drafter's own (hidden size unlike the target's: engines then read it)."""
+    config = boolean_flags(config)  # "false" kept from an --init drafter would turn the flag on in the engines
     cfg = DrafterConfig.from_dict(config)
     dtype = parse_dtype(cfg.dtype or "float32")
     own = drafter.checkpoint_tensors()

@@ -1,0 +1,145 @@
+"""check predicts the load failures the runtime and the engines hit (issue 42 part 2): variant tensors of the wrong
+shape or count, flags that are not JSON booleans (read by Python truthiness, as the engines do), NaN / infinite /
+non-positive numbers; and ``check --fix`` writes nothing when nothing is fixable."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from builders import folder_hash, make_pair, with_tensors
+
+from draftlab.checkpoint import DrafterConfig
+from draftlab.checkpoint.variants import boolean_flags
+from draftlab.cli import main
+from draftlab.compat import check_pair, fix_pair
+from draftlab.compat.loadable import refuse_unloadable
+from draftlab.engines.deployment import Deployment
+from draftlab.errors import DraftlabError
+
+H = 64
+
+
+def codes(drafter: Path, target: Path, engine: str = "sglang", version: str | None = None) -> dict[str, str]:
+    return {f.code: f.severity for f in check_pair(drafter, target, engine, version).findings}
+
+
+def edit_config(drafter: Path, **fields) -> Path:
+    config = json.loads((drafter / "config.json").read_text())
+    (drafter / "config.json").write_text(json.dumps({**config, **fields}))
+    return drafter
+
+
+def norms_only(drafter: Path, count: int) -> Path:
+    """``drafter``'s weights with ``count`` fc_norm.{i} tensors instead of its 3."""
+    from draftlab.checkpoint import open_checkpoint
+    from draftlab.checkpoint.synth import write_safetensors
+
+    ckpt = open_checkpoint(drafter)
+    specs = {n: (i.dtype, tuple(i.shape)) for n, i in ckpt.tensors.items() if not n.startswith("fc_norm.")}
+    specs.update({f"fc_norm.{i}.weight": ("BF16", (H,)) for i in range(count)})
+    values = {n: ckpt.read_ints(n) for n in ("d2t", "t2d") if n in specs}
+    write_safetensors(drafter / "model.safetensors", specs, values=values)
+    return drafter
+
+
+@pytest.mark.parametrize("count", [1, 5])
+def test_fc_norm_with_other_than_one_norm_per_aux_layer_is_an_error(tmp_path, target_configs, count):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], fc_norm=True)
+    assert "variant-tensors" not in codes(drafter, target)
+    norms_only(drafter, count)
+    for engine in ("sglang", "vllm"):
+        [finding] = [f for f in check_pair(drafter, target, engine).findings if f.code == "variant-tensors"]
+        assert finding.severity == "error" and f"{count} fc_norm.{{i}}.weight tensors are stored" in finding.message
+        assert "build 3" in finding.message
+    assert main(["check", str(drafter), "-t", str(target)]) == 1
+
+
+def test_input_norm_of_the_wrong_shape_is_an_error(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], norm_before_fc=True)
+    with_tensors(drafter, {"input_norm.weight": ("BF16", (2 * H,))})
+    [finding] = [f for f in check_pair(drafter, target, "vllm").findings if f.code == "variant-tensors"]
+    assert finding.field == "input_norm.weight" and f"is [{2 * H}] but the engines build it [{3 * H}]" in finding.message
+    with_tensors(drafter, {"input_norm.weight": ("BF16", (3 * H,))})
+    assert "variant-tensors" not in codes(drafter, target, "vllm")
+
+
+@pytest.mark.parametrize(("value", "severity"), [("false", "error"), ("true", "warning"), (1, "warning"),
+                                                 (0, "warning"), ("no", "error")])
+def test_a_flag_that_is_not_a_json_boolean_is_named_and_read_by_truthiness(tmp_path, target_configs, value, severity):
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    edit_config(drafter, norm_output=value)
+    [finding] = [f for f in check_pair(drafter, target, "vllm").findings if f.code == "flag-not-boolean"]
+    assert finding.severity == severity and finding.field == "norm_output" and repr(value) in finding.message
+    on = bool(value)
+    assert f"as {'on' if on else 'off'}" in finding.message
+    layer = json.loads((drafter / "config.json").read_text())
+    assert DrafterConfig.from_dict(layer).variant.norm_output is on  # draftlab's runtime reads it as the engines do
+    assert finding.fixable == (severity == "warning")
+
+
+def test_fc_norm_false_as_a_string_turns_the_norms_on(tmp_path, target_configs):
+    """"false" is truthy: the engines build and load the fc_norm tensors, and so does draftlab."""
+    drafter, target = make_pair(tmp_path, target_configs["llama"], fc_norm="false")
+    with_tensors(drafter, {f"fc_norm.{i}.weight": ("BF16", (H,)) for i in range(3)})
+    found = codes(drafter, target, "sglang", "0.5.23")
+    assert found.get("flag-not-boolean") == "error" and "variant-no-flag" not in found
+    config = json.loads((drafter / "config.json").read_text())
+    assert DrafterConfig.from_dict(config).variant.fc_norm is True
+
+
+def test_fix_writes_the_boolean_the_engines_read_and_train_never_keeps_a_string(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    edit_config(drafter, norm_output="true", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5],
+                                                           "norm_before_fc": 0})
+    before = folder_hash(drafter)
+    fixed = fix_pair(drafter, target, tmp_path / "fixed", "vllm")
+    written = json.loads((fixed.out / "config.json").read_text())
+    assert written["norm_output"] is True and written["eagle_config"]["norm_before_fc"] is False
+    assert "flag-not-boolean" not in {f.code for f in fixed.after.findings} and folder_hash(drafter) == before
+    config = json.loads((drafter / "config.json").read_text())
+    assert boolean_flags({**config, "fc_norm": "false"})["fc_norm"] is True  # what export_drafter writes
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [("rms_norm_eps", math.nan, "NaN"), ("rope_theta", math.inf, "infinite"),
+                                                   ("rms_norm_eps", -1e-6, "not positive"),
+                                                   ("max_position_embeddings", 0, "not positive"),
+                                                   ("rope_theta", "10000", "not a number")])
+def test_nan_infinite_and_non_positive_numbers_are_errors(tmp_path, target_configs, capsys, key, value, why):
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    edit_config(drafter, **{key: value})
+    before = folder_hash(drafter)
+    [finding] = [f for f in check_pair(drafter, target, "sglang").findings if f.code == "config-value"]
+    assert finding.severity == "error" and finding.field == key and f"({why})" in finding.message
+    assert main(["check", str(drafter), "-t", str(target), "--json"]) == 1
+    assert not json.loads(capsys.readouterr().out)["ok"]
+    from draftlab.checkpoint import drafter_config, open_checkpoint, target_config
+
+    deployment = Deployment.resolve("sglang", None, drafter_config(open_checkpoint(drafter)),
+                                    target_config(open_checkpoint(target)))
+    with pytest.raises(DraftlabError, match="config-value"):
+        refuse_unloadable(drafter, target, deployment)
+    assert folder_hash(drafter) == before
+
+
+def test_a_nan_in_the_target_is_named_too(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    edit_config(target, rms_norm_eps=math.nan)
+    [finding] = [f for f in check_pair(drafter, target, "vllm").findings if f.code == "config-value"]
+    assert finding.field == "target.rms_norm_eps"
+
+
+def test_fix_with_nothing_fixable_writes_no_folder(tmp_path, target_configs, capsys):
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    out = tmp_path / "fixed"
+    assert main(["check", str(drafter), "-t", str(target), "--fix", str(out)]) == 0
+    assert not out.exists() and "Nothing to fix" in capsys.readouterr().out
+    assert main(["check", str(drafter), "-t", str(target), "--fix", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["written"] is False and doc["fixed"] == [] and not out.exists()
+    edit_config(drafter, rms_norm_eps=math.nan)  # an error, but not one --fix can fix: still nothing written
+    assert main(["check", str(drafter), "-t", str(target), "--fix", str(out)]) == 1
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
