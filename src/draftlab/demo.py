@@ -28,6 +28,7 @@ from draftlab.checkpoint.configs import TargetConfig
 from draftlab.compat import CheckResult, FixResult, check_pair, fix_pair
 from draftlab.engines import written_aux_ids
 from draftlab.toy import ToyPair
+from draftlab.cost.crosscheck import check_sentence, held_against
 from draftlab.decode.generate import GenerateResult, generate
 
 ENGINE = "sglang"
@@ -407,28 +408,6 @@ def plan_section(demo: Demo) -> None:
                            "on its own:[/] on a small, busy CPU the timings of a toy's tiny passes swing with the "
                            "machine's load. Rerun on a quiet machine, or trust the measured numbers.")
     demo.console.print("On a GPU the same command profiles the real passes; the verdict there is the one to act on.")
-
-
-AGREE = 0.15  # a prediction within this share of the measurement agrees with it
-
-
-def held_against(what: str, predicted: float, measured: float) -> dict[str, Any]:
-    """A plan's prediction beside what was measured with the same settings; they agree within :data:`AGREE`."""
-    gap = abs(predicted / measured - 1) if measured > 0 else float("inf")
-    return {"what": what, "predicted": predicted, "measured": measured, "agrees": gap <= AGREE}
-
-
-def check_sentence(check: dict[str, Any]) -> str:
-    """One line for a check: they agree, or they disagree by how much (never two headline numbers alone)."""
-    unit = "x" if "speedup" in check["what"] else " tok/s"
-    digits = ".2f" if unit == "x" else ".0f"
-    pair = (f"plan predicts {check['predicted']:{digits}}{unit}, {check['what'].split(',')[0]} measures "
-            f"{check['measured']:{digits}}{unit}")
-    if check["agrees"]:
-        return f"Check against {check['what']}: {pair}; they agree within {AGREE:.0%}."
-    gap = check["predicted"] / check["measured"] - 1 if check["measured"] > 0 else float("inf")
-    return (f"Check against {check['what']}: {pair}; they DISAGREE by {abs(gap):.0%} (more than {AGREE:.0%}), so "
-            "this machine's prediction is not to be trusted as it stands.")
 
 
 def report_section(demo: Demo) -> None:

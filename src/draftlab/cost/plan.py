@@ -207,10 +207,13 @@ def _served(table: CostTable, b: int, accept: float, cycle_ms: float, decode_ms:
 def _predict_model_free(table: CostTable, entry: ModelFreeEntry, b: int, decode_ms: float) -> ConfigPlan:
     """A model-free cycle: its proposer's CPU time is not modelled; the verify runs over the bonus
     position plus the mean drafted tokens (vLLM verifies what was proposed, a variable number per
-    request), with the assumed per-cycle overhead (the measured one belongs to EAGLE-3 cycles)."""
+    request), with the assumed per-cycle overhead and the decoder's own work of a plain decode step
+    (the least a cycle does; the EAGLE-3 cycle's measured overhead includes drafting)."""
     tokens = 1 + entry.drafted
     verify, allreduce = table.verify.at(b, tokens), table.allreduce_ms(b, tokens)
-    cycle = verify + allreduce + table.overhead_ms
+    own = table.overheads.get(b)
+    overhead = table.overhead_ms + (own.decode_ms if own else 0.0)
+    cycle = verify + allreduce + overhead
     tps = model.tokens_per_second(b, entry.accept_length, cycle)
     return ConfigPlan(
         steps=entry.k, topk=1, num_draft_tokens=entry.k + 1, batch_size=b, accept_length=entry.accept_length,
@@ -218,7 +221,7 @@ def _predict_model_free(table: CostTable, entry: ModelFreeEntry, b: int, decode_
         speedup=tps / model.baseline_tokens_per_second(b, decode_ms),
         break_even_accept_length=model.break_even_accept_length(cycle, decode_ms),
         draft_extend_ms=0.0, draft_steps_ms=0.0, verify_ms=verify, allreduce_ms=allreduce,
-        overhead_ms=table.overhead_ms, method=entry.method, **_served(table, b, entry.accept_length, cycle, decode_ms),
+        overhead_ms=overhead, method=entry.method, **_served(table, b, entry.accept_length, cycle, decode_ms),
     )
 
 

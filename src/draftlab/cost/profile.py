@@ -102,7 +102,10 @@ class Profile:
 
 
 class CostCurve:
-    """Milliseconds of one kind of pass as a function of (batch size, tokens per sequence)."""
+    """Milliseconds of one kind of pass as a function of (batch size, tokens per sequence). A pass over
+    more tokens costs at least what a smaller one measured: a dip is noise, read as the larger cost
+    (:mod:`draftlab.cost.consistency` calls a large dip a contradiction), so no cycle comes out cheaper
+    than the decode step inside it."""
 
     def __init__(self, name: str, points: list[Measurement], *, hint: str) -> None:
         self.name = name
@@ -111,7 +114,7 @@ class CostCurve:
         for m in sorted(points, key=lambda m: (m.batch_size, m.tokens)):
             tokens, times = self._by_batch.setdefault(m.batch_size, ([], []))
             tokens.append(m.tokens)
-            times.append(m.median_ms)
+            times.append(max(m.median_ms, times[-1]) if times else m.median_ms)
 
     def at(self, batch_size: int, tokens: float) -> float:
         """The cost at ``tokens`` per sequence, interpolated between measured token counts."""

@@ -1,0 +1,85 @@
+"""Timings checked before a verdict uses them: figures that contradict each other decide nothing.
+
+A pass over more tokens (or draft rows, or sequences) does more work, so it cannot take much less
+time than a smaller one; a speculative cycle contains a verify at least as large as the decode step,
+so its break-even accept length is at least 1 and no predicted speed-up exceeds its accept length.
+Timings that break these rules by more than noise (:data:`TOLERANCE`) come from a machine too busy
+to time on (a 1-token verify at 64.5 ms against 13.2 ms for 5 tokens; a "19.91x" at accept length
+4.21): ``assess`` then says the speed cannot be decided, and names the figures, instead of picking a
+winner from them. The spread of every point (p90 / p10 of its interleaved repeats) is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from draftlab.cost.measurement import Measurement
+from draftlab.cost.plan import Plan
+from draftlab.cost.profile import Profile
+
+TOLERANCE = 1.25  # a larger pass this many times faster than a smaller one contradicts it (less is noise)
+SECTIONS = {"verify": "verify", "draft_step": "draft step", "draft_extend": "draft-extend"}
+NOUNS = {"verify": "tokens", "draft_step": "rows", "draft_extend": "tokens"}
+
+
+@dataclass(frozen=True)
+class TimingCheck:
+    """The contradictions found (one line each, naming the figures) and each section's widest spread."""
+
+    contradictions: list[str]
+    spread: dict[str, float] = field(default_factory=dict)  # section -> the largest p90/p10 among its points
+
+    @property
+    def ok(self) -> bool:
+        return not self.contradictions
+
+
+def check_timings(profile: Profile, plan: Plan | None = None) -> TimingCheck:
+    """Every rule above on a profile and the plan made from it."""
+    found: list[str] = []
+    spread: dict[str, float] = {}
+    for name, label in SECTIONS.items():
+        points = getattr(profile, name)
+        if not points:
+            continue
+        spread[name] = max(m.p90_ms / m.p10_ms if m.p10_ms > 0 else float("inf") for m in points)
+        found += _must_grow(points, label, NOUNS[name])
+    found += _within_accept_length(plan) if plan is not None else []
+    return TimingCheck(found, spread)
+
+
+def _must_grow(points: list[Measurement], label: str, noun: str) -> list[str]:
+    """A point faster than a smaller one by more than :data:`TOLERANCE`: over tokens at each batch size,
+    and over batch sizes at each token count."""
+    found = []
+    for along, key, other in (("tokens", lambda m: m.tokens, lambda m: m.batch_size),
+                              ("batch", lambda m: m.batch_size, lambda m: m.tokens)):
+        curves: dict[int, list[Measurement]] = {}
+        for m in points:
+            curves.setdefault(other(m), []).append(m)
+        for curve in curves.values():
+            slowest: Measurement | None = None
+            for m in sorted(curve, key=key):
+                if slowest is not None and slowest.median_ms > TOLERANCE * m.median_ms:
+                    found.append(f"{label} over {slowest.tokens} {noun} at batch {slowest.batch_size} takes "
+                                 f"{_timing(slowest)}, over {m.tokens} {noun} at batch {m.batch_size} {_timing(m)}: "
+                                 "the larger pass cannot be faster")
+                if slowest is None or m.median_ms > slowest.median_ms:
+                    slowest = m
+    return found
+
+
+def _within_accept_length(plan: Plan) -> list[str]:
+    """A row whose cycle is shorter than the decode step it contains: a speed-up above its accept length."""
+    found = []
+    for r in plan.configs:
+        if r.break_even_accept_length < 1:
+            found.append(f"{r.label} at batch {r.batch_size} is predicted {r.speedup:.2f}x, above what its accept "
+                         f"length {r.accept_length:.2f} allows: its {r.cycle_ms:.2f} ms cycle is shorter than the "
+                         f"{plan.decode_ms[r.batch_size]:.2f} ms decode step it contains (break-even "
+                         f"{r.break_even_accept_length:.2f} < 1)")
+    return found
+
+
+def _timing(m: Measurement) -> str:
+    return f"{m.median_ms:.2f} ms (p10 {m.p10_ms:.2f}, p90 {m.p90_ms:.2f})"
