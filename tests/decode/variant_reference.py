@@ -1,7 +1,8 @@
 """An independent greedy speculative decoder for the toy pair, written with plain torch ops.
 
 The drafter is the EAGLE-3 formula with its variants spelled out (norm_before_fc, fc_norm,
-norm_output) over the tensors of its safetensors file; the target is transformers' own model, run
+norm_output; Qwen3's per-head q/k norms where the file has them; a sliding window when given) over the
+tensors of its safetensors file; the target is transformers' own model, run
 over the whole text every time (no cache). Each cycle recomputes the drafter over every committed
 token and the drafted path from scratch, builds SGLang's tree (top-k per node, scores multiplied
 along the path, the best k of the k^2 children expanded, the best num_draft_tokens - 1 kept) and
@@ -39,13 +40,17 @@ class PlainDrafter:
     norm_before_fc: bool
     fc_norm: bool
     norm_output: bool
+    window: int | None = None  # keys this many positions or more behind a query are dropped
 
     @classmethod
-    def load(cls, folder: Path, embed: torch.Tensor) -> PlainDrafter:
+    def load(cls, folder: Path, embed: torch.Tensor, window: int | None = None) -> PlainDrafter:
+        """A flat (SpecForge) folder, or a speculators one (its layer's fields nested, ``layers.0.`` names)."""
         cfg = json.loads((folder / "config.json").read_text())
-        return cls(load_file(str(folder / "model.safetensors")), embed, cfg["num_attention_heads"],
-                   cfg["num_key_value_heads"], cfg["head_dim"], float(cfg["rope_theta"]), float(cfg["rms_norm_eps"]),
-                   bool(cfg.get("norm_before_fc")), bool(cfg.get("fc_norm")), bool(cfg.get("norm_output")))
+        layer = cfg.get("transformer_layer_config", cfg)
+        t = {k.replace("layers.0.", "midlayer."): v for k, v in load_file(str(folder / "model.safetensors")).items()}
+        return cls(t, embed, layer["num_attention_heads"], layer["num_key_value_heads"], layer["head_dim"],
+                   float(layer["rope_theta"]), float(layer["rms_norm_eps"]), bool(cfg.get("norm_before_fc")),
+                   bool(cfg.get("fc_norm")), bool(cfg.get("norm_output")), window)
 
     def _rope(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         d = self.head_dim
@@ -71,8 +76,13 @@ class PlainDrafter:
         h = torch.stack([row if row.numel() == width else self._combine(row) for row in hidden])
         x = torch.cat([_rms(self.embed[tokens], t["midlayer.input_layernorm.weight"], eps),
                        _rms(h, t["midlayer.hidden_norm.weight"], eps)], -1)
-        q = self._rope((x @ t["midlayer.self_attn.q_proj.weight"].T).view(n, self.heads, self.head_dim), pos)
-        k = self._rope((x @ t["midlayer.self_attn.k_proj.weight"].T).view(n, self.kv_heads, self.head_dim), pos)
+        q = (x @ t["midlayer.self_attn.q_proj.weight"].T).view(n, self.heads, self.head_dim)
+        k = (x @ t["midlayer.self_attn.k_proj.weight"].T).view(n, self.kv_heads, self.head_dim)
+        if "midlayer.self_attn.q_norm.weight" in t:  # Qwen3: each head's q and k normalised before RoPE
+            q, k = _rms(q, t["midlayer.self_attn.q_norm.weight"], eps), _rms(k, t["midlayer.self_attn.k_norm.weight"], eps)
+        q, k = self._rope(q, pos), self._rope(k, pos)
+        if self.window is not None:
+            allowed = allowed & (pos[:, None] - pos[None, :] < self.window)
         v = (x @ t["midlayer.self_attn.v_proj.weight"].T).view(n, self.kv_heads, self.head_dim)
         out = torch.empty(n, self.heads, self.head_dim)
         for head in range(self.heads):
@@ -101,9 +111,9 @@ class _Node:
 class Reference:
     """Greedy speculative decoding of the toy target with a plain drafter, from scratch every cycle."""
 
-    def __init__(self, target_dir: Path, drafter_dir: Path, aux_layers: list[int]) -> None:
+    def __init__(self, target_dir: Path, drafter_dir: Path, aux_layers: list[int], window: int | None = None) -> None:
         self.model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-        self.drafter = PlainDrafter.load(drafter_dir, self.model.get_input_embeddings().weight.detach())
+        self.drafter = PlainDrafter.load(drafter_dir, self.model.get_input_embeddings().weight.detach(), window)
         self.d2t = self.drafter.t["d2t"]
         self.aux = aux_layers
 

@@ -4,7 +4,8 @@ The drafter is trained as EAGLE-3 / SpecForge train it, at toy scale: row t gets
 of position t and the token at t + 1 and learns the target's distribution for token t + 2 (restricted
 to the draft vocabulary, positions whose target top-1 lies outside it carry no loss); then a few
 unrolled steps feed its own output back (training-time test), each step one position further on,
-attending to the real prefix plus its own earlier steps at the same row, with loss weights 0.8^step.
+attending to the real prefix plus its own earlier steps at the same row (within the drafter's window, by
+position), with loss weights 0.8^step.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, feats: torch.Tensor, log
     total, accs = torch.zeros(()), []
     for j in range(unroll):
         mask = torch.cat([causal] + [eye] * j, dim=1).expand(b, n, -1)
-        out, hidden, kv = drafter.forward_masked(ids[:, 1 + j:1 + j + n], hidden, (rows + j).expand(b, n), mask, past)
+        keys = torch.cat([rows + i for i in range(j + 1)])[None]  # the prefix's positions, then each step's
+        out, hidden, kv = drafter.forward_masked(ids[:, 1 + j:1 + j + n], hidden, (rows + j).expand(b, n), mask, past,
+                                                 key_positions=keys)
         past = kv if past is None else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(past, kv)]
         target = logits[:, 1 + j:1 + j + n]
         weight = t2d[target.argmax(-1)].float()

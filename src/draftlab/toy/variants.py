@@ -3,7 +3,9 @@
 Each starts from the toy drafter's weights, turns its variant's flags on with norm weights drawn far
 from one (so that dropping a flag changes what the drafter computes), and is trained again on the
 toy target's features through the variant's own forward: drafts are accepted, and the accept length
-depends on the variant being computed as configured.
+depends on the variant being computed as configured. The layer variants change the decoder layer as
+speculators writes it: a sliding window shorter than the toy's prompts (its default since v0.7.0) and
+Qwen3's layer (``--draft-arch qwen3``: per-head q/k norms), the latter in speculators' layout.
 """
 
 from __future__ import annotations
@@ -28,12 +30,34 @@ VARIANT_FLAGS: dict[str, dict[str, bool]] = {
     "eagle3.1": {"fc_norm": True, "norm_output": True},
     "speculators-defaults": {"norm_before_fc": True, "norm_output": True},
 }
+WINDOW = 8  # the sliding-window variant's: far shorter than the training rows (LENGTH) and the tests' prompts
+LAYER_VARIANTS: dict[str, dict] = {
+    "sliding-window": {"layer_types": ["sliding_attention"], "use_sliding_window": True, "sliding_window": WINDOW},
+    "qwen3": {"model_type": "qwen3"},
+}
+SPECULATORS_LAYOUT = {"qwen3"}  # written as speculators writes them (the layer kind is told only there)
 STEPS, WINDOWS = 80, 128
 
 
 def variant_config(name: str) -> dict:
-    """The toy drafter's config.json with ``name``'s flags set."""
-    return {**drafter_config_dict(), **VARIANT_FLAGS[name]}
+    """The toy drafter's config.json with ``name``'s flags or layer fields set."""
+    if name in VARIANT_FLAGS:
+        return {**drafter_config_dict(), **VARIANT_FLAGS[name]}
+    flat = {**drafter_config_dict(), **LAYER_VARIANTS[name]}
+    return speculators_config(flat) if name in SPECULATORS_LAYOUT else flat
+
+
+def speculators_config(flat: dict) -> dict:
+    """A flat toy drafter config in speculators' layout: the layer's fields in transformer_layer_config, the
+    SpecForge formula's residual and feedback stated (norm_before_residual and norm_output false)."""
+    outer = ("architectures", "draft_vocab_size", "target_hidden_size", "eagle_config", "torch_dtype",
+             "eagle_aux_hidden_state_layer_ids")
+    return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+            "speculators_config": {"algorithm": "eagle3"},
+            "transformer_layer_config": {k: v for k, v in flat.items() if k not in outer},
+            "draft_vocab_size": flat["draft_vocab_size"], "target_hidden_size": flat["target_hidden_size"],
+            "eagle_aux_hidden_state_layer_ids": flat["eagle_aux_hidden_state_layer_ids"],
+            "norm_before_residual": False, "norm_output": False, "torch_dtype": flat["torch_dtype"]}
 
 
 def build_variant_drafter(pair: ToyPair, name: str, out: Path, *, seed: int = 0) -> Path:
@@ -49,8 +73,9 @@ def build_variant_drafter(pair: ToyPair, name: str, out: Path, *, seed: int = 0)
             config = variant_config(name)
             drafter = Eagle3Drafter(DrafterConfig.from_dict(config), embed_tokens=runner.embed_tokens)
             drafter.load_state_dict({k: v for k, v in old.items() if k != "t2d"}, strict=False)
+            attn = drafter.midlayer.self_attn
             with torch.no_grad():
-                for norm in [drafter.input_norm, *(drafter.fc_norm or [])]:
+                for norm in [drafter.input_norm, *(drafter.fc_norm or []), attn.q_norm, attn.k_norm]:
                     if norm is not None:
                         norm.weight.uniform_(0.25, 2.0, generator=gen)
             tokens = torch.frombuffer(bytearray(stdlib_text("train", TRAIN_BYTES)), dtype=torch.uint8).long()
@@ -60,6 +85,8 @@ def build_variant_drafter(pair: ToyPair, name: str, out: Path, *, seed: int = 0)
                                 lr=2e-3, gen=gen, progress=lambda _: None)
             write_json_atomic(tmp / "config.json", config)
             tensors = {k: v.detach().contiguous() for k, v in drafter.checkpoint_tensors().items()}
+            if name in SPECULATORS_LAYOUT:
+                tensors = {k.replace("midlayer.", "layers.0."): v for k, v in tensors.items()}
             save_file({**tensors, "t2d": old["t2d"]}, str(tmp / "model.safetensors"))
     finally:
         torch.set_num_threads(threads)
