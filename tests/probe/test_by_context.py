@@ -92,3 +92,49 @@ def test_buckets_past_the_drafters_context_are_marked(toy_pair, long_prompts, tm
     assert marked and all(b["to"] > 512 and b["past"] == ["max_position_embeddings"] for b in marked)
     assert all(b["to"] <= 512 for b in doc["accept_length_by_context"] if not b["past"])
     assert any(" past" in part for part in context_parts([("3/1/4", doc["accept_length_by_context"])]))
+
+
+@pytest.fixture(scope="module")
+def windowed_drafter(toy_pair, tmp_path_factory):
+    """The toy drafter's weights with a 64-token sliding window (the length it was trained on), as
+    speculators writes the window: shorter than every long prompt but the first."""
+    drafter = shutil.copytree(toy_pair.drafter_dir, tmp_path_factory.mktemp("windowed") / "drafter")
+    config = json.loads((drafter / "config.json").read_text())
+    config.update({"layer_types": ["sliding_attention"], "sliding_window": 64, "use_sliding_window": True})
+    (drafter / "config.json").write_text(json.dumps(config))
+    return drafter
+
+
+def test_a_sliding_window_drafter_and_its_full_attention_twin_give_different_curves(
+        toy_pair, windowed_drafter, long_prompts, capsys):
+    run = ["probe", "--target", str(toy_pair.target_dir), "--prompts", str(long_prompts), *FLAGS, "--json"]
+    curves = {}
+    for name, drafter, engine in (("windowed", windowed_drafter, ["--engine", "vllm"]),
+                                  ("full", toy_pair.drafter_dir, ["--engine", "vllm"]),
+                                  ("sglang", windowed_drafter, []),  # SGLang without the flag: no window
+                                  ("sglang-flag", windowed_drafter, ["--draft-window", "64"])):
+        assert main([*run, "--drafter", str(drafter), *engine]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        curves[name] = doc["accept_length_by_context"]
+        assert sum(b["cycles"] for b in curves[name]) == sum(r["num_cycles"] for r in doc["results"])
+    spans = [(b["from"], b["to"]) for b in curves["full"]]
+    assert len(spans) >= 3 and [(b["from"], b["to"]) for b in curves["windowed"]] == spans
+    assert [b["mean_accept_length"] for b in curves["windowed"]] != [b["mean_accept_length"] for b in curves["full"]]
+    assert curves["sglang"] == [{**b, "past": ["sliding_window"]} for b in curves["full"]]  # the full function
+    assert curves["sglang-flag"] == curves["windowed"]  # the server flag gives vLLM's windowed function
+    assert all(b["past"] == ["sliding_window"] for b in curves["windowed"])  # every bucket reaches past 64
+    assert all(b["past"] == [] for b in curves["full"])
+
+
+def test_probe_computes_the_window_each_engine_serves_as_generate_does(toy_pair, windowed_drafter, long_prompts):
+    from draftlab.decode.generate import generate
+    from draftlab.models.pair import deployment_for
+    from draftlab.probe.probe import probe
+
+    for engine in ("sglang", "vllm"):
+        deployment = deployment_for(toy_pair.target_dir, windowed_drafter, engine)
+        flags = {"steps": 3, "topk": 1, "num_draft_tokens": 4, "max_new_tokens": 24, "deployment": deployment}
+        ref = generate(toy_pair.target_dir, windowed_drafter, long_prompts, **flags)
+        got = probe(toy_pair.target_dir, windowed_drafter, long_prompts, batch_size=2, **flags)
+        assert [r.accept_lengths for r in got.results] == [r.accept_lengths for r in ref.results]
+        assert got.config["draft_windows"] == [None if engine == "sglang" else 64]

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from draftlab.acceptance.by_context import accept_length_by_context
+from draftlab.probe.by_context import context_limits
 from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.engines.deployment import Deployment
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
@@ -113,12 +114,14 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
         if features is None:
             runner = TargetRunner.load(target, aux_layers=layers, dtype=dtype, device=device, device_map=device_map)
             models = ProbeModels.live(runner, Eagle3Drafter.load(drafter, target=runner, dtype=dtype,
-                                                                 device=str(runner.device)), target_cfg)
+                                                                 device=str(runner.device),
+                                                                 windows=deployment.windows), target_cfg)
             clock.lap("load_s")
             decoded = live_samples(models, options, target, prompts, bar)
         else:
             heads = TargetHeads(target, dtype=dtype, device=device)
-            models = ProbeModels(Eagle3Drafter.load(drafter, target=heads, dtype=dtype, device=device), None,
+            models = ProbeModels(Eagle3Drafter.load(drafter, target=heads, dtype=dtype, device=device,
+                                                    windows=deployment.windows), None,
                                  heads.lm_head, heads.eos_token_ids, target_cfg)
             clock.lap("load_s")
             decoded = feature_samples(features, models, options)
@@ -294,8 +297,7 @@ def _run_greedy(models: ProbeModels, options: ProbeOptions, decoded: Decoded, co
         cycles = [[x for part in parts for x in part[4][c]] for c in range(len(configs))]
 
     out = []
-    limits = {"max_position_embeddings": models.drafter.config.max_position_embeddings,
-              "sliding_window": models.drafter.config.sliding_window}
+    limits = context_limits(models.drafter)
     for flags, prompts_of, positions, walked in zip(configs, per_prompt, per_position, cycles):
         results = [prompts_of[i] for i in sorted(prompts_of)]
         all_lengths = [n for r in results for n in r.accept_lengths]
