@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftlab.cli import main
 from draftlab.decode.generate import generate
+from draftlab.models.pair import deployment_for
 
 PROMPTS = [b"def __init__(self", b"import os\nimport sys\n", b"    return self._", b"for i in range(len("]
 CONFIGS = [(3, 1, 4), (2, 2, 4), (4, 4, 8), (5, 4, 8)]
@@ -150,7 +151,8 @@ def test_text_and_chat_rows_use_the_target_tokenizer(toy_pair, tmp_path):
 def test_vllm_convention_reads_the_same_layers_on_the_toy_drafter(toy_pair, prompts_file):
     """The toy drafter names the same layers in both engines' fields, so both runs must agree."""
     runs = [generate(toy_pair.target_dir, toy_pair.drafter_dir, prompts_file, steps=2, topk=2, num_draft_tokens=4,
-                     max_new_tokens=8, engine=engine) for engine in ("sglang", "vllm")]
+                     max_new_tokens=8, deployment=deployment_for(toy_pair.target_dir, toy_pair.drafter_dir, engine))
+            for engine in ("sglang", "vllm")]
     assert runs[0].config["aux_layers"] == runs[1].config["aux_layers"] == [0, 1, 2]
     assert [r.output_ids for r in runs[0].results] == [r.output_ids for r in runs[1].results]
     # Greedy verification makes output_ids the target's alone, whatever the drafter proposes; only the

@@ -28,6 +28,7 @@ from draftlab.assess.slices import Cycles, Slice, slices
 from draftlab.assess.verdict import Evidence, Verdict, decide
 from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.compat import check_pair, fix_pair
+from draftlab.compat.check import open_pair
 from draftlab.compat.findings import CheckResult
 from draftlab.compat.fix import FixResult
 from draftlab.compat.summary import InspectResult, inspect_checkpoint
@@ -47,7 +48,7 @@ from draftlab.engines.schedule import dumps
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_dir
-from draftlab.models.pair import LoadedPair, load_pair
+from draftlab.models.pair import LoadedPair, deployment_for, load_pair
 from draftlab.probe import modelfree
 from draftlab.probe.drift import DriftResult, compare_targets, drift_sequences
 from draftlab.probe.probe import Clock, ProbeResult, decode_continuations, probe_configs
@@ -107,14 +108,16 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
            costs: str | Path | None = None, max_new_tokens: int = 128, context_tokens: int = 256,
            ngram: modelfree.Ngram = DEFAULT_NGRAM, suffix: modelfree.Suffix | None = None,
            model_free: Sequence[str] = MODEL_FREE, engine_numbers: dict[str, float] | None = None,
-           engine_batch_size: int = 1,
+           engine_batch_size: int = 1, draft_window: int | None = None,
            dtype: str | None = None, device: str | None = None, repeats: int = 10,
            progress: bool = True) -> AssessResult:
     """Run phase 0 and decide; DIR ``out`` (new) receives every result, atomically. ``model_free``
     names the baselines to simulate (a subset of :data:`MODEL_FREE`: what the engine offers).
     ``engine_numbers`` (``plan``'s engine inputs: baseline_tps or decode_ms, spec_tps with
     accept_length or cycle_ms, allreduce_ms or allreduce_share), measured at ``engine_batch_size``
-    with the one config of ``grid``, replace the profile and the plan."""
+    with the one config of ``grid``, replace the profile and the plan. ``draft_window`` is SGLang's
+    --speculative-draft-window-size; the check and every probe compute for one deployment of
+    ``engine_version``."""
     unknown = sorted(set(model_free) - set(MODEL_FREE))
     if unknown:
         raise DraftlabError(f"--model-free: unknown method {unknown[0]!r}; choose from {', '.join(MODEL_FREE)}")
@@ -123,7 +126,7 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     run = _Run(
         drafter=drafter, target=target, prompts=prompts, out=Path(out), old_target=old_target, engine=engine,
-        engine_version=engine_version, configs=configs, batch_sizes=batch_sizes, costs=costs,
+        engine_version=engine_version, draft_window=draft_window, configs=configs, batch_sizes=batch_sizes, costs=costs,
         given_costs=load_profile(costs) if costs is not None else None,  # bad input fails before any work
         max_new_tokens=max_new_tokens, context_tokens=context_tokens, ngram=ngram,
         suffix=suffix or modelfree.Suffix(), model_free=model_free, engine_estimate=engine_estimate,
@@ -159,6 +162,7 @@ class _Run:
     old_target: str | Path | None
     engine: str
     engine_version: str | None
+    draft_window: int | None  # SGLang's --speculative-draft-window-size
     configs: list[SpecConfig]  # the grid, each config once
     batch_sizes: Sequence[int]
     costs: str | Path | None
@@ -197,7 +201,8 @@ def _check(run: _Run, tmp: Path, step: Callable[[str], None]) -> tuple[AssessRes
     (its verdict still to decide) and the drafter every later step runs on."""
     step("inspect and check")
     inspected = inspect_checkpoint(run.drafter, engine=run.engine, target=run.target)
-    checked = check_pair(run.drafter, run.target, engine=run.engine, engine_version=run.engine_version)
+    checked = check_pair(run.drafter, run.target, engine=run.engine, engine_version=run.engine_version,
+                         draft_window=run.draft_window)
     fixed, run_on = None, Path(run.drafter)
     if not checked.ok and checked.fixable:
         step("fixing the config into DIR/fixed")
@@ -222,7 +227,10 @@ def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Ca
     """Everything after a passing check, into ``result`` and DIR: the pair loaded once, its continuations
     decoded once, coverage, probes and model-free baselines on them, OLD, the plan, the verdict."""
     step("loading the pair")
-    pair = load_pair(run.target, drafter, engine=run.engine, dtype=run.dtype, device=run.device)
+    # the deployment the check of this drafter computed from (its Pair's), so both name the same layers
+    deployment = open_pair(drafter, run.target, run.engine, run.engine_version, run.draft_window).deployment
+    result.config.update(deployment.describe())
+    pair = load_pair(run.target, drafter, deployment, dtype=run.dtype, device=run.device)
     clock.lap("load_s")
     flags = [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in run.configs]
     step("decoding the target's continuations")
@@ -233,6 +241,8 @@ def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Ca
     result.coverage, counts = _coverage(pair, drafter, decoded)
     result.probes = probe_configs(pair, run.target, run.prompts, flags, max_new_tokens=run.max_new_tokens,
                                   decoded=decoded)
+    for probed in result.probes:
+        probed.config.update(deployment.describe())
     categories = dict(enumerate(read_categories(run.prompts)))
     result.model_free, free_cycles = _model_free(run, decoded, pair.target.eos_token_ids)
     clock.lap("probe_s")
@@ -260,10 +270,13 @@ def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Ca
 def _on_old(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, flags: list[SpecFlags]) -> None:
     """With OLD: the drift from OLD to the target, and every grid config's probe on OLD (the ceiling)."""
     assert run.old_target is not None
-    old_pair = load_pair(run.old_target, drafter, engine=run.engine, dtype=run.dtype, device=run.device)
+    old = deployment_for(run.old_target, drafter, run.engine, run.engine_version, run.draft_window)
+    old_pair = load_pair(run.old_target, drafter, old, dtype=run.dtype, device=run.device)
     result.drift = _drift(old_pair, pair, run)
     result.old_probes = probe_configs(old_pair, run.old_target, run.prompts, flags,
                                       max_new_tokens=run.max_new_tokens)
+    for probed in result.old_probes:
+        probed.config.update(old.describe())
     del old_pair
 
 

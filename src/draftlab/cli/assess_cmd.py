@@ -8,22 +8,18 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
-from draftlab.cli.checks import (
-    at_least_one,
-    check_device,
-    checked,
-    non_negative,
-    positive,
-    share,
-)
+from draftlab.cli.checks import at_least_one, check_device, checked, non_negative, positive, share
 from draftlab.cli.common import lower_on_oom, parse_ints
+from draftlab.cli.deployed import EngineChoice, engine_choice
+from draftlab.cli.groups import grouped
 from draftlab.cli.output import JsonOption, show
-from draftlab.cli.placement import DtypeOption, Placement, ThreadsOption
+from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 
 
 @app.command("assess")
+@grouped
 def assess_command(
     drafter: Annotated[Path, typer.Option("--drafter", help="The EAGLE-3 drafter folder.")],
     target: Annotated[Path, typer.Option("--target", help="The target to serve it with (the new version).")],
@@ -34,6 +30,7 @@ def assess_command(
     engine: Annotated[str, typer.Option("--engine", help="sglang or vllm: whose loading rules apply.")] = "sglang",
     engine_version: Annotated[Optional[str], typer.Option(
         "--engine-version", help="The engine release whose rules apply (default: the newest draftlab knows).")] = None,
+    asked: EngineChoice = engine_choice(),
     grid: Annotated[Optional[str], typer.Option(
         help="Configs to probe and plan, steps/topk/num_draft_tokens (default: plan's grid).")] = None,
     batch_sizes: Annotated[str, typer.Option(help="Batch sizes to plan.")] = "1,8,32,64",
@@ -55,7 +52,7 @@ def assess_command(
     max_new_tokens: Annotated[int, typer.Option(callback=at_least_one, help="Continuation tokens per prompt.")] = 128,
     out: Annotated[Path, typer.Option("--out", help="New folder for assess.json, report.html and every "
                                                     "sub-result.")] = Path("draftlab-assess"),
-    dtype: DtypeOption = None,
+    where: Placement = placement(device_map=False),
     device: Annotated[Optional[str], typer.Option(callback=check_device,
                                                   help="cpu, cuda or cuda:N (default cuda when available).")] = None,
     threads: ThreadsOption = None,
@@ -66,7 +63,6 @@ def assess_command(
                          "--costs": costs}, folder=True)
     if out.exists():
         raise DraftlabError("already exists; assess writes a new folder, give another --out", path=out)
-    where = Placement.of(dtype, device, threads=threads)
     from draftlab.assess.render import render_assess
     from draftlab.assess.run import assess, assess_document
     from draftlab.cost.plan import parse_grid
@@ -90,7 +86,7 @@ def assess_command(
                "accept_length": accept_length, "allreduce_ms": allreduce_ms, "allreduce_share": allreduce_share}
     with lower_on_oom(batch_sizes=batch_sizes, max_new_tokens=max_new_tokens):
         result = assess(drafter, target, prompts, out, old_target=old_target, engine=engine,
-                        engine_version=engine_version, grid=None if entries is None else [e.config for e in entries],
+                        engine_version=engine_version, draft_window=asked.draft_window, grid=None if entries is None else [e.config for e in entries],
                         batch_sizes=parse_ints("--batch-sizes", batch_sizes), costs=costs, max_new_tokens=max_new_tokens,
                         ngram=ngram_options, model_free=[m.strip() for m in model_free.split(",") if m.strip() not in ("", "none")],
                         engine_numbers={k: v for k, v in numbers.items() if v is not None}, engine_batch_size=batch_size,

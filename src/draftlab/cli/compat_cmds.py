@@ -8,32 +8,31 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
+from draftlab.cli.deployed import DraftWindowOption, EngineVersionOption, ShortEngineOption
 from draftlab.cli.output import JsonOption, emit_json, show
 from draftlab.cli.placement import ThreadsOption
 from draftlab.console import console
 from draftlab.errors import DraftlabError
 from draftlab.threads import use_threads
 
-EngineOpt = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
-EngineVersionOpt = Annotated[Optional[str], typer.Option(
-    "--engine-version", help="The engine release whose rules apply (default: the newest draftlab knows; the "
-    "README lists them).")]
 
 
 @app.command()
 def inspect(
     path: Annotated[Path, typer.Argument(help="Checkpoint folder, or a weights file beside its config.json.")],
-    engine: EngineOpt = "sglang",
+    engine: ShortEngineOption = "sglang",
     target_layers: Annotated[Optional[int], typer.Option(help="Target layer count, to resolve default aux layers.")] = None,
     target: Annotated[Optional[Path], typer.Option("--target", "-t", help="A drafter's target folder: its depth, "
                                                    "and its family (SGLang reads DeepSeek/Kimi and gpt-oss ids by "
                                                    "their own rules).")] = None,
+    engine_version: EngineVersionOption = None,
     json_out: JsonOption = False,
 ) -> int:
     """What a checkpoint is (target or drafter), from headers and config only."""
     from draftlab.compat.summary import inspect_checkpoint
 
-    result = inspect_checkpoint(path, engine=engine, num_target_layers=target_layers, target=target)
+    result = inspect_checkpoint(path, engine=engine, num_target_layers=target_layers, target=target,
+                                engine_version=engine_version)
     if json_out:
         emit_json(result)
     else:
@@ -47,8 +46,9 @@ def inspect(
 def check(
     drafter: Annotated[Path, typer.Argument(help="The EAGLE-3 drafter folder.")],
     target: Annotated[Path, typer.Option("--target", "-t", help="The target model folder.")],
-    engine: EngineOpt = "sglang",
-    engine_version: EngineVersionOpt = None,
+    engine: ShortEngineOption = "sglang",
+    engine_version: EngineVersionOption = None,
+    draft_window: DraftWindowOption = None,
     fix: Annotated[Optional[Path], typer.Option("--fix", help="Write a fixed copy of the drafter here.")] = None,
     aux_layers: Annotated[Optional[str], typer.Option(
         "--aux-layers", help="With --fix: the 0-based target layers (a,b,c) whose outputs the drafter was trained "
@@ -64,7 +64,7 @@ def check(
     if fix is None:
         from draftlab.compat import check_pair
 
-        result = check_pair(drafter, target, engine=engine, engine_version=engine_version)
+        result = check_pair(drafter, target, engine=engine, engine_version=engine_version, draft_window=draft_window)
         show(result, json_out, render_check)
         return 0 if result.ok else 1
     from draftlab.compat import fix_pair

@@ -1,5 +1,5 @@
 """Options that several commands take, spelled and explained once (placement: :mod:`draftlab.cli.placement`;
-``--json``: :mod:`draftlab.cli.output`)."""
+the engine release: :mod:`draftlab.cli.deployed`; ``--json``: :mod:`draftlab.cli.output`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from draftlab.cli.checks import at_least_one, non_negative, positive
 
 # the models and the speculation shape (generate, probe, drift, train, serve, ...)
 TargetOption = Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")]
-EngineOption = Annotated[str, typer.Option(
-    "--engine", help="Whose aux-layer convention to read from the drafter config: sglang or vllm.")]
 StepsOption = Annotated[Optional[int], typer.Option(
     "--steps", callback=at_least_one, help="SGLang --speculative-num-steps.")]
 TopkOption = Annotated[Optional[int], typer.Option(

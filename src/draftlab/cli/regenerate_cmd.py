@@ -10,10 +10,12 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one, non_negative
 from draftlab.cli.common import main_process
+from draftlab.cli.deployed import EngineChoice, engine_choice
 from draftlab.cli.groups import grouped
 from draftlab.cli.output import JsonOption, emit_json
 from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.console import console
+from draftlab.documents import to_jsonable
 
 
 @app.command("regenerate")
@@ -35,6 +37,7 @@ def regenerate_command(
         help="Prompts per decoding batch (runtime).")] = 8,
     resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted run.")] = False,
     where: Placement = placement(dtype="float32"),
+    asked: EngineChoice = engine_choice(window=False),
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
@@ -46,8 +49,8 @@ def regenerate_command(
                         resume=resume, **where.loading())
     if not main_process():
         return
-    if json_out:
-        emit_json(result)
+    if json_out:  # no drafter: the engine asked for, nothing captured
+        emit_json({**to_jsonable(result), **asked.describe()})
     else:
         console.print(f"[bold]{result.out}[/]: {result.rows} rows; {result.generated} responses generated "
                       f"({result.source}), {result.resumed} from the earlier run.")

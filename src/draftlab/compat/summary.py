@@ -94,18 +94,20 @@ InspectResult = TargetSummary | DrafterSummary
 
 
 def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_layers: int | None = None,
-                       target: str | Path | None = None) -> InspectResult:
-    """Describe the checkpoint at ``path``; for a drafter, as ``engine`` will load it.
+                       target: str | Path | None = None, engine_version: str | None = None) -> InspectResult:
+    """Describe the checkpoint at ``path``; for a drafter, as ``engine`` at ``engine_version`` (default: the newest
+    known) will load it.
 
     ``num_target_layers`` lets a drafter's default aux layers be resolved to layer indices; ``target``
     (a target folder) gives them and the family whose rules SGLang reads the ids by.
     """
-    release(engine)  # refuse an unknown engine before reading files
+    engine_version = release(engine, engine_version).version  # refuse an unknown engine or release before reading
     ckpt = open_checkpoint(path)
     common = dict(path=Path(path), format=ckpt.format, num_parameters=ckpt.num_parameters, dtype=ckpt.dtype,
                   num_tensors=len(ckpt.tensors), size_on_disk=ckpt.size_on_disk)
     if is_drafter(ckpt):
-        return _drafter(ckpt, engine, num_target_layers, common, None if target is None else _target(target))
+        return _drafter(ckpt, (engine, engine_version), num_target_layers, common,
+                        None if target is None else _target(target))
     t = target_config(ckpt)
     moe = None if t.num_experts is None else {
         "num_experts": t.num_experts, "experts_per_token": t.experts_per_token,
@@ -125,9 +127,9 @@ def _target(path: str | Path) -> TargetConfig:
     return target_config(ckpt)
 
 
-def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, common: dict[str, Any],
+def _drafter(ckpt: Checkpoint, deployed: tuple[str, str], num_target_layers: int | None, common: dict[str, Any],
              target: TargetConfig | None) -> DrafterSummary:
-    d = drafter_config(ckpt)
+    (engine, version), d = deployed, drafter_config(ckpt)
     if target is not None:
         num_target_layers = num_target_layers or target.num_layers
         family, family_from = target_family(target.model_type), "target"
@@ -135,11 +137,11 @@ def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, commo
         family, family_from = "deepseek", "drafter"
     else:
         family, family_from = "llama", "assumed"
-    aux = aux_layers(engine, d, num_target_layers or 0, target=target, family=family)
+    aux = aux_layers(engine, d, num_target_layers or 0, target=target, family=family, version=version)
     layers = aux.layers if aux.source != "default" or num_target_layers else None
     others = {} if family_from != "assumed" or layers is None else {
         other: read.layers for other in ("deepseek", "gpt_oss")
-        if (read := aux_layers(engine, d, num_target_layers or 0, family=other)).layers != layers
+        if (read := aux_layers(engine, d, num_target_layers or 0, family=other, version=version)).layers != layers
         and min(read.layers) >= 0}  # a reading that starts below layer 0 is no drafter for that family
     names = ckpt.tensors
     d2t_name = next((n for n in ("d2t", "model.d2t") if n in names), None)
@@ -166,7 +168,7 @@ def _drafter(ckpt: Checkpoint, engine: str, num_target_layers: int | None, commo
         has_d2t=d2t_name is not None, has_t2d=t2d_name is not None,
         d2t_valid=(not problems) if d2t_name else None, d2t_problems=problems,
         has_embed_tokens=any(n.removeprefix("model.") == "embed_tokens.weight" for n in names),
-        engine_version=release(engine).version, variant=variant.name, norm_before_fc=variant.norm_before_fc,
+        engine_version=version, variant=variant.name, norm_before_fc=variant.norm_before_fc,
         fc_norm=variant.fc_norm, norm_output=variant.norm_output, attention=attention,
         q_lora_rank=mla.q_lora_rank if mla else None, kv_lora_rank=mla.kv_lora_rank if mla else None,
         qk_nope_head_dim=mla.qk_nope_head_dim if mla else None, qk_rope_head_dim=mla.qk_rope_head_dim if mla else None,
