@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from variant_reference import Reference
 
 from draftlab.decode.generate import generate
+from draftlab.models import kernels, split_kv
 from draftlab.models.pair import deployment_for
 from draftlab.probe.probe import probe
 from draftlab.toy.corpus import stdlib_text
@@ -88,6 +89,26 @@ def test_the_same_weights_without_the_window_accept_differently(toy_pair, tmp_pa
     assert full.mean_accept_length < served.mean_accept_length
     assert [r.accept_lengths for r in flagged.results] == [r.accept_lengths for r in served.results]
     assert [r.accept_lengths for r in batched.results] == [r.accept_lengths for r in served.results]
+
+
+@pytest.mark.skipif(not split_kv.available(), reason="needs Triton (the test extras install it)")
+def test_the_split_kv_kernels_read_the_window_from_the_mask(toy_pair, tmp_path, monkeypatch):
+    """DRAFTLAB_ATTENTION=split-kv: the batched decoder's drafter steps (BatchKV, 16-wide heads) go through the
+    kernels, which take the windowed mask per token (Triton's interpreter on the CPU): vLLM's accept lengths."""
+    drafter = cached_variant_drafter(toy_pair, "sliding-window")
+    prompts = tmp_path / "two.jsonl"  # the interpreter is slow: two of the prompts
+    prompts.write_text("".join(_prompts(tmp_path, "sliding-window").read_text().splitlines(True)[:2]))
+    served = _generate(toy_pair, drafter, prompts, (3, 1, 4))
+    calls = []
+    attention = split_kv.attention
+    monkeypatch.setattr(split_kv, "attention", lambda *a, **k: calls.append(1) or attention(*a, **k))
+    monkeypatch.setenv(kernels.ATTENTION_ENV, "split-kv")
+    kernels.split_kv_chosen.cache_clear()
+    try:
+        through = _generate(toy_pair, drafter, prompts, (3, 1, 4), batch_size=2)
+    finally:
+        kernels.split_kv_chosen.cache_clear()
+    assert calls and [r.accept_lengths for r in through.results] == [r.accept_lengths for r in served.results]
 
 
 def test_the_same_weights_without_the_qk_norms_accept_differently(toy_pair, tmp_path):
