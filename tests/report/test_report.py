@@ -79,8 +79,8 @@ def test_chromium_loads_it_offline_and_draws_every_section(page, tmp_path):
     assert loaded.page_requests == []
     for i, section in enumerate(result.sections, 1):
         assert re.search(rf'<section class="result" id="r{i}" data-kind="{section["kind"]}">', loaded.dom)
-    assert len(re.findall(r"<figure data-figure=", loaded.dom)) == 5
-    assert loaded.dom.count("<svg") == 5
+    assert len(re.findall(r"<figure data-figure=", loaded.dom)) == 6
+    assert loaded.dom.count("<svg") == 6
     pixels = matplotlib.image.imread(loaded.screenshot)[..., :3]
     ink = (pixels.mean(axis=-1) < 0.9).mean()  # share of pixels that are not (near) white
     assert ink > 0.02 and pixels.std() > 0.05
