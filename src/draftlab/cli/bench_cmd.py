@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draftlab.cli.app import app
-from draftlab.cli.checks import at_least_one, non_negative, positive
-from draftlab.cli.options import IgnoreEosOption, MaxTokensOption, PromptsOption, TemperatureOption
+from draftlab.cli.checks import at_least_one, positive
+from draftlab.cli.groups import grouped
+from draftlab.cli.options import PromptsOption, request_options
 from draftlab.cli.output import JsonOption, emit_json, show
 from draftlab.console import console, err_console
 from draftlab.documents import document
@@ -23,6 +24,7 @@ app.add_typer(bench_app, name="bench")
 
 
 @bench_app.callback(invoke_without_command=True)
+@grouped
 def bench(
     ctx: typer.Context,
     base_url: Annotated[Optional[str], typer.Option(
@@ -35,10 +37,7 @@ def bench(
         "--concurrency", callback=at_least_one, help="Max requests in flight (default 1).")] = None,
     request_rate: Annotated[Optional[float], typer.Option(
         "--request-rate", callback=positive, help="Poisson arrivals per second.")] = None,
-    max_tokens: MaxTokensOption = 128,
-    ignore_eos: IgnoreEosOption = False,
-    temperature: TemperatureOption = 0.0,
-    warmup: Annotated[int, typer.Option("--warmup", callback=non_negative, help="Unmeasured requests first.")] = 1,
+    request: dict[str, Any] = request_options(warmup="Unmeasured requests first."),
     model: Annotated[Optional[str], typer.Option(
         "--model", help="OpenAI model name (default: first of /v1/models).")] = None,
     timeout: Annotated[float, typer.Option(
@@ -69,8 +68,7 @@ def bench(
         refuse_overlap(output, {"--prompts": prompts, "--synthetic-acceptance": synthetic and synthetic.profile})
     config = BenchConfig(
         base_url=base_url.rstrip("/"), api=api, num_prompts=num_prompts, concurrency=concurrency,
-        request_rate=request_rate, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,
-        warmup=warmup, model=model, timeout_s=timeout, seed=seed, label=label, run_timeout_s=timeout,
+        request_rate=request_rate, **request, model=model, timeout_s=timeout, seed=seed, label=label, run_timeout_s=timeout,
         synthetic_acceptance=None if synthetic is None else synthetic.record(),
     )
     rows = load_prompts(prompts)

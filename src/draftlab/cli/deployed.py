@@ -24,6 +24,10 @@ ShortEngineOption = Annotated[str, typer.Option("--engine", "-e", help="sglang o
 EngineVersionOption = Annotated[Optional[str], typer.Option(
     "--engine-version", help="The engine release whose rules apply (default: the newest draftlab knows; the "
     "README lists them).")]
+# launch: the release installed where the engine runs
+InstalledVersionOption = Annotated[Optional[str], typer.Option(
+    "--engine-version", help="The installed engine's release: its rules check the pair (default: the newest "
+    "draftlab knows).")]
 DraftWindowOption = Annotated[Optional[int], typer.Option(
     "--draft-window", callback=at_least_one, help="The drafter attends to the last W positions, as SGLang serves "
     "it when launched with --speculative-draft-window-size W (SGLang only: vLLM reads the window from the "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,7 @@ from draftlab.cli.common import lower_on_oom
 from draftlab.cli.deployed import EngineChoice, engine_choice
 from draftlab.cli.groups import grouped
 from draftlab.cli.options import (
-    NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TemperatureOption, TopkOption,
+    DrafterOption, NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TemperatureOption, TopkOption,
 )
 from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import Placement, ThreadsOption, placement
@@ -24,7 +24,7 @@ from draftlab.cli.placement import Placement, ThreadsOption, placement
 def generate_command(
     target: TargetOption,
     prompts: Annotated[Path, typer.Option("--prompts", help="JSONL: one of input_ids, prompt or messages a line.")],
-    drafter: Annotated[Optional[Path], typer.Option("--drafter", help="EAGLE-3 drafter folder.")] = None,
+    drafter: DrafterOption = None,
     steps: StepsOption = None,
     topk: TopkOption = None,
     num_draft_tokens: NumDraftTokensOption = None,

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.app import app
+from draftlab.cli.deployed import InstalledVersionOption
 from draftlab.cli.options import (
     DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, NumDraftTokensOption, PortOption, SkipCheckOption,
     StepsOption, SyntheticAcceptanceOption, TargetIdOption, TopkOption, TpOption,
@@ -38,9 +39,7 @@ def launch(
     health_timeout: HealthTimeoutOption = 1800.0,
     log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Default: draftlab-ENGINE-PORT.log.")] = None,
     skip_check: SkipCheckOption = False,
-    engine_version: Annotated[Optional[str], typer.Option(
-        "--engine-version", help="The installed engine's release: its rules check the pair (default: the newest "
-        "draftlab knows).")] = None,
+    engine_version: InstalledVersionOption = None,
     schedule: Annotated[Optional[Path], typer.Option(
         "--schedule", help="Draft length per batch size: a file written by draftlab plan --schedule ENGINE "
         "--schedule-out FILE, passed the way that release reads it.")] = None,

@@ -9,9 +9,11 @@ from typing import Annotated, Optional
 import typer
 
 from draftlab.cli.checks import at_least_one, non_negative, positive
+from draftlab.cli.groups import OptionGroup, option
 
 # the models and the speculation shape (generate, probe, drift, train, serve, ...)
 TargetOption = Annotated[Path, typer.Option("--target", help="Target model folder (Hugging Face layout).")]
+DrafterOption = Annotated[Optional[Path], typer.Option("--drafter", help="EAGLE-3 drafter folder.")]
 StepsOption = Annotated[Optional[int], typer.Option(
     "--steps", callback=at_least_one, help="SGLang --speculative-num-steps.")]
 TopkOption = Annotated[Optional[int], typer.Option(
@@ -46,5 +48,14 @@ PromptsOption = Annotated[Optional[Path], typer.Option(
 MaxTokensOption = Annotated[int, typer.Option(
     "--max-tokens", callback=at_least_one, help="Tokens to generate per request.")]
 IgnoreEosOption = Annotated[bool, typer.Option("--ignore-eos", help="Generate exactly --max-tokens.")]
+
+
+def request_options(warmup: str) -> OptionGroup:
+    """What every benchmark request asks for (``--max-tokens``, ``--ignore-eos``, ``--temperature``) and the
+    unmeasured requests first (``--warmup``, explained as ``warmup`` says), as the keywords the benchmark's
+    config takes."""
+    warmup_option = Annotated[int, typer.Option("--warmup", callback=non_negative, help=warmup)]
+    return OptionGroup((option("max_tokens", MaxTokensOption, 128), option("ignore_eos", IgnoreEosOption, False),
+                        option("temperature", TemperatureOption, 0.0), option("warmup", warmup_option, 1)), dict)
 TimeoutOption = Annotated[float, typer.Option(
     "--timeout", callback=positive, help="Per-request seconds without data.")]

@@ -13,7 +13,7 @@ from draftlab.cli.checks import at_least_one, non_negative
 from draftlab.cli.common import lower_on_oom, main_process
 from draftlab.cli.deployed import EngineChoice, engine_choice
 from draftlab.cli.groups import grouped
-from draftlab.cli.options import NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TopkOption
+from draftlab.cli.options import DrafterOption, NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TopkOption
 from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.console import err_console
@@ -23,7 +23,7 @@ from draftlab.console import err_console
 @grouped
 def probe_command(
     target: TargetOption,
-    drafter: Annotated[Path, typer.Option("--drafter", help="EAGLE-3 drafter folder.")],
+    drafter: DrafterOption,
     prompts: Annotated[Optional[Path], typer.Option(
         "--prompts", help="JSONL: one of input_ids, prompt or messages a line (plus response_ids with "
                           "--responses given).")] = None,

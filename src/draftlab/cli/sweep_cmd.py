@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draftlab.bench.grid import GRID_HELP, SweepEntry, parse_grid
 from draftlab.cli.app import app
-from draftlab.cli.checks import at_least_one, non_negative
+from draftlab.cli.checks import at_least_one
+from draftlab.cli.groups import grouped
 from draftlab.cli.options import (
-    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, IgnoreEosOption, MaxTokensOption, PortOption,
-    PromptsOption, SkipCheckOption, SyntheticAcceptanceOption, TargetIdOption, TemperatureOption, TimeoutOption,
-    TpOption,
+    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, PortOption, PromptsOption, SkipCheckOption,
+    SyntheticAcceptanceOption, TargetIdOption, TimeoutOption, TpOption, request_options,
 )
 from draftlab.cli.output import emit_json, show
 from draftlab.console import console, err_console
@@ -30,6 +30,7 @@ PHASES = {"launch": "starting the engine", "bench": "benchmarking", "done": "don
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@grouped
 def sweep(
     ctx: typer.Context,
     engine: Annotated[str, typer.Option("--engine", help="sglang, vllm or draftlab (the reference server).")],
@@ -39,10 +40,7 @@ def sweep(
     prompts: PromptsOption = None,
     num_prompts: Annotated[Optional[int], typer.Option(
         "--num-prompts", callback=at_least_one, help="Measured requests per entry (prompts are cycled).")] = None,
-    max_tokens: MaxTokensOption = 128,
-    ignore_eos: IgnoreEosOption = False,
-    temperature: TemperatureOption = 0.0,
-    warmup: Annotated[int, typer.Option("--warmup", callback=non_negative, help="Unmeasured requests per entry.")] = 1,
+    request: dict[str, Any] = request_options(warmup="Unmeasured requests per entry."),
     api: Annotated[Optional[str], typer.Option(
         "--api", help="openai-chat | openai | sglang (default: sglang; vLLM: openai).")] = None,
     tp: TpOption = 1,
@@ -86,8 +84,7 @@ def sweep(
         predictions = load_predictions(predicted)
     options = SweepOptions(
         engine=engine, target=target, drafter=drafter, grid=tuple(parse_grid(grid)), prompts=prompts,
-        num_prompts=num_prompts, max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=temperature,
-        warmup=warmup, api=api, tp=tp, host=host, port=port, max_running_requests=max_running_requests,
+        num_prompts=num_prompts, **request, api=api, tp=tp, host=host, port=port, max_running_requests=max_running_requests,
         health_timeout_s=health_timeout, request_timeout_s=timeout, extra_args=tuple(ctx.args), skip_check=skip_check,
         schedule=loaded, predicted=predictions,
         synthetic=synthetic,

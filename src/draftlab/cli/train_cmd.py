@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -12,9 +12,28 @@ from draftlab.cli.checks import at_least_one, non_negative, positive
 from draftlab.cli.common import lower_on_oom, main_process, parse_layer_ids
 from draftlab.cli.options import NumDraftTokensOption, StepsOption, TargetOption, TopkOption
 from draftlab.cli.deployed import EngineChoice, engine_choice
-from draftlab.cli.groups import grouped
+from draftlab.cli.groups import OptionGroup, grouped, option
 from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import Placement, ThreadsOption, placement
+
+
+def _from_scratch(draft_vocab_size: int | None, aux_layers: str | None, variant: str | None) -> dict[str, Any]:
+    return {"draft_vocab_size": draft_vocab_size, "variant": variant,
+            "aux_layers": None if aux_layers is None else parse_layer_ids(aux_layers)}
+
+
+# what a drafter trained from scratch is made of (a warm start keeps --init's), as TrainOptions' keywords
+SCRATCH = OptionGroup((
+    option("draft_vocab_size", Annotated[Optional[int], typer.Option(
+        "--draft-vocab-size", callback=at_least_one, help="From scratch: draft vocabulary size, built from the "
+        "data's counts (default 32000, or the target's whole vocabulary when smaller).")]),
+    option("aux_layers", Annotated[Optional[str], typer.Option(
+        "--aux-layers", help="From scratch: target layers a,b,c whose outputs the drafter fuses (default: the "
+        "engines' default, or 3 spread evenly over a target under 8 layers).")]),
+    option("variant", Annotated[Optional[str], typer.Option(
+        "--variant", help="From scratch: eagle3 (default) or eagle3.1 (fc_norm + norm_output). A warm start keeps "
+        "the variant of --init.")]),
+), _from_scratch)
 
 
 @app.command("train")
@@ -47,15 +66,7 @@ def train_command(
         help="Linear warm-up steps before the cosine decay.")] = 0,
     ttt_length: Annotated[int, typer.Option("--ttt-length", callback=at_least_one,
         help="Training-time-test steps unrolled.")] = 7,
-    draft_vocab_size: Annotated[Optional[int], typer.Option("--draft-vocab-size", callback=at_least_one,
-        help="From scratch: draft vocabulary size, built from the data's counts (default 32000, or the target's "
-             "whole vocabulary when smaller).")] = None,
-    aux_layers: Annotated[Optional[str], typer.Option(
-        "--aux-layers", help="From scratch: target layers a,b,c whose outputs the drafter fuses (default: the "
-                             "engines' default, or 3 spread evenly over a target under 8 layers).")] = None,
-    variant: Annotated[Optional[str], typer.Option(
-        "--variant", help="From scratch: eagle3 (default) or eagle3.1 (fc_norm + norm_output). A warm start keeps "
-                          "the variant of --init.")] = None,
+    scratch: dict[str, Any] = SCRATCH,
     eval_prompts: Annotated[Optional[Path], typer.Option(
         "--eval-prompts", help="Held-out prompts (as probe reads them) for the exact accept length.")] = None,
     eval_every: Annotated[int, typer.Option("--eval-every", callback=non_negative,
@@ -85,9 +96,7 @@ def train_command(
     options = TrainOptions(
         target=target, out=out, data=data, init=init, features=features, remap=remap, max_steps=max_steps,
         epochs=epochs, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len, lr=lr, warmup=warmup,
-        ttt_length=ttt_length, draft_vocab_size=draft_vocab_size,
-        aux_layers=None if aux_layers is None else parse_layer_ids(aux_layers), variant=variant,
-        eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
+        ttt_length=ttt_length, **scratch, eval_prompts=eval_prompts, eval_every=eval_every, eval_max_new_tokens=eval_max_new_tokens,
         save_every=save_every, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens, resume=resume, seed=seed,
         deployment=deployment, **where.loading(), progress=not json_out, compile=compile_layer)
     with lower_on_oom(batch_size=batch_size, seq_len=seq_len, ttt_length=ttt_length):
