@@ -145,7 +145,7 @@ UNDERSTOOD_KEYS = frozenset({
     "rope_interleave",
     # speculators layout
     "speculators_model_type", "speculators_version", "speculators_config", "transformer_layer_config",
-    "embed_requires_grad", "auto_map",
+    "embed_requires_grad", "auto_map", "parallel_drafting",
     # target-side MoE fields a DeepSeek-derived config carries; the engines' drafters build a dense MLP
     # (MoE is told by its tensors or use_moe, see _moe)
     "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size", "first_k_dense_replace",
@@ -261,7 +261,8 @@ class Unsupported:
 
     field: str  # the config key (dotted when nested) or tensor
     message: str
-    # "architecture", "moe", "layers", "mla-dims", "flag-without-tensors", "tensors-without-flag", "unknown-key"
+    # "architecture", "parallel-drafting", "moe", "layers", "mla-dims", "flag-without-tensors", "tensors-without-flag",
+    # "unknown-key"
     kind: str
 
 
@@ -271,7 +272,7 @@ def unsupported(config: Mapping[str, Any], tensor_names: Iterable[str]) -> list[
     speculators = "speculators_config" in config or "speculators_model_type" in config
     layer = config.get("transformer_layer_config") if speculators else config
     layer = layer if isinstance(layer, dict) else {}
-    found = [*_architecture(config, speculators), *_moe(config, layer, names), *_layers(config, layer)]
+    found = [*_architecture(config, speculators, names), *_moe(config, layer, names), *_layers(config, layer)]
     try:
         found += _flags_and_tensors(read_variant(config, layer), names)
     except DraftlabError as exc:
@@ -279,9 +280,26 @@ def unsupported(config: Mapping[str, Any], tensor_names: Iterable[str]) -> list[
     return found + list(_unknown_keys(config, layer, speculators))
 
 
-def _architecture(config: Mapping[str, Any], speculators: bool) -> Iterable[Unsupported]:
+def parallel_drafting(config: Mapping[str, Any], tensor_names: Iterable[str]) -> str | None:
+    """What makes this a P-EAGLE drafter (parallel drafting), or None: a ``speculators_model_type: peagle``
+    config, an HF-layout ``mask_hidden`` tensor (its placeholder feature) or a true ``parallel_drafting`` key."""
+    if config.get("speculators_model_type") == "peagle":
+        return "speculators_model_type is 'peagle'"
+    if any(n.removeprefix("model.") == "mask_hidden" for n in tensor_names):
+        return "it stores a mask_hidden tensor (P-EAGLE's placeholder feature)"
+    if truthy(config.get("parallel_drafting")):
+        return "its config sets parallel_drafting"
+    return None
+
+
+def _architecture(config: Mapping[str, Any], speculators: bool, names: list[str]) -> Iterable[Unsupported]:
     kind = config.get("speculators_model_type")
-    if speculators and kind not in (None, "eagle3"):
+    peagle = parallel_drafting(config, names)
+    if peagle is not None:
+        yield Unsupported("speculators_model_type" if kind == "peagle" else "mask_hidden",
+                          f"a P-EAGLE drafter ({peagle}): it drafts its tokens in parallel, which draftlab does not "
+                          "compute (it runs EAGLE-3 drafters autoregressively)", "parallel-drafting")
+    elif speculators and kind not in (None, "eagle3"):
         yield Unsupported("speculators_model_type", f"speculators_model_type is {kind!r}; draftlab computes EAGLE-3 "
                                                     "drafters ('eagle3') only", "architecture")
     architectures = config.get("architectures") or []

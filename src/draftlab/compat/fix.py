@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftlab.checkpoint.layouts import flatten_speculators
+from draftlab.checkpoint.layouts import flatten_speculators, layer_kind_of
 from draftlab.checkpoint.variants import FLAGS, boolean_flags
 from draftlab.checkpoint.write import copy_other_files, write_weights
 from draftlab.compat.check import check_pair, open_pair, run_rules
@@ -140,9 +140,15 @@ def _booleans(e: _Edit) -> None:
     e.config = boolean_flags(e.config)
 
 
+def _layer_kind(e: _Edit) -> None:
+    """The decoder layer the weights are (speculators' transformer_layer_config.model_type)."""
+    layer_dict(e.config)["model_type"] = layer_kind_of(e.pair.drafter_ckpt.tensors)
+
+
 # Order matters: the layout is converted before fields are written into it.
 FIXERS: dict[str, Callable[[_Edit], None]] = {
     "flag-not-boolean": _booleans,
+    "layer-kind": _layer_kind,
     "architecture-unknown": _architecture,
     "target-hidden-size": _target_hidden,
     "aux-convention": _aux_ids,

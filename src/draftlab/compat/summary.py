@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,9 @@ from draftlab.checkpoint.configs import (
     target_config,
 )
 from draftlab.checkpoint.d2t import validate_d2t
+from draftlab.checkpoint.layouts import layer_kind_of
 from draftlab.checkpoint.reader import Checkpoint, open_checkpoint
-from draftlab.checkpoint.variants import unknown_keys, unsupported
+from draftlab.checkpoint.variants import parallel_drafting, unknown_keys, unsupported
 from draftlab.engines import aux_layers, default_aux_layers
 from draftlab.engines.releases import release, target_family
 from draftlab.errors import DraftlabError
@@ -88,6 +89,9 @@ class DrafterSummary(Summary):
     v_head_dim: int | None
     unsupported: list[dict[str, str]]  # {field, message, kind}: what draftlab (and the engines) would compute wrong
     unknown_keys: list[str]  # config keys draftlab does not know (the ones that may matter are in unsupported)
+    decoder_layer: str = "llama"  # the layer the weights are: "llama", "qwen3" (per-head q_norm/k_norm) or "mla"
+    sliding_windows: list[int | None] = field(default_factory=list)  # trained, per layer (None: full attention)
+    drafting: str = "autoregressive"  # or "parallel (P-EAGLE: <what says so>)"
 
 
 InspectResult = TargetSummary | DrafterSummary
@@ -144,6 +148,7 @@ def _drafter(ckpt: Checkpoint, deployed: tuple[str, str], num_target_layers: int
         if (read := aux_layers(engine, d, num_target_layers or 0, family=other, version=version)).layers != layers
         and min(read.layers) >= 0}  # a reading that starts below layer 0 is no drafter for that family
     names = ckpt.tensors
+    peagle = parallel_drafting(ckpt.config, names)
     d2t_name = next((n for n in ("d2t", "model.d2t") if n in names), None)
     t2d_name = next((n for n in ("t2d", "model.t2d") if n in names), None)
     problems: list[str] = []
@@ -174,4 +179,6 @@ def _drafter(ckpt: Checkpoint, deployed: tuple[str, str], num_target_layers: int
         qk_nope_head_dim=mla.qk_nope_head_dim if mla else None, qk_rope_head_dim=mla.qk_rope_head_dim if mla else None,
         v_head_dim=mla.v_head_dim if mla else None,
         unsupported=[{"field": u.field, "message": u.message, "kind": u.kind} for u in unsupported(ckpt.config, names)],
-        unknown_keys=unknown_keys(ckpt.config))
+        unknown_keys=unknown_keys(ckpt.config), decoder_layer="mla" if mla else layer_kind_of(names),
+        sliding_windows=list(d.layer_windows),
+        drafting="autoregressive" if peagle is None else f"parallel (P-EAGLE: {peagle})")

@@ -216,6 +216,8 @@ def not_computable(pair: Pair) -> Iterator[Finding]:
     for item in unsupported(pair.drafter_ckpt.config, pair.drafter_ckpt.tensors):
         if item.kind == "architecture" and item.field == "architectures":
             continue  # the engine's own recognition: architecture-unknown, with its fix
+        if item.kind == "parallel-drafting":
+            continue  # per release: architectures.p_eagle
         yield Finding(_CODES[item.kind], "error", item.field, item.message, _FIXES[item.kind])
 
 

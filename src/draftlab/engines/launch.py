@@ -6,7 +6,8 @@ Command lines (``engine_command``):
   drafter, ``--speculative-algorithm EAGLE3 --speculative-draft-model-path D
   --speculative-num-steps S --speculative-eagle-topk K --speculative-num-draft-tokens N`` after
   SGLang's own flag rules (``engines.sglang_flags``; its rewrites are applied and reported, its
-  rejections refused).
+  rejections refused), and ``--speculative-draft-window-size W`` for a local Llama drafter trained with a
+  sliding window of W: SGLang reads no window from the drafter's config (engines/window.py).
 - vLLM: ``vllm serve T --tensor-parallel-size P --host H --port N`` plus ``--speculative-config
   '{"method": "eagle3", "model": D, "num_speculative_tokens": S}'``. vLLM drafts a chain of
   ``num_speculative_tokens``; trees need its experimental ``speculative_token_tree``, which this
@@ -47,10 +48,12 @@ from typing import Any
 import httpx
 
 import draftlab
+from draftlab.checkpoint.configs import DrafterConfig
 from draftlab.engines import ENGINES
 from draftlab.engines.schedule import LoadedSchedule, launch_args, schedule_steps
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags, resolve_spec_flags
 from draftlab.engines.synthetic import with_synthetic
+from draftlab.engines.window import SGLANG_WINDOW_FLAG
 from draftlab.errors import DraftlabError
 from draftlab.acceptance.synthetic import SyntheticAcceptance
 
@@ -173,6 +176,12 @@ def _sglang(request: LaunchRequest, port: int, context_too_short: bool) -> Engin
         if spec.source != "explicit":  # auto (...) or rewritten (...): what SGLang would pick, made explicit
             notes.append(f"speculative flags: SGLang's choice, {spec.source}, written out")
         notes += [f"SGLang rule: {r}" for r in spec.rewrites]
+        window = trained_window(request.drafter)
+        if window is not None and SGLANG_WINDOW_FLAG not in request.extra_args:
+            argv += [SGLANG_WINDOW_FLAG, str(window)]
+            notes.append(f"{SGLANG_WINDOW_FLAG} {window}: the drafter was trained with a sliding window of {window} "
+                         "(layer_types / sliding_window), which SGLang reads only from this flag (without it, it "
+                         "serves full attention: another function)")
         if context_too_short:
             env[SGLANG_CONTEXT_ENV] = "1"
             notes.append(f"{SGLANG_CONTEXT_ENV}=1: check found the drafter's context shorter than the target's "
@@ -397,6 +406,19 @@ def group_members(pgid: int) -> list[int]:
 
 
 # --- check first -----------------------------------------------------------------------------
+
+def trained_window(drafter: str) -> int | None:
+    """The sliding window a local Llama drafter was trained with (None: full attention, an MLA drafter, which
+    SGLang serves without one whatever its flag says, a hub id or an unreadable config)."""
+    config = Path(drafter) / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        parsed = DrafterConfig.from_dict(json.loads(config.read_text()))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, DraftlabError):
+        return None  # check reports an unreadable config (or --skip-check was asked for)
+    return parsed.sliding_window if parsed.variant.mla is None else None
+
 
 def local_architecture(target: str) -> str | None:
     """The first ``architectures`` entry of a local target's config.json (None for hub ids)."""

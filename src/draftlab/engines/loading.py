@@ -129,6 +129,8 @@ def weight_fate(engine: str, name: str, drafter: DrafterConfig) -> str:
     bare = name.removeprefix("model.")
     if bare in _TOP_LEVEL:
         return "bound"
+    if bare == MASK_HIDDEN:  # P-EAGLE's placeholder feature: compat's parallel-drafting rule judges it per release
+        return "variant"
     if VARIANT_WEIGHT.match(canonical_tensor_name(name) if engine == "sglang" else bare):
         return "variant"
     if engine == "sglang":
@@ -150,6 +152,65 @@ def bound_name(engine: str, name: str) -> str | None:
         if bare.startswith("layers.0."):
             return "midlayer." + bare.removeprefix("layers.0.")
     return None
+
+
+# vLLM speculators/algos.py: from 0.24.0 ``transformer_layer_config.model_type`` picks the layer (qwen3 ->
+# Eagle3Qwen3ForCausalLM with per-head q_norm/k_norm, llama -> the Llama drafter, anything else raises
+# "Unsupported model_type"); up to 0.23 every speculators eagle3 config becomes Eagle3LlamaForCausalLM.
+VLLM_QWEN3_DRAFTER_FIRST = "0.24.0"
+SPECULATORS_LAYER_KINDS = ("llama", "qwen3")
+# vLLM P-EAGLE (parallel drafting, a ``mask_hidden`` placeholder feature): the classes are registered 0.29.0-0.33.0
+# (models/registry.py, speculators/algos.py); 0.34.0 removed them (a ``peagle`` config raises, an HF-layout
+# ``mask_hidden`` is skipped with a warning and the drafter runs autoregressively).
+VLLM_PEAGLE = ("0.29.0", "0.33.0")
+MASK_HIDDEN = "mask_hidden"
+
+
+def built_layer(engine: str, drafter: DrafterConfig, version: str | None = None) -> tuple[str | None, str]:
+    """The decoder layer ``engine`` at ``version`` builds for a (non-MLA) drafter: "llama", "qwen3" or None (it
+    refuses the config), and why, naming the engine file."""
+    rel = release(engine, version)
+    if engine == "sglang":  # llama_eagle3.py: LlamaForCausalLMEagle3 is its only non-MLA EAGLE-3 drafter
+        return "llama", f"{rel.name} has no Qwen3 EAGLE-3 drafter: it builds {LLAMA_CLASS}'s Llama layer"
+    if drafter.layout != "speculators":
+        return "llama", f"{rel.name} builds its Llama drafter (llama_eagle3.py) from a flat config"
+    if not rel.at(VLLM_QWEN3_DRAFTER_FIRST):
+        return "llama", (f"{rel.name} builds every speculators eagle3 drafter as Eagle3LlamaForCausalLM "
+                         f"(speculators/algos.py; the Qwen3 drafter comes in {VLLM_QWEN3_DRAFTER_FIRST})")
+    if drafter.layer_kind in SPECULATORS_LAYER_KINDS:
+        return drafter.layer_kind, (f"{rel.name} builds the layer transformer_layer_config.model_type names "
+                                    f"({drafter.layer_kind!r}; speculators/algos.py)")
+    return None, (f"{rel.name} refuses transformer_layer_config.model_type {drafter.layer_kind!r} (\"Unsupported "
+                  "model_type\": speculators/algos.py builds 'llama' or 'qwen3')")
+
+
+def parallel_drafting(engine: str, version: str | None, peagle_config: bool) -> tuple[str, str]:
+    """How a release serves a P-EAGLE drafter (a ``speculators_model_type: peagle`` config, else an HF-layout
+    drafter with a ``mask_hidden`` tensor): "parallel", "autoregressive" or "refused", and why."""
+    rel = release(engine, version)
+    if engine == "sglang":
+        if peagle_config:
+            return "refused", f"{rel.name} reads no speculators config (and registers no P-EAGLE drafter)"
+        return "autoregressive", (f"{rel.name}'s llama_eagle3.py drops weights it does not know silently, "
+                                  f"{MASK_HIDDEN} among them, and drafts autoregressively (inferred from its loader)")
+    first, last = VLLM_PEAGLE
+    if rel.at(first) and not rel.at(_after(last)):
+        return "parallel", (f"{rel.name} registers the P-EAGLE drafter ({first} to {last}) and drafts in parallel "
+                            "(parallel_drafting puts the server on the V1 runner in 0.28-0.33)")
+    if rel.at(_after(last)):
+        if peagle_config:
+            return "refused", f"{rel.name} removed P-EAGLE: a speculators_model_type peagle config raises"
+        return "autoregressive", (f"{rel.name} removed P-EAGLE: it skips {MASK_HIDDEN} with a warning and drafts "
+                                  "autoregressively, not as the drafter was trained")
+    return "refused", (f"{rel.name} registers no P-EAGLE drafter (from {first}): "
+                       + ("speculators_model_type peagle is refused" if peagle_config
+                          else f"{MASK_HIDDEN} is a weight its Llama drafter does not have, so the load fails"))
+
+
+def _after(version: str) -> str:
+    """The next minor release (``0.33.0`` -> ``0.34.0``)."""
+    major, minor, *_ = version.split(".")
+    return f"{major}.{int(minor) + 1}.0"
 
 
 def replaces_embedding(engine: str, drafter: DrafterConfig) -> bool:

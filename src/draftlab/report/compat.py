@@ -60,6 +60,10 @@ def render_inspect(result: InspectResult, console: Console) -> None:
             ("attention", result.attention if result.attention != "MLA" else
              f"MLA: q_lora_rank {result.q_lora_rank}, kv_lora_rank {result.kv_lora_rank}, qk_nope/rope "
              f"{result.qk_nope_head_dim}/{result.qk_rope_head_dim}, v_head_dim {result.v_head_dim}"),
+            ("decoder layer", {"qwen3": "Qwen3 (per-head q_norm/k_norm)", "mla": "DeepSeek MLA"}.get(
+                result.decoder_layer, "Llama")),
+            ("attention window", ", ".join("full" if w is None else f"sliding {w}" for w in result.sliding_windows)),
+            ("drafting", result.drafting),
         ]
         rows += [("[red]d2t problem[/]", p) for p in result.d2t_problems]
         rows += [(f"[red]unsupported[/] [dim]{u['field']}[/]", u["message"]) for u in result.unsupported]
