@@ -27,10 +27,11 @@ MLA_FIELDS = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "k
                                "mscale": 1.0, "mscale_all_dim": 1.0}}
 
 
-def tiny_drafter(seed: int = 0, **fields) -> tuple[Eagle3Drafter, torch.Tensor]:
-    """A random drafter (norm weights away from 1) and its t2d; d2t names a random draft vocabulary."""
+def tiny_drafter(seed: int = 0, config: DrafterConfig | None = None, **fields) -> tuple[Eagle3Drafter, torch.Tensor]:
+    """A random drafter (norm weights away from 1) and its t2d; d2t names a random draft vocabulary. Its
+    config is ``config``, else :func:`drafter_config` with ``fields``."""
     g = torch.Generator().manual_seed(seed)
-    drafter = Eagle3Drafter(DrafterConfig.from_dict(drafter_config(**fields)))
+    drafter = Eagle3Drafter(config or DrafterConfig.from_dict(drafter_config(**fields)))
     with torch.no_grad():
         for name, p in drafter.named_parameters():
             if name.endswith("norm.weight") or ".hidden_norm." in name or "layernorm" in name:

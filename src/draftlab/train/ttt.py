@@ -11,7 +11,8 @@ attention in ``specforge/modeling/draft/llama3_eagle.py``; ``TargetHead.preproce
   drafter cannot propose carries no loss);
 - step i (0-based) runs the drafter's layer with queries at RoPE position j + i over the step-0 keys
   0..j (causal) plus, for each earlier step l = 1..i, the one key that step made at row j (the
-  "diagonal"); its hidden input is the previous step's pre-norm output, its tokens and masks are
+  "diagonal"), a sliding-window drafter's only those less than its window positions behind the query
+  (:mod:`.ttt_attention`); its hidden input is the previous step's pre-norm output, its tokens and masks are
   shifted i rows further on; the teacher of step i is ``target_p`` of row j + i;
 - step loss = ``-sum(position_mask * target_p * log_softmax(logits)) / (B * n)``; total =
   ``sum_i 0.8**i * loss_i``; accuracy of step i = top-1 (mapped through d2t) equal to the target's
@@ -161,7 +162,7 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TTTBatch, length: int = 7, decay: fl
     compute = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else dtype
     head = drafter.lm_head.weight.to(compute)  # cast once for every step, as autocast caches it
     halves, weights = _halves(drafter), _cast_weights(drafter, compute)
-    layout = TTTLayout.build(batch.attention_mask.to(device), length)
+    layout = TTTLayout.build(batch.attention_mask.to(device), length, drafter.windows[0])
     positions = torch.arange(n, device=device).expand(b, n)
     hidden = drafter.combine(batch.aux.to(device, dtype))
     input_ids = F.pad(batch.input_ids, (0, length - 1))  # step i reads tokens i.. (shifted i times)

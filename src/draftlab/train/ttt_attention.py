@@ -1,7 +1,12 @@
 """The TTT attention without n x n float32 scores.
 
 At TTT step i the query of row j attends to step 0's keys 0..j (causal, right padding masked) and,
-for each step l = 1..i, to the one key step l made at row j (the "diagonal"). The keys and values of
+for each step l = 1..i, to the one key step l made at row j (the "diagonal"). A sliding-window drafter's
+query (at position j + i) drops every key W or more positions behind it: step 0's keys r <= j + i - W and,
+were W no longer than the steps, step l's when i - l >= W. That is the window by position, as the engines
+serve it (vLLM's attention, draftlab's decoder); speculators' own TTT mask (``create_combined_mask_mod``)
+counts the distance in rows instead (j - r < W at every step) and keeps every diagonal key, so from step 1
+on it lets a query see i more keys than the served drafter does. The keys and values of
 every step sit in one tensor of ``length`` slots, each ``stride`` rows: n rounded up to a power of two
 (at least :data:`BLOCK`), so every slot starts on a block boundary and the compiled flex kernel meets
 one shape per power of two however ragged the batch widths are (the rows past n are never computed,
@@ -39,14 +44,20 @@ class TTTLayout:
     stride: int  # rows per slot: n rounded up to a power of two, at least BLOCK
     length: int  # slots: TTT steps
     valid: torch.Tensor  # [B, stride] bool: step 0's attendable keys (False on right padding and past n)
+    window: int | None = None  # the drafter's sliding window (None: full attention)
     _masks: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, attention_mask: torch.Tensor, length: int) -> TTTLayout:
-        """From the batch's attention mask [B, n] (False on right padding)."""
+    def build(cls, attention_mask: torch.Tensor, length: int, window: int | None = None) -> TTTLayout:
+        """From the batch's attention mask [B, n] (False on right padding) and the drafter's window."""
         n = attention_mask.shape[1]
         stride = max(BLOCK, 1 << (n - 1).bit_length())
-        return cls(n, stride, length, F.pad(attention_mask.bool(), (0, stride - n), value=False))
+        return cls(n, stride, length, F.pad(attention_mask.bool(), (0, stride - n), value=False), window)
+
+    @property
+    def reach(self) -> int:
+        """Keys less than this many positions behind a query are seen: the window, else farther than any key."""
+        return self.window if self.window is not None else self.stride + self.length
 
     def pad(self, t: torch.Tensor) -> torch.Tensor:
         """One step's queries, keys or values [B, h, n, D] -> [B, h, stride, D] (zero rows after n)."""
@@ -94,26 +105,28 @@ def compiled_flex():
 # --- flex ---------------------------------------------------------------------------------------------
 
 def mask_mod_for(layout: TTTLayout, step: int):
-    """The element-level rule: slot 0 causal over valid keys, slots 1..step only the query's own row.
-    Inside the blocks :func:`block_lists` marks partial it is what flex applies (the block lists
+    """The element-level rule: slot 0 causal over valid keys, slots 1..step only the query's own row, each
+    within the window (a key at row r of slot s sits at position r + s, the query at q + step). Inside the blocks :func:`block_lists` marks partial it is what flex applies (the block lists
     already leave out everything else). It reads tensors only, no per-batch or per-step constants, so a
     new batch or step of the same width reuses the compiled kernel."""
     device = layout.valid.device
     kv = torch.arange(layout.length * layout.stride, device=device)
     slot_of, row_of, valid = kv // layout.stride, kv % layout.stride, layout.valid
-    last = torch.tensor(step, device=device)
+    last, reach = torch.tensor(step, device=device), torch.tensor(layout.reach, device=device)
 
     def mask_mod(b, h, q_idx, kv_idx):
         slot, row = slot_of[kv_idx], row_of[kv_idx]
-        return ((slot == 0) & (row <= q_idx) & valid[b, row]) | ((slot > 0) & (slot <= last) & (row == q_idx))
+        near = q_idx + last - row - slot < reach
+        return near & (((slot == 0) & (row <= q_idx) & valid[b, row]) | ((slot > 0) & (slot <= last) & (row == q_idx)))
 
     return mask_mod
 
 
 def block_lists(layout: TTTLayout, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Block-level [B, q blocks, kv blocks] bool: blocks flex computes with the mask (partial) and
-    without it (full, every element allowed). Slot 0: earlier blocks with every key valid are full,
-    those with some valid keys partial, the diagonal block partial; slots 1..step: the diagonal block."""
+    without it (full, every element allowed). Slot 0: earlier blocks with every key valid and within the
+    window are full, those with some valid keys some of which lie within it partial, the diagonal block
+    partial; slots 1..step: the diagonal block, where the window reaches that slot."""
     b = layout.valid.shape[0]
     nq = layout.stride // BLOCK
     blocks = layout.valid.view(b, nq, BLOCK)
@@ -123,11 +136,13 @@ def block_lists(layout: TTTLayout, step: int) -> tuple[torch.Tensor, torch.Tenso
     live = (r < -(-layout.n // BLOCK))[:, None]  # query blocks holding real rows; the others compute nothing
     below = (r[:, None] > r[None, :]) & live  # kv block strictly before the query block
     diag = torch.eye(nq, dtype=torch.bool, device=device) & live
-    full0 = below[None] & every[:, None, :]
-    partial0 = (below[None] & some[:, None, :] & ~every[:, None, :]) | (diag[None] & some[:, None, :])
-    later = diag[None].expand(b, nq, nq)
+    apart = (r[:, None] - r[None, :]) * BLOCK + step  # the blocks' nearest and farthest (query, key) distances
+    reached, inside = apart - (BLOCK - 1) < layout.reach, apart + (BLOCK - 1) < layout.reach
+    full0 = below[None] & every[:, None, :] & inside[None]
+    partial0 = ((below[None] & some[:, None, :]) | (diag[None] & some[:, None, :])) & reached[None] & ~full0
     unused = torch.zeros(b, nq, nq, dtype=torch.bool, device=device)
-    partial = torch.cat([partial0] + [later] * step + [unused] * (layout.length - 1 - step), dim=2)
+    later = [diag[None].expand(b, nq, nq) if step - s < layout.reach else unused for s in range(1, step + 1)]
+    partial = torch.cat([partial0] + later + [unused] * (layout.length - 1 - step), dim=2)
     full = torch.cat([full0] + [unused] * (layout.length - 1), dim=2)
     return partial, full
 
@@ -161,7 +176,7 @@ def _blocked(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, step: in
     parts = []
     for start in range(0, layout.n, chunk):
         end = min(start + chunk, layout.n)
-        args = (q[:, :, start:end], keys, values, layout.valid, start, step, layout.stride, scale)
+        args = (q[:, :, start:end], keys, values, layout.valid, start, step, layout.stride, scale, layout.reach)
         if torch.is_grad_enabled() and (q.requires_grad or keys.requires_grad or values.requires_grad):
             parts.append(checkpoint(_chunk, *args, use_reentrant=False))
         else:
@@ -170,9 +185,10 @@ def _blocked(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, step: in
 
 
 def _chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor, start: int, step: int,
-           stride: int, scale: float | None) -> torch.Tensor:
+           stride: int, scale: float | None, reach: int) -> torch.Tensor:
     """Rows start..start+c of the queries [B, H, c, D]: step 0's keys 0..end (causal, valid) and the
-    diagonal key of each slot 1..step. Query heads are folded onto their kv head (no repeated keys)."""
+    diagonal key of each slot 1..step, those less than ``reach`` positions behind the query. Query heads
+    are folded onto their kv head (no repeated keys)."""
     b, heads, c, d = q.shape
     kv_heads = keys.shape[1]
     end = start + c
@@ -180,9 +196,11 @@ def _chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: tor
     qg = q.reshape(b, kv_heads, heads // kv_heads, c, d)
     scores = torch.matmul(qg, keys[:, :, None, :end].transpose(-1, -2)) * scale  # [B, Hkv, g, c, end]
     rows = torch.arange(start, end, device=q.device)
-    allowed = (torch.arange(end, device=q.device)[None] <= rows[:, None])[None] & valid[:, None, :end]
+    behind = rows[:, None] + step - torch.arange(end, device=q.device)[None]  # query position - key position
+    allowed = ((behind >= step) & (behind < reach))[None] & valid[:, None, :end]
     scores = scores.masked_fill(~allowed[:, None, None], torch.finfo(scores.dtype).min)
     diagonal = [(qg * keys[:, :, None, s * stride + start:s * stride + end]).sum(-1, keepdim=True) * scale
+                if step - s < reach else torch.full_like(scores[..., :1], torch.finfo(scores.dtype).min)
                 for s in range(1, step + 1)]
     weights = torch.cat([scores, *diagonal], dim=-1).softmax(-1, dtype=torch.float32).to(q.dtype)
     out = torch.matmul(weights[..., :end], values[:, :, None, :end])
