@@ -22,8 +22,8 @@ import torch
 
 from draftlab.decode.prompts import lone_surrogate
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 from draftlab.probe.features import feature_files, read_sample
+from draftlab.readable import regular_file
 from draftlab.vocab.assistant_spans import (
     assistant_char_spans,
     generation_mask,

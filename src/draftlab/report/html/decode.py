@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from draftlab.probe.walk import acceptance_by_step, histogram_list
 from draftlab import figures
+from draftlab.probe.walk import acceptance_by_step, histogram_list
 from draftlab.report.html.by_context import context_parts
 from draftlab.report.html.markup import Section, config_label, figure, num, para, pct, table
 
