@@ -167,7 +167,9 @@ def test_real_specforge_configs_round_trip_in_meaning(tmp_path, path):
 
     drafter = tmp_path / "in"
     write_config(drafter, json.loads(path.read_text()))
-    write_safetensors(drafter / "model.safetensors", {"midlayer.input_layernorm.weight": ("BF16", (4,))})
+    config = json.loads(path.read_text())
+    norms = {f"fc_norm.{i}.weight": ("BF16", (4,)) for i in range(3)} if config.get("fc_norm") else {}
+    write_safetensors(drafter / "model.safetensors", {"midlayer.input_layernorm.weight": ("BF16", (4,)), **norms})
     convert_drafter(drafter, "speculators", tmp_path / "spec")
     convert_drafter(tmp_path / "spec", "specforge", tmp_path / "back")
     assert meaning(tmp_path / "spec") == meaning(drafter) == meaning(tmp_path / "back")
@@ -258,3 +260,27 @@ def test_a_deepseek_targets_aux_ids_are_written_by_sglangs_deepseek_rule(tmp_pat
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [3, 4, 5]
     assert config["eagle_aux_hidden_state_layer_ids"] == [3, 4, 5]
     assert result.check.aux_layers == [2, 3, 4] and result.check.ok
+
+
+@pytest.mark.parametrize(("fields", "extra", "words"), [
+    ({"fc_norm": True}, None, "fc_norm is true but there are no fc_norm.{i}.weight tensors"),
+    ({}, {"midlayer.mlp.experts.0.gate_proj.weight": ("BF16", (8, 64))}, "MoE FFN"),
+    ({"use_moe": True}, None, "use_moe is true"),
+])
+def test_convert_refuses_what_no_engine_serves_as_trained(tmp_path, target_configs, capsys, fields, extra, words):
+    """A flag without its tensors, an MoE FFN: one line, exit 2, nothing written, the input unchanged."""
+    from builders import with_tensors
+
+    drafter, _ = make_pair(tmp_path, target_configs["llama"])
+    config = json.loads((drafter / "config.json").read_text())
+    (drafter / "config.json").write_text(json.dumps({**config, **fields}))
+    if extra:
+        with_tensors(drafter, extra)
+    before = folder_hash(drafter)
+    for to in ("speculators", "specforge"):
+        assert main(["convert", str(drafter), "--to", to, "-o", str(tmp_path / "out")]) == 2
+        out, err = capsys.readouterr()
+        lines = err.strip().splitlines()
+        assert out == "" and len(lines) == 1 and words in lines[0] and "cannot be converted" in lines[0]
+        assert str(drafter / "config.json") in lines[0] and "Traceback" not in err
+    assert not (tmp_path / "out").exists() and folder_hash(drafter) == before

@@ -25,7 +25,7 @@ from draftlab.checkpoint import (
     Checkpoint, DrafterConfig, TargetConfig, drafter_config, is_drafter, open_checkpoint, target_config,
 )
 from draftlab.checkpoint.layouts import flatten_speculators, layer_kind_of, layer_renames, nest_speculators
-from draftlab.checkpoint.variants import FLAGS
+from draftlab.checkpoint.variants import FLAGS, unsupported
 from draftlab.checkpoint.write import copy_other_files, write_as_safetensors
 from draftlab.compat.check import check_pair
 from draftlab.compat.findings import CheckResult
@@ -80,6 +80,7 @@ def convert_drafter(drafter: str | Path, to: str, out: str | Path, *,
         raise DraftlabError("is not an EAGLE-3 drafter (no Eagle3 architecture, speculators config or fc + "
                             "midlayer weights)", path=drafter)
     d = drafter_config(ckpt)
+    _refuse_unconvertible(ckpt)
     hub_id = target is not None and is_hub_id(target)
     if hub_id and to != "speculators":
         raise DraftlabError(f"--target {target} is not a local folder; --to {to} reads --target only to check the "
@@ -109,6 +110,19 @@ def convert_drafter(drafter: str | Path, to: str, out: str | Path, *,
     return ConvertResult(out, d.layout, to, ckpt.format, len(ckpt.tensors), renames, changes,
                          config_diff(ckpt.config, config, "config.json (converted)"), engine, check,
                          str(target) if hub_id else None)
+
+
+# What convert refuses to write: a drafter no engine serves as trained in either layout, which a converted copy
+# would only carry further (a flag without its norm weights runs the norms as initialised; no engine serves an MoE
+# FFN; parallel drafting has no spelling that survives both layouts).
+REFUSED_KINDS = ("flag-without-tensors", "moe", "parallel-drafting")
+
+
+def _refuse_unconvertible(ckpt: Checkpoint) -> None:
+    found = next((u for u in unsupported(ckpt.config, ckpt.tensors) if u.kind in REFUSED_KINDS), None)
+    if found is not None:
+        raise DraftlabError(f"cannot be converted: {found.message}; no engine serves it as trained in either layout, "
+                            "so convert writes nothing (draftlab check names every problem)", path=ckpt.config_path)
 
 
 def _note(changes: list[ConfigChange], name: str, before: Any, after: Any, why: str) -> None:

@@ -161,7 +161,7 @@ def check_release(engine: str, version: str | None) -> str:
     if engine not in SCHEDULE_ENGINES:
         raise DraftlabError(f"--schedule {engine!r}: choose one of {', '.join(SCHEDULE_ENGINES)}")
     if engine == "trtllm":
-        version = version or TRTLLM_VERSIONS[-1]
+        version = TRTLLM_VERSIONS[-1] if version is None else version  # '' is refused below, never the newest
         if version not in TRTLLM_VERSIONS:
             raise DraftlabError(f"--engine-version {version!r} is not a TensorRT-LLM release draftlab knows a "
                                 f"draft_len_schedule for; choose one of {', '.join(TRTLLM_VERSIONS)}")

@@ -67,10 +67,9 @@ def synthetic_settings(engine: str, synthetic: SyntheticAcceptance, *, steps: in
                        version: str | None = None) -> SyntheticSettings:
     """The settings of ``engine`` at ``version`` (None: the newest draftlab knows) for a run drafting ``steps``
     tokens; DraftlabError, in one line, for a release without the feature or a request it cannot run."""
-    if engine == "vllm":
-        return _vllm(synthetic, steps, topk, version or newest("vllm"))
-    if engine == "sglang":
-        return _sglang(synthetic, steps, topk, version or newest("sglang"))
+    if engine in ("vllm", "sglang"):  # an empty version is refused (releases.resolve), never taken for the newest
+        known = newest(engine) if version is None else release(engine, version).version
+        return (_vllm if engine == "vllm" else _sglang)(synthetic, steps, topk, known)
     if engine == "trtllm":
         return _trtllm(synthetic, steps, version)
     if engine == "draftlab":
