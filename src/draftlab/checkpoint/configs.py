@@ -16,7 +16,7 @@ from typing import Any
 
 from draftlab.checkpoint.reader import Checkpoint
 from draftlab.checkpoint.rope import Rope
-from draftlab.checkpoint.variants import Variant, read_variant
+from draftlab.checkpoint.variants import Variant, read_variant, truthy
 from draftlab.errors import DraftlabError
 
 
@@ -208,7 +208,7 @@ def layer_windows(layer: dict[str, Any], num_layers: int) -> tuple[int | None, .
     if isinstance(types, list) and types:
         return tuple(window if i < len(types) and types[i] == "sliding_attention" else None
                      for i in range(num_layers))
-    return (window if layer.get("use_sliding_window") is True else None,) * num_layers
+    return (window if truthy(layer.get("use_sliding_window")) else None,) * num_layers
 
 
 def _int_list(value: Any) -> list[int] | None:
