@@ -17,8 +17,9 @@ from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import Placement, ThreadsOption, placement
 
 
-def _from_scratch(draft_vocab_size: int | None, aux_layers: str | None, variant: str | None) -> dict[str, Any]:
-    return {"draft_vocab_size": draft_vocab_size, "variant": variant,
+def _from_scratch(draft_vocab_size: int | None, aux_layers: str | None, variant: str | None,
+                  sliding_window: int | None) -> dict[str, Any]:
+    return {"draft_vocab_size": draft_vocab_size, "variant": variant, "sliding_window": sliding_window,
             "aux_layers": None if aux_layers is None else parse_layer_ids(aux_layers)}
 
 
@@ -33,6 +34,10 @@ SCRATCH = OptionGroup((
     option("variant", Annotated[Optional[str], typer.Option(
         "--variant", help="From scratch: eagle3 (default) or eagle3.1 (fc_norm + norm_output). A warm start keeps "
         "the variant of --init.")]),
+    option("sliding_window", Annotated[Optional[int], typer.Option(
+        "--sliding-window", callback=at_least_one, help="From scratch: every draft layer attends to the last W "
+        "positions only (speculators' default since v0.7.0, W 2048); vLLM serves the window from the config, "
+        "SGLang only with --speculative-draft-window-size W. A warm start keeps --init's window.")]),
 ), _from_scratch)
 
 

@@ -2,7 +2,8 @@
 
 - ``config.json`` + ``model.safetensors``: the drafter in SpecForge's layout (no embedding, which
   serving takes from the target; ``d2t`` and ``t2d`` for a pruned draft vocabulary), loadable by SGLang
-  and vLLM at every checkpoint;
+  and vLLM at every checkpoint; a Qwen3-architecture warm start stays in speculators' layout (``layers.0.``
+  names), the only one that states its layer;
 - ``training_state.pt``: everything ``--resume`` needs to continue exactly: float32 weights,
   optimizer, scheduler, data order, RNG states, step and the log so far.
 """
@@ -35,8 +36,9 @@ def export_drafter(out: Path, drafter: Eagle3Drafter, t2d: torch.Tensor, config:
     own = drafter.checkpoint_tensors()
     if with_embedding:
         own["embed_tokens.weight"] = drafter.embed_tokens.weight
-    tensors = {k: (v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu()).contiguous()
-               for k, v in own.items()}
+    layer = "layers.0." if cfg.layout == "speculators" else "midlayer."  # a warm start's layout is kept
+    tensors = {k.replace("midlayer.", layer, 1): (v.detach().to("cpu", dtype) if v.is_floating_point()
+                                                   else v.detach().cpu()).contiguous() for k, v in own.items()}
     if cfg.draft_vocab_size < cfg.vocab_size:
         tensors["t2d"] = t2d.detach().cpu().to(torch.bool).contiguous()
     else:  # the whole vocabulary: d2t is the identity, which vLLM 0.30+ refuses to load (check's d2t-full-vocab)
@@ -47,6 +49,12 @@ def export_drafter(out: Path, drafter: Eagle3Drafter, t2d: torch.Tensor, config:
         ours = config.get(TRAINED_KEY) if isinstance(config.get(TRAINED_KEY), dict) else {}
         config = {**config, TRAINED_KEY: {**ours, "norm_output": NORM_OUTPUT_TRAINED}}
     write_json_atomic(out / "config.json", config)
+
+
+def sliding_window_fields(window: int, num_layers: int) -> dict[str, Any]:
+    """The config keys of a drafter whose every layer attends to the last ``window`` positions, as speculators
+    writes them (its ``train/cli.py``): what vLLM's drafters and ``DrafterConfig.layer_windows`` read."""
+    return {"layer_types": ["sliding_attention"] * num_layers, "use_sliding_window": True, "sliding_window": window}
 
 
 def save_state(out: Path, state: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
 from draftlab.engines import default_aux_layers, first_nameable, intended_aux_layers, written_aux_ids
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter
+from draftlab.train.checkpoints import sliding_window_fields
 from draftlab.vocab.build import build_mapping
 from draftlab.vocab.counts import TokenCounts, read_counts
 from draftlab.vocab.mapping import VocabMapping
@@ -93,9 +94,10 @@ def scratch_vocab_size(vocab_size: int, asked: int | None) -> int:
 
 
 def scratch_config(target_dir: str | Path, draft_vocab_size: int | None, aux_layers: list[int] | None,
-                   variant: str = "eagle3") -> dict[str, Any]:
+                   variant: str = "eagle3", sliding_window: int | None = None) -> dict[str, Any]:
     """A SpecForge drafter config sized like the target (its MLP width, head size and RoPE), with the
-    flags of ``variant`` (:data:`~draftlab.checkpoint.variants.NEW_DRAFTER_FLAGS`)."""
+    flags of ``variant`` (:data:`~draftlab.checkpoint.variants.NEW_DRAFTER_FLAGS`) and, given one, every
+    layer on a ``sliding_window``."""
     raw = open_checkpoint(target_dir).config
     target = TargetConfig.from_dict(raw)
     draft_vocab_size = scratch_vocab_size(target.vocab_size, draft_vocab_size)
@@ -110,12 +112,18 @@ def scratch_config(target_dir: str | Path, draft_vocab_size: int | None, aux_lay
                                           intermediate_size=inter if isinstance(inter, int) else None,
                                           head_dim=target.head_dim, target_hidden_size=target.hidden_size,
                                           rms_norm_eps=eps, **NEW_DRAFTER_FLAGS[variant])
+    if sliding_window is not None:
+        if target.attention == "MLA":
+            raise DraftlabError("--sliding-window: this target gets an MLA drafter, which draftlab trains with full "
+                                "attention only (the engines serve MLA drafters without a window); leave it out")
+        config.update(sliding_window_fields(sliding_window, int(config.get("num_hidden_layers", 1))))
     return with_aux_ids(config, aux, target)
 
 
 def from_scratch(target_dir: str | Path, embed: nn.Embedding, counts: TokenCounts, draft_vocab_size: int | None,
-                 aux_layers: list[int] | None, seed: int, variant: str = "eagle3") -> StartingDrafter:
-    config = scratch_config(target_dir, draft_vocab_size, aux_layers, variant)
+                 aux_layers: list[int] | None, seed: int, variant: str = "eagle3",
+                 sliding_window: int | None = None) -> StartingDrafter:
+    config = scratch_config(target_dir, draft_vocab_size, aux_layers, variant, sliding_window)
     mapping = build_mapping(counts, config["draft_vocab_size"], config["vocab_size"])
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -139,7 +147,8 @@ def warm_start(init: str | Path, target_dir: str | Path, embed_owner: Any, *, re
     cfg = DrafterConfig.from_dict(ckpt.config)
     target = TargetConfig.from_dict(open_checkpoint(target_dir).config)
     aux = aux_layers if aux_layers is not None else intended_aux_layers(cfg, target.num_layers, target=target).layers
-    if cfg.layout != "specforge":  # speculators' layout (vLLM's): the same tensors, renamed, in a copy
+    if cfg.layout != "specforge" and cfg.layer_kind == "llama":  # speculators' layout (vLLM's): the same tensors,
+        # renamed, in a copy; a Qwen3 layer is told only in speculators' layout, so such a drafter stays in it
         from draftlab.compat.convert import convert_drafter
 
         init = convert_drafter(init, "specforge", staging / "specforge", target=target_dir).out

@@ -76,6 +76,7 @@ class TrainOptions:
     aux_layers: list[int] | None = None
     deployment: Deployment | None = None  # with --init: the engine release whose captured layers it fuses
     variant: str | None = None  # from scratch: "eagle3" (default) or "eagle3.1"; a warm start keeps --init's
+    sliding_window: int | None = None  # from scratch: every layer attends to the last W positions; --init's kept
     eval_prompts: Path | None = None
     eval_every: int = 0
     eval_max_new_tokens: int = 64
@@ -254,7 +255,7 @@ class _Run:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         return from_scratch(o.target, self.heads.embed_tokens, self._counts(), o.draft_vocab_size, o.aux_layers,
-                            o.seed, o.variant or "eagle3")
+                            o.seed, o.variant or "eagle3", o.sliding_window)
 
     def _counts(self) -> TokenCounts:
         """``vocab count``'s counts of --data; of the feature files' loss-mask tokens with --features."""
@@ -475,6 +476,10 @@ def _check_options(o: TrainOptions, world: World) -> None:
         raise DraftlabError("--remap COUNTS rebuilds a warm start's vocabulary; it needs --init OLD_DRAFTER")
     if o.variant is not None and o.init is not None:
         raise DraftlabError("--variant chooses a new drafter's variant; a warm start keeps the variant of --init")
+    if o.sliding_window is not None and o.init is not None:
+        raise DraftlabError("--sliding-window gives a new drafter its window; a warm start keeps the window of --init")
+    if o.sliding_window is not None and o.sliding_window < 1:
+        raise DraftlabError(f"--sliding-window must be >= 1, got {o.sliding_window}")
     if o.variant is not None and o.variant not in NEW_DRAFTER_FLAGS:
         raise DraftlabError(f"--variant {o.variant!r} is not one draftlab trains; choose one of "
                             f"{', '.join(NEW_DRAFTER_FLAGS)}")
