@@ -26,8 +26,13 @@ def context_parts(curves: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[st
     for label, buckets in curves:
         at = {(b["from"], b["to"]): b for b in buckets}
         rows.append((label, *(_cell(at.get(span)) for span in spans)))
-    past = sorted({f"{bucket_label(b)}: past {', '.join(b['past'])}" for _, bs in curves for b in bs if b.get("past")})
-    caption = "Accept length (cycles) by cycle position" + (f"; {'; '.join(past)}" if past else "")
+    first: dict[str, tuple[int, int]] = {}  # each limit: the first bucket that reaches past it
+    for _, buckets in curves:
+        for b in buckets:
+            for name in b.get("past") or []:
+                first[name] = min(first.get(name, (b["from"], b["to"])), (b["from"], b["to"]))
+    past = [f"past {name} from {bucket_label({'from': lo, 'to': hi})} on" for name, (lo, hi) in first.items()]
+    caption = "Accept length (cycles) by cycle position" + (f"; {', '.join(past)}" if past else "")
     return [table(["probe", *names], rows, numeric=[False, *[True] * len(names)], caption=caption),
             _curve_figure(curves, spans, names)]
 
