@@ -170,3 +170,17 @@ def test_mask_hidden_drafts_autoregressively_on_vllm_0_34(tmp_path, target_confi
     assert by_code(drafter, target, "sglang")["parallel-drafting"].severity == "warning"
     assert main(["inspect", str(drafter), "--json"]) == 0
     assert "parallel" in json.loads(capsys.readouterr().out)["drafting"]
+
+
+def test_the_trained_toy_drafters_per_release(toy_pair):
+    """The toy's trained Qwen3-layer and sliding-window drafters (draftlab.toy.variants), as each release loads them."""
+    from draftlab.toy.variants import WINDOW, cached_variant_drafter
+
+    qwen3, target = cached_variant_drafter(toy_pair, "qwen3"), toy_pair.target_dir
+    assert by_code(qwen3, target, "vllm", "0.23.0")["qwen3-drafter"].severity == "error"
+    assert check_pair(qwen3, target, "vllm", "0.24.0").ok
+    assert "qwen3-drafter" in by_code(qwen3, target, "sglang")
+    window = cached_variant_drafter(toy_pair, "sliding-window")
+    assert f"--speculative-draft-window-size {WINDOW}" in by_code(window, target, "sglang")["draft-window"].fix
+    assert check_pair(window, target, "sglang", draft_window=WINDOW).findings == []
+    assert check_pair(window, target, "vllm").findings == []
