@@ -29,6 +29,29 @@ def loads(text: str | bytes) -> Any:
         raise json.JSONDecodeError(str(exc), text if isinstance(text, str) else "", 0) from None
 
 
+def lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in the strings (keys included) of a parsed JSON value, as its escape
+    (``\\ud800``), or None. JSON may spell one (``"\\ud800"`` parses), but it is half of a UTF-16 pair and no
+    character: no tokenizer can take it and no request body can carry it, so readers of text refuse it."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"\\u{ord(value[exc.start]):04x}"
+        return None
+    if isinstance(value, dict):
+        return next((s for k, v in value.items() for s in (lone_surrogate(k), lone_surrogate(v)) if s), None)
+    if isinstance(value, list):
+        return next((s for v in value if (s := lone_surrogate(v))), None)
+    return None
+
+
+def surrogate_says(found: str) -> str:
+    """What is wrong with text holding the lone surrogate ``found``, and what to do, for a reader's line."""
+    return (f"holds a lone surrogate ({found}), half of a UTF-16 pair and no character, which no tokenizer or "
+            "server can encode; remove it or write the whole character")
+
+
 def read(path: str | Path, missing: str = "not found", *, option: str = "") -> Any:
     """The parsed JSON file ``path``; one DraftlabError line when it cannot be. ``missing`` is the line for a
     path with nothing there (say how to write one); ``option`` (``--schedule``), when given, leads the

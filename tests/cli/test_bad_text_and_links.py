@@ -68,7 +68,9 @@ def test_a_lone_surrogate_in_training_data_is_one_line(kind, toy_pair, tmp_path,
     before = _digest(data)
     _refused(capsys, ["train", "--target", str(toy_pair.target_dir), "--data", str(data), "--out",
                       str(tmp_path / "out"), "--max-steps", "1"], "line 1", "lone surrogate")
-    assert _digest(data) == before and not (tmp_path / "out").exists()
+    _refused(capsys, ["vocab", "count", "--data", str(data), "--tokenizer", str(toy_pair.target_dir), "-o",
+                      str(tmp_path / "counts.json")], "line 1", "lone surrogate")  # the same rows, counted
+    assert _digest(data) == before and not (tmp_path / "out").exists() and not (tmp_path / "counts.json").exists()
 
 
 def test_bench_prompts_with_a_byte_that_is_not_utf8(tmp_path, capsys):

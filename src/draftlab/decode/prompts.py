@@ -97,29 +97,10 @@ def _parse_row(text: str, where: str) -> dict[str, Any]:
     return row
 
 
-def lone_surrogate(value: Any) -> str | None:
-    """The first lone surrogate in the strings (keys included) of a JSON value, as its escape
-    (``"\\ud800"``), or None. JSON may spell one, but it is no character: no tokenizer can take it and
-    no request body can carry it, so every reader of prompt text refuses it by this test."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return f"\\u{ord(value[exc.start]):04x}"
-        return None
-    if isinstance(value, dict):
-        return next((s for k, v in value.items() for s in (lone_surrogate(k), lone_surrogate(v)) if s), None)
-    if isinstance(value, list):
-        return next((s for v in value if (s := lone_surrogate(v))), None)
-    return None
-
-
 def surrogate_error(value: Any, where: str) -> str | None:
     """One line for a row holding a lone surrogate (``where``: the file and line), or None."""
-    found = lone_surrogate(value)
-    return None if found is None else (
-        f"{where}: the row holds a lone surrogate ({found}), half of a UTF-16 pair and no character, which no "
-        "tokenizer or server can encode; remove it or write the whole character")
+    found = jsonio.lone_surrogate(value)
+    return None if found is None else f"{where}: the row {jsonio.surrogate_says(found)}"
 
 
 def _load_tokenizer(folder: str | Path, where: str) -> Any:

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from draftlab.decode.prompts import lone_surrogate
 from draftlab.errors import DraftlabError
 from draftlab.probe.features import feature_files, read_sample
 from draftlab.readable import regular_file
@@ -69,9 +68,6 @@ def tokenized_rows(data: str | Path, tokenizer: Any | None, vocab_size: int, seq
                 continue
             try:
                 row = parse_row(raw.decode("utf-8").lstrip("\ufeff"))
-                if (found := lone_surrogate([row.text, row.messages])) is not None:
-                    raise BadRow(f"the row holds a lone surrogate ({found}), half of a UTF-16 pair and no character, "
-                                 "which no tokenizer can encode; remove it or write the whole character")
                 if tokenizer is None and row.kind != "input_ids":
                     raise BadRow(f"a {row.kind!r} row needs the target's tokenizer, but {no_tokenizer}; "
                                  "give input_ids rows or a target folder with its tokenizer")

@@ -41,6 +41,8 @@ def parse_row(line: str) -> Row:
         raise BadRow(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise BadRow("a row must be a JSON object")
+    if (found := jsonio.lone_surrogate(obj)) is not None:
+        raise BadRow(f"the row {jsonio.surrogate_says(found)}")
     if "messages" in obj:
         return Row("messages", messages=_messages(obj["messages"], "messages"))
     if "conversations" in obj:
