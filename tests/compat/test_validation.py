@@ -139,6 +139,10 @@ def test_fix_with_nothing_fixable_writes_no_folder(tmp_path, target_configs, cap
     assert main(["check", str(drafter), "-t", str(target), "--fix", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["written"] is False and doc["fixed"] == [] and not out.exists()
+    from draftlab.report.html.compat import fix_section
+
+    section = fix_section(doc)  # the report page says so too, never "Written to"
+    assert "wrote no folder" in section.heading and "Written to" not in "".join(section.body)
     edit_config(drafter, rms_norm_eps=math.nan)  # an error, but not one --fix can fix: still nothing written
     assert main(["check", str(drafter), "-t", str(target), "--fix", str(out)]) == 1
     assert not out.exists()

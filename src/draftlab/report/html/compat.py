@@ -38,6 +38,10 @@ def check_section(doc: dict[str, Any]) -> Section:
 
 
 def fix_section(doc: dict[str, Any]) -> Section:
+    if doc.get("written") is False:
+        section = Section("fix", "check --fix found nothing it can fix, so it wrote no folder")
+        section.body.append(para(f"{doc['out']} was not written. {_verdict(doc['before'])}."))
+        return section
     after = doc["after"]
     left = sum(f["severity"] == "error" for f in after["findings"])
     section = Section("fix", f"check --fix fixed {len(doc['fixed'])} finding{'s' * (len(doc['fixed']) != 1)}; "
