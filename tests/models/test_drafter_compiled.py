@@ -1,7 +1,7 @@
 """The drafter's steps with the work around attention through torch.compile (``use_static_cache(compile=True)``,
 ``DRAFTLAB_DRAFTER=compiled``) compute what its eager steps compute: close in float32, bit for bit in
 bfloat16 (inductor rounds where eager rounds), for the drafters teams hold (Llama, two layers,
-speculators' norm_before_fc + norm_output, an EAGLE-3.1 MLA drafter), and the compiled functions are
+speculators' norm_before_fc + norm_output, an EAGLE-3.1 MLA drafter, a Qwen3 one on a sliding window), and the compiled functions are
 what ran. The toy pair decodes the same tokens with it; without a compiler the steps go on eagerly."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_drafter_static import _script
-from tiny_drafters import H, drafter_tensors, write_specforge
+from tiny_drafters import H, drafter_tensors, qk_norms, write_specforge, write_speculators
 from tiny_mla import mla_config, mla_tensors, write_mla
 
 from draftlab.decode.decoder import SpeculativeDecoder
@@ -41,6 +41,8 @@ KINDS: dict[str, Callable[[Path], Path]] = {
     "two-layers": lambda d: write_specforge(d, drafter_tensors(layers=2), layers=2),
     "speculators-defaults": _speculators,
     "mla-eagle3.1": lambda d: write_mla(d, mla_tensors(fc_norm=True), mla_config(fc_norm=True, norm_output=True)),
+    "qwen3-sliding-window": lambda d: write_speculators(d, qk_norms(drafter_tensors()), fields={
+        "model_type": "qwen3", "layer_types": ["sliding_attention"], "sliding_window": 5, "use_sliding_window": True}),
 }
 PARTS = {"_combine", "_rope", "_first_input", "_first_output", "_head"}
 
