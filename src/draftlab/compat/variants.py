@@ -191,8 +191,8 @@ def variant_tensors(pair: Pair) -> Iterator[Finding]:
     for flag in FEATURE_NORMS:
         stored = {canonical_tensor_name(n): info for n, info in pair.drafter_ckpt.tensors.items()
                   if flag.owns(canonical_tensor_name(n))}
-        if not stored:
-            continue  # variant-no-tensors / nothing stored: the flags' own findings
+        if not stored or not getattr(pair.drafter.variant, flag.name):
+            continue  # nothing stored, or stored without the flag: variant-no-tensors / variant-no-flag
         wanted = flag.weights(aux, width)
         extra = sorted(set(stored) - set(wanted))
         missing = sorted(set(wanted) - set(stored))
