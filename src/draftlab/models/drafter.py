@@ -16,6 +16,14 @@ over the features with norm_before_fc, one ``fc_norm`` per aux feature with EAGL
 kind per module beside this one (:mod:`draftlab.models.attention`): grouped-query attention
 (:mod:`draftlab.models.gqa`), MLA (:mod:`draftlab.models.mla`) for DeepSeek/Kimi drafters.
 
+Each layer attends with its own sliding window (:attr:`Eagle3Drafter.windows`, None: full attention): a key
+``W`` or more positions behind its query is dropped, transformers' ``q - k < W`` and vLLM's
+``window_size=(W - 1, 0)`` (``flash_attn.py``); which window an engine serves is
+:class:`~draftlab.engines.deployment.Deployment`'s answer. Every path applies it to its mask by the keys'
+positions (the growing cache's, the static cache's slots', the batched cache's rows'), so the kernels that
+read a mask (SDPA, the split-KV kernels) need nothing else. A Qwen3-architecture drafter
+(``transformer_layer_config.model_type: qwen3``) adds per-head q/k norms (:mod:`draftlab.models.gqa`).
+
 With ``num_hidden_layers > 1`` SGLang's ``additional_layers`` follow, each taking the previous
 layer's MLP output m (SGLang drops the running residual there) as hidden_norm -> attn -> +,
 post_attention_layernorm -> mlp. RoPE comes from the drafter's own config through transformers'
