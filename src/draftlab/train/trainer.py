@@ -21,7 +21,7 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -431,10 +431,17 @@ class _Run:
             "config": self.start.config, "aux_layers": self.start.aux_layers, "vocab": self.start.vocab,
             "init": None if self.opts.init is None else str(self.opts.init),
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "data_order": order.state(), "rng": checkpoints.rng_state(), "options": _jsonable(asdict(self.opts)),
+            "data_order": order.state(), "rng": checkpoints.rng_state(), "options": self._options(),
         })
         _rewrite_log(self.out, log)
         barrier(self.world)
+
+    def _options(self) -> dict[str, Any]:
+        """The run's options as plain values (torch.load reads them back weights-only): the deployment as its
+        JSON fields."""
+        deployment = self.opts.deployment
+        options = asdict(replace(self.opts, deployment=None))
+        return _jsonable({**options, "deployment": None if deployment is None else deployment.describe()})
 
     def _result(self, step: int, tokens: int, rate: float, log: list[dict], interrupted: bool) -> TrainResult:
         deployment = self.opts.deployment
