@@ -19,10 +19,12 @@ from draftlab.train.trainer import TrainOptions, train
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
+    """Eight rows of 48 stdlib bytes, the first four of each unscored."""
     text = stdlib_text("train", 20_000)
-    rows = [{"input_ids": list(text[i * 300:i * 300 + 48]), "loss_mask": [0] * 4 + [1] * 44} for i in range(8)]
     path = tmp_path_factory.mktemp("data") / "rows.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with path.open("w") as f:
+        for start in range(0, 8 * 300, 300):
+            f.write(json.dumps({"input_ids": list(text[start:start + 48]), "loss_mask": [0] * 4 + [1] * 44}) + "\n")
     return path
 
 

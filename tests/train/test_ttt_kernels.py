@@ -78,6 +78,19 @@ def _dense_mask(layout: TTTLayout, step: int) -> torch.Tensor:
     return mask_mod_for(layout, step)(*idx)
 
 
+def allowed_blocks(layout: TTTLayout, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, q blocks, kv blocks] bool: blocks holding some allowed (row, key) pair, and blocks whose every
+    pair is allowed (over the rows that exist)."""
+    dense = _dense_mask(layout, step)
+    b, rows, keys = dense.shape
+    padded = torch.zeros(b, layout.stride, keys, dtype=torch.bool)
+    padded[:, :rows] = dense
+    blocks = padded.view(b, layout.stride // BLOCK, BLOCK, keys // BLOCK, BLOCK)
+    real = torch.zeros(layout.stride, dtype=torch.bool)
+    real[:rows] = True
+    return blocks.any(4).any(2), (blocks | ~real.view(1, -1, BLOCK, 1, 1)).all(4).all(2)
+
+
 @pytest.mark.parametrize("n", LENGTHS)
 def test_block_lists_cover_exactly_the_allowed_blocks(n):
     """A block flex skips holds no allowed (row, key) pair; a block it computes without the mask ("full")
@@ -86,16 +99,7 @@ def test_block_lists_cover_exactly_the_allowed_blocks(n):
     attention[1, n - min(n - 1, 70):] = False
     layout = TTTLayout.build(attention, length=3)
     for step in range(3):
-        dense = _dense_mask(layout, step)
-        b, rows, keys = dense.shape
-        padded = torch.zeros(b, layout.stride, keys, dtype=torch.bool)
-        padded[:, :rows] = dense
-        blocks = padded.view(b, layout.stride // BLOCK, BLOCK, keys // BLOCK, BLOCK)
-        real = torch.zeros(layout.stride, dtype=torch.bool)
-        real[:rows] = True
-        real = real.view(1, -1, BLOCK, 1, 1)
-        some = blocks.any(4).any(2)
-        every = (blocks | ~real).all(4).all(2)  # over the rows that exist
+        some, every = allowed_blocks(layout, step)
         partial, full = block_lists(layout, step)
         assert torch.equal(partial | full, some)
         assert not (partial & full).any()
@@ -104,15 +108,15 @@ def test_block_lists_cover_exactly_the_allowed_blocks(n):
 
 def test_compiled_flex_forward_equals_blocked():
     """The compiled flex kernel (its CPU forward; flex has no CPU backward) with these block masks gives
-    the blocked kernel's output at every step, and one compiled graph serves every step and batch of a
-    width (a second width adds at most one more)."""
+    the blocked kernel's output at every step, with and without a sliding window, and one compiled graph
+    serves every step, batch and window of a width (a second width adds at most one more)."""
     torch.manual_seed(0)
     b, heads, kv_heads, dim, length = 2, 4, 2, 16, 3
     before = counters["stats"]["unique_graphs"]
-    for n in (300, 300, 256):  # 256: a power of two, where nothing is padded
+    for n, window in ((300, None), (300, 100), (256, None)):  # 256: a power of two, where nothing is padded
         attention = torch.ones(b, n, dtype=torch.bool)
         attention[1, n - 40:] = False
-        layout = TTTLayout.build(attention, length)
+        layout = TTTLayout.build(attention, length, window)
         q = torch.randn(b, heads, n, dim)
         keys = [layout.pad(torch.randn(b, kv_heads, n, dim)) for _ in range(length)]
         values = [layout.pad(torch.randn(b, kv_heads, n, dim)) for _ in range(length)]

@@ -3,7 +3,8 @@
 The loss and its gradients equal the unrolled decoder computation (tests/train/test_ttt.py's ``_naive``:
 every row drafted through the drafter's own KV cache, which applies the window by position as the engines
 serve it), with windows shorter than the rows and than the TTT steps; the window changes the loss. Flex
-attention's block lists skip only blocks the window hides, and its compiled forward equals the blocked kernel.
+attention's block lists skip only blocks the window hides (its compiled forward with a window:
+tests/train/test_ttt_kernels.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 import torch
 from helpers import drafter_config, random_rows, tiny_drafter
 from test_ttt import LENGTH, B, N, _batch, _naive
-from test_ttt_kernels import _dense_mask
+from test_ttt_kernels import allowed_blocks
 
 from draftlab.checkpoint import DrafterConfig
 from draftlab.train import ttt_attention
@@ -72,33 +73,10 @@ def test_block_lists_skip_only_blocks_the_window_hides(n):
     attention[1, n - 40:] = False
     for step in range(3):
         layout = TTTLayout.build(attention, length=3, window=100)
-        dense = _dense_mask(layout, step)
-        b, rows, keys = dense.shape
-        padded = torch.zeros(b, layout.stride, keys, dtype=torch.bool)
-        padded[:, :rows] = dense
-        blocks = padded.view(b, layout.stride // BLOCK, BLOCK, keys // BLOCK, BLOCK)
-        real = torch.zeros(layout.stride, dtype=torch.bool)
-        real[:rows] = True
-        some = blocks.any(4).any(2)
-        every = (blocks | ~real.view(1, -1, BLOCK, 1, 1)).all(4).all(2)
+        some, every = allowed_blocks(layout, step)
         partial, full = block_lists(layout, step)
         assert not (some & ~(partial | full)).any() and not (full & ~every).any() and not (partial & full).any()
         if n > 2 * BLOCK:  # query blocks more than the window behind some key blocks
             wide_partial, wide_full = block_lists(TTTLayout.build(attention, length=3), step)
             assert (partial | full).sum() < (wide_partial | wide_full).sum()
 
-
-def test_compiled_flex_forward_equals_blocked_with_a_window():
-    torch.manual_seed(0)
-    b, heads, kv_heads, dim, length, n = 2, 4, 2, 16, 3, 300
-    attention = torch.ones(b, n, dtype=torch.bool)
-    attention[1, n - 40:] = False
-    layout = TTTLayout.build(attention, length, window=100)
-    q = torch.randn(b, heads, n, dim)
-    keys = [layout.pad(torch.randn(b, kv_heads, n, dim)) for _ in range(length)]
-    values = [layout.pad(torch.randn(b, kv_heads, n, dim)) for _ in range(length)]
-    for step in range(length):
-        k, v = layout.stack(keys[:step + 1]), layout.stack(values[:step + 1])
-        flex = ttt_attention.ttt_attention(q, k, v, step, layout, None, "flex")
-        blocked = ttt_attention.ttt_attention(q, k, v, step, layout, None, "blocked")
-        torch.testing.assert_close(flex, blocked, rtol=1e-5, atol=1e-5)
