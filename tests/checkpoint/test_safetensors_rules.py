@@ -154,3 +154,22 @@ def test_library_and_draftlab_agree_on_mutated_files(tmp_path_factory, data):
     path.write_bytes(_mutated(b"\0" * 24, header, data.draw))
     assert library_opens(path) == draftlab_opens(path)
     shutil.rmtree(path.parent)
+
+
+@pytest.mark.parametrize("command", ["generate", "probe"])
+def test_the_computing_commands_refuse_a_file_the_library_refuses(tmp_path, toy_pair, capsys, command):
+    """generate ended in the library's traceback on such a file: one line naming it, exit 2, input unchanged."""
+    drafter = tmp_path / "drafter"
+    shutil.copytree(toy_pair.drafter_dir, drafter)
+    weights = drafter / "model.safetensors"
+    weights.write_bytes(weights.read_bytes() + b"\0" * 3)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "def add(a, b):"}) + "\n")
+    before = folder_hash(drafter)
+    args = [command, "--target", str(toy_pair.target_dir), "--drafter", str(drafter), "--prompts", str(prompts),
+            "--steps", "2", "--topk", "1", "--num-draft-tokens", "3"]
+    assert main(args) == 2
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(weights) in lines[0] and "3 trailing byte(s)" in lines[0], err
+    assert "Traceback" not in err and folder_hash(drafter) == before
