@@ -11,8 +11,8 @@ temporary and is one :class:`DraftlabError` line saying what happened.
 an input, inside one or holding one (by path and by file identity), and never a device, FIFO or socket
 (the rename that protects regular files would replace them). The atomic writers refuse special
 files themselves too, so no writer can destroy one. An output named by a symlink is written through
-it to the regular file it leads to (the link stays); a link that dangles or leads into ``/proc`` or
-``/dev`` (``/dev/stdout``, ``/proc/self/fd/1``) is refused.
+it to the regular file it leads to (the link stays); a link that dangles or leads into ``/proc``
+(``/proc/self/fd/1``, ``/dev/stdout``) is refused.
 """
 
 from __future__ import annotations
@@ -214,19 +214,20 @@ def written_path(out: Path) -> Path:
 
 
 def _refuse_link(out: Path) -> None:
-    """Refuse an output that is a symlink leading nowhere (dangling) or into ``/proc`` or ``/dev`` (a
-    process's open file such as ``/dev/stdout`` or ``/proc/self/fd/1``, or a device): writing through
-    it could not reach what the user meant, and replacing it would destroy the link."""
+    """Refuse an output that is a symlink leading nowhere (dangling) or into ``/proc`` (a process's open
+    file: ``/proc/self/fd/1``, and ``/dev/stdout`` and ``/dev/fd/N``, which lead there): writing through it
+    could not reach what the user meant, and replacing it would destroy the link. A link to a device is
+    :func:`refuse_special`'s to refuse."""
     if not out.is_symlink():
         return
     current = out.absolute()
     for _ in range(40):  # the kernel's own limit on links followed; a loop is refuse_special's to name
         if not current.is_symlink():
             break
-        target = os.readlink(current)
-        current = Path(os.path.normpath(current.parent / target))
-        if current.parts[1:2] in (("proc",), ("dev",)):
-            raise DraftlabError(f"is a link to {target}, a process's open file or a device (standard output, "
+        current = Path(os.path.normpath(current.parent / os.readlink(current)))
+        if current.parts[1:2] == ("proc",):  # /dev/stdout and /dev/fd/N lead here too
+            via = "" if str(current) == os.readlink(out) else f", which leads to {current}"
+            raise DraftlabError(f"is a link to {os.readlink(out)}{via}: a process's open file (standard output, "
                                 "say), which an output file cannot replace; give a file path (or redirect the "
                                 "command's output)", path=out)
     else:
