@@ -6,6 +6,12 @@
     on OLD (the ceiling) -> profile the pair -> plan, with the model-free methods as candidates ->
     :func:`draftlab.assess.verdict.decide`.
 
+It runs in parts (:data:`draftlab.assess.partial.PARTS`: the probes, OLD, the profile); Ctrl-C once the
+first has finished leaves DIR with what finished and ``--resume`` runs the rest. Progress goes to
+stderr, one line per step, whether or not it is a terminal. The timings are checked before the
+verdict uses them (:mod:`draftlab.cost.consistency`, and the plan held against a real decode as ``plan``
+does, :mod:`draftlab.cost.crosscheck`).
+
 Every sub-result is the one the single command gives on the same inputs (``probe``, ``drift``,
 ``vocab coverage``, ``plan --costs DIR/profile.json --probe DIR/probe.json``); they are written to DIR
 beside ``assess.json`` so ``report`` can show them and a user can re-run any step alone.
@@ -13,17 +19,21 @@ beside ``assess.json`` so ``report`` can show them and a user can re-run any ste
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draftlab.acceptance.profile import write_profile
+from draftlab.assess.partial import PARTS, read_partial
+from draftlab.assess.repetition import repetition
 from draftlab.assess.slices import Cycles, Slice, slices
 from draftlab.assess.verdict import Evidence, Verdict, decide
 from draftlab.checkpoint import TargetConfig, open_checkpoint
@@ -33,8 +43,10 @@ from draftlab.compat.findings import CheckResult
 from draftlab.compat.fix import FixResult
 from draftlab.compat.summary import InspectResult, inspect_checkpoint
 from draftlab.cost.auto_plan import default_grid, probe_accept_length, profile_sizes
+from draftlab.cost.consistency import TimingCheck, check_timings
+from draftlab.cost.crosscheck import check_sentence, held_against
 from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine
-from draftlab.cost.model import SpecConfig
+from draftlab.cost.model import SpecConfig, tokens_per_second
 from draftlab.cost.plan import GridEntry, ModelFreeEntry, Plan, make_plan
 from draftlab.cost.probes import AcceptLength
 from draftlab.cost.profile import FORMAT as PROFILE_FORMAT
@@ -42,8 +54,10 @@ from draftlab.cost.profile import Profile, load_profile
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.cost.schedule import engine_schedule
+from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.decode.prompts import read_categories
-from draftlab.documents import document, to_jsonable
+from draftlab.documents import document, provenance, to_jsonable
+from draftlab.engines.deployment import Deployment
 from draftlab.engines.schedule import dumps
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
@@ -63,6 +77,8 @@ DEFAULT_BATCH_SIZES = (1, 8, 32, 64)
 # (vllm/config/speculative.py, SpeculativeConfig.__post_init__); 4 drafted tokens, a common choice
 DEFAULT_NGRAM = modelfree.Ngram(prompt_lookup_min=5, prompt_lookup_max=5, num_speculative_tokens=4)
 MODEL_FREE = ("ngram", "suffix")  # the model-free baselines assess can simulate
+REPEATS = {"cuda": 10, "cpu": 5}  # timed calls per profiled pass: a CPU's passes are slow and its grid sized down
+CHECK_PROMPTS = 4  # prompts the plan's cross-check decodes for real
 
 
 @dataclass
@@ -79,7 +95,7 @@ class ModelFreeResult:
 
 @dataclass
 class AssessResult:
-    verdict: Verdict
+    verdict: Verdict | None  # None in a partial result (``missing`` says what is still to run)
     config: dict[str, Any]
     drafter: str  # the drafter everything ran on: the given one, or the fixed copy
     inspect: InspectResult
@@ -100,6 +116,11 @@ class AssessResult:
     slices: dict[str, dict[str, dict[str, Slice]]] = field(default_factory=dict)  # method/config -> kind -> name
     files: dict[str, str] = field(default_factory=dict)  # what DIR holds, by sub-result
     timings: dict[str, float] = field(default_factory=dict)
+    finished: list[str] = field(default_factory=list)  # parts measured (assess.partial.PARTS), kept or not
+    missing: list[str] = field(default_factory=list)  # parts an interrupted run did not finish (--resume runs them)
+    timing: TimingCheck | None = None  # the profile's and the plan's timings checked against each other
+    measured_checks: list[dict[str, Any]] = field(default_factory=list)  # the plan held against a real decode
+    repetition: float | None = None  # share of continuation tokens repeating earlier text (assess.repetition)
 
 
 def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: str | Path, *,
@@ -109,15 +130,16 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
            ngram: modelfree.Ngram = DEFAULT_NGRAM, suffix: modelfree.Suffix | None = None,
            model_free: Sequence[str] = MODEL_FREE, engine_numbers: dict[str, float] | None = None,
            engine_batch_size: int = 1, draft_window: int | None = None,
-           dtype: str | None = None, device: str | None = None, repeats: int = 10,
-           progress: bool = True) -> AssessResult:
+           dtype: str | None = None, device: str | None = None, repeats: int | None = None,
+           progress: bool = True, resume: bool = False) -> AssessResult:
     """Run phase 0 and decide; DIR ``out`` (new) receives every result, atomically. ``model_free``
     names the baselines to simulate (a subset of :data:`MODEL_FREE`: what the engine offers).
     ``engine_numbers`` (``plan``'s engine inputs: baseline_tps or decode_ms, spec_tps with
     accept_length or cycle_ms, allreduce_ms or allreduce_share), measured at ``engine_batch_size``
     with the one config of ``grid``, replace the profile and the plan. ``draft_window`` is SGLang's
     --speculative-draft-window-size; the check and every probe compute for one deployment of
-    ``engine_version``."""
+    ``engine_version``. ``repeats`` (timed calls per profiled pass) defaults to :data:`REPEATS` for the
+    device. ``resume``: DIR is what an interrupted run with the same inputs left; run what it misses."""
     unknown = sorted(set(model_free) - set(MODEL_FREE))
     if unknown:
         raise DraftlabError(f"--model-free: unknown method {unknown[0]!r}; choose from {', '.join(MODEL_FREE)}")
@@ -130,12 +152,16 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
         given_costs=load_profile(costs) if costs is not None else None,  # bad input fails before any work
         max_new_tokens=max_new_tokens, context_tokens=context_tokens, ngram=ngram,
         suffix=suffix or modelfree.Suffix(), model_free=model_free, engine_estimate=engine_estimate,
-        dtype=dtype or ("float32" if device == "cpu" else "bfloat16"), device=device, repeats=repeats,
-        progress=progress)
+        dtype=dtype or ("float32" if device == "cpu" else "bfloat16"), device=device,
+        repeats=repeats or REPEATS.get(torch.device(device).type, REPEATS["cuda"]), progress=progress)
     if old_target is not None:
         _same_architecture(old_target, target)
+    kept_parts, kept = read_partial(run.out, _inputs(run), AssessResult) if resume else ([], {})
     clock = Clock()
-    with atomic_dir(run.out) as tmp, _steps(progress) as step:
+    with atomic_dir(run.out, overwrite=resume) as tmp, _steps(progress, device) as step:
+        for name in ("continuations.jsonl", "vocab-counts.json", "profile.json") if resume else ():
+            if (run.out / name).exists():
+                shutil.copyfile(run.out / name, tmp / name)
         result, run_on = _check(run, tmp, step)
         clock.lap("check_s")
         after = result.fix.after if result.fix is not None else result.check
@@ -146,7 +172,15 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
             _write(result, tmp, run.out)
             return result
 
-        _measure(result, run, run_on, tmp, step, clock)
+        for name, value in kept.items():
+            setattr(result, name, value)
+        if "profile" in kept_parts:
+            result.profile = load_profile(tmp / "profile.json")
+        _measure(result, run, run_on, tmp, step, clock, kept_parts)
+    if result.missing:
+        print(f"assess: interrupted; {run.out} keeps what finished, its assess.json says what is missing "
+              f"({', '.join(result.missing)}); run the same command with --resume to finish it", file=sys.stderr)
+        raise KeyboardInterrupt
     return result
 
 
@@ -185,6 +219,12 @@ class _Run:
                    self.suffix.num_speculative_tokens if "suffix" in self.model_free else 0)
 
 
+def parse_model_free(text: str) -> list[str]:
+    """``--model-free``: methods separated by commas, ``both`` for every one, ``none`` (or nothing) for none."""
+    names = [n.strip() for n in text.split(",")]
+    return list(dict.fromkeys(m for n in names for m in (MODEL_FREE if n == "both" else [n]) if m not in ("", "none")))
+
+
 def _engine_estimate(engine_numbers: dict[str, float] | None, batch_size: int, configs: list[SpecConfig],
                      costs: str | Path | None) -> EngineEstimate | None:
     """The served figures from engine numbers, which describe one config and replace the measured costs."""
@@ -208,24 +248,30 @@ def _check(run: _Run, tmp: Path, step: Callable[[str], None]) -> tuple[AssessRes
         step("fixing the config into DIR/fixed")
         fixed = fix_pair(run.drafter, run.target, tmp / "fixed", engine=run.engine, engine_version=run.engine_version)
         run_on = tmp / "fixed"
-    config = {
-        "drafter": str(run.drafter), "target": str(run.target),
-        "old_target": None if run.old_target is None else str(run.old_target), "prompts": str(run.prompts),
-        "engine": run.engine, "engine_version": checked.engine_version, "grid": [c.label for c in run.configs],
-        "batch_sizes": sorted(set(run.batch_sizes)), "max_new_tokens": run.max_new_tokens,
-        "costs": None if run.costs is None else str(run.costs), "model_free": list(run.model_free),
-        "device": run.device, "dtype": run.dtype,
-    }
+    config = {**_inputs(run), "engine_version": checked.engine_version}
     result = AssessResult(verdict=None, config=config,  # type: ignore[arg-type]  # decided last
                           drafter=str(run.out / "fixed") if fixed is not None else str(run.drafter),
                           inspect=inspected, check=checked, fix=fixed)
     return result, run_on
 
 
+def _inputs(run: _Run) -> dict[str, Any]:
+    """The run's inputs as assess.json's ``config`` records them (what a resumed run must share)."""
+    return {
+        "drafter": str(run.drafter), "target": str(run.target),
+        "old_target": None if run.old_target is None else str(run.old_target), "prompts": str(run.prompts),
+        "engine": run.engine, "grid": [c.label for c in run.configs],
+        "batch_sizes": sorted(set(run.batch_sizes)), "max_new_tokens": run.max_new_tokens,
+        "costs": None if run.costs is None else str(run.costs), "model_free": list(run.model_free),
+        "device": run.device, "dtype": run.dtype,
+    }
+
+
 def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Callable[[str], None],
-             clock: Clock) -> None:
-    """Everything after a passing check, into ``result`` and DIR: the pair loaded once, its continuations
-    decoded once, coverage, probes and model-free baselines on them, OLD, the plan, the verdict."""
+             clock: Clock, kept: list[str]) -> None:
+    """Everything after a passing check, into ``result`` and DIR: the pair loaded once, the parts
+    (:data:`~draftlab.assess.partial.PARTS`) an interrupted run did not keep, then the plan and the verdict.
+    Ctrl-C once the first part has finished writes what finished, ``result.missing`` naming the rest."""
     step("loading the pair")
     # the deployment the check of this drafter computed from (its Pair's), so both name the same layers
     deployment = open_pair(drafter, run.target, run.engine, run.engine_version, run.draft_window).deployment
@@ -233,43 +279,123 @@ def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Ca
     pair = load_pair(run.target, drafter, deployment, dtype=run.dtype, device=run.device)
     clock.lap("load_s")
     flags = [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in run.configs]
+    parts = {"probe": lambda: _probe_part(result, run, pair, drafter, flags, deployment, tmp, step),
+             "old": lambda: _on_old(result, run, pair, drafter, flags, tmp, step),
+             "profile": lambda: _profile_part(result, run, pair, drafter, step)}
+    needed = {"old": run.old_target is not None, "profile": run.engine_estimate is None and run.given_costs is None}
+    result.finished = list(kept)
+    result.missing = [p for p in PARTS if p not in kept and needed.get(p, True)]
+    try:
+        for name in list(result.missing):
+            parts[name]()
+            result.missing.remove(name)
+            result.finished.append(name)
+            clock.lap(f"{name}_s")
+    except KeyboardInterrupt:
+        if "probe" in result.missing:
+            raise  # nothing finished: nothing to keep
+        result.timings = clock.timings()
+        _write(result, tmp, run.out)
+        return
+    _conclude(result, run, pair, tmp, step, clock)
+
+
+def _probe_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, flags: list[SpecFlags],
+                deployment: Deployment, tmp: Path, step: Callable[[str], None]) -> None:
+    """The target's continuations, decoded once; coverage, every grid config's probe and the model-free
+    baselines on them, their slices and how repetitive the text is. DIR gets the continuations and the counts."""
     step("decoding the target's continuations")
     decoded = decode_continuations(pair, run.target, run.prompts, flags, max_new_tokens=run.max_new_tokens,
                                    lookahead=run.lookahead, progress=run.progress)
-    clock.lap("continuations_s")
     step("coverage, probe and model-free baselines")
     result.coverage, counts = _coverage(pair, drafter, decoded)
     result.probes = probe_configs(pair, run.target, run.prompts, flags, max_new_tokens=run.max_new_tokens,
                                   decoded=decoded)
     for probed in result.probes:
         probed.config.update(deployment.describe())
+        probed.config["drafter"] = str(drafter)  # the report's heading names the pair: drafter on target
     categories = dict(enumerate(read_categories(run.prompts)))
     result.model_free, free_cycles = _model_free(run, decoded, pair.target.eos_token_ids)
-    clock.lap("probe_s")
-    if run.old_target is not None:
-        step("drift and the probe on OLD")
-        _on_old(result, run, pair, drafter, flags)
-        clock.lap("old_s")
+    result.repetition = repetition(decoded.prompts, [c[:n] for c, n in zip(decoded.continuations,
+                                                                            decoded.max_new_tokens)])
+    lens = {s.index: s.prompt_len for s in decoded.samples}
+    result.slices = _slices(run.configs, result.probes, None, free_cycles, lens, categories)
+    counts.save(tmp / "vocab-counts.json")
+    rows = [json.dumps({"input_ids": p, "response_ids": c[:n], "category": categories.get(i), "prompt_index": i})
+            for i, p, c, n in zip(decoded.indices, decoded.prompts, decoded.continuations, decoded.max_new_tokens)]
+    (tmp / "continuations.jsonl").write_text("\n".join(rows) + "\n")
+
+
+def _profile_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, step: Callable[[str], None]) -> None:
+    step(f"profiling the pair ({run.repeats} timed calls per pass, interleaved)")
+    result.profile = _profile(run, pair, drafter, _free_entries(result))
+
+
+def _conclude(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path, step: Callable[[str], None],
+              clock: Clock) -> None:
+    """The plan, its timings checked (and held against a real decode when measured here), the schedule,
+    the verdict; DIR written."""
     if run.engine_estimate is not None:
         result.engine_estimate = run.engine_estimate
     else:
-        step("profiling and planning")
-        _plan(result, run, pair, drafter)
-        _schedule(result, run.engine, run.engine_version)
+        step("planning and checking the timings")
+        _plan(result, run)
+        assert result.profile is not None and result.plan is not None
+        result.timing = check_timings(result.profile, result.plan)
+        if run.given_costs is None:
+            result.measured_checks = _cross_check(result, run, pair, tmp)
+        if _contradictions(result):
+            result.schedule_note = "the timings contradict each other, so no schedule is chosen from them"
+        else:
+            _schedule(result, run.engine, run.engine_version)
     clock.lap("plan_s")
-
-    result.slices = _slices(run.configs, result.probes, result.old_probes, free_cycles, decoded, categories)
     result.verdict = _decide(result, run)
     result.timings = clock.timings()
-    counts.save(tmp / "vocab-counts.json")
+    categories = dict(enumerate(read_categories(run.prompts)))
     write_profile(profile_from_probe(_served_probe(result), prompts=run.prompts, categories=categories),
                   tmp / "speculation_profile.json")
-    _write(result, tmp, run.out, decoded=decoded, categories=categories)
+    _write(result, tmp, run.out)
 
 
-def _on_old(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, flags: list[SpecFlags]) -> None:
+def _cross_check(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path) -> list[dict[str, Any]]:
+    """``plan``'s cross-check: the config that would serve at batch 1 decoded for real on a few prompts, its
+    tok/s held against the plan's prediction at the accept length that decode reached."""
+    assert result.plan is not None
+    if 1 not in result.plan.decode_ms:
+        return []
+    row = max((r for r in result.plan.configs if r.method == "eagle3" and r.batch_size == 1),
+              key=lambda r: r.tokens_per_second)
+    decoder = SpeculativeDecoder(pair.target, pair.drafter, exact_spec_flags(row.steps, row.topk, row.num_draft_tokens))
+    tokens, lengths, elapsed = 0, [], 0.0
+    for ids in list(_prompt_ids(tmp).values())[:CHECK_PROMPTS]:
+        start = time.perf_counter()
+        for commit in decoder.stream(ids, max_new_tokens=run.max_new_tokens):
+            tokens += len(commit.tokens)
+            lengths += [commit.accept_length] if commit.accept_length is not None else []
+        elapsed += time.perf_counter() - start
+    if not lengths or elapsed <= 0:
+        return []
+    predicted = tokens_per_second(1, sum(lengths) / len(lengths), row.cycle_ms)
+    return [held_against(f"a real decode of {row.label} here, tok/s at batch 1", predicted, tokens / elapsed)]
+
+
+def _contradictions(result: AssessResult) -> list[str]:
+    """Every reason not to decide speed: the timings' contradictions and the cross-checks that disagree."""
+    found = list(result.timing.contradictions) if result.timing is not None else []
+    return found + [check_sentence(c) for c in result.measured_checks if not c["agrees"]]
+
+
+def _prompt_ids(tmp: Path) -> dict[int, list[int]]:
+    """The prompts' token ids by their index in the prompts file, as DIR/continuations.jsonl holds them."""
+    rows = [json.loads(line) for line in (tmp / "continuations.jsonl").read_text().splitlines() if line]
+    return {row["prompt_index"]: row["input_ids"] for row in rows}
+
+
+def _on_old(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, flags: list[SpecFlags], tmp: Path,
+            step: Callable[[str], None]) -> None:
     """With OLD: the drift from OLD to the target, and every grid config's probe on OLD (the ceiling)."""
     assert run.old_target is not None
+    step("drift and the probe on OLD")
     old = deployment_for(run.old_target, drafter, run.engine, run.engine_version, run.draft_window)
     old_pair = load_pair(run.old_target, drafter, old, dtype=run.dtype, device=run.device)
     result.drift = _drift(old_pair, pair, run)
@@ -277,7 +403,11 @@ def _on_old(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, fl
                                       max_new_tokens=run.max_new_tokens)
     for probed in result.old_probes:
         probed.config.update(old.describe())
+        probed.config["drafter"] = str(drafter)
     del old_pair
+    lens = {i: len(ids) for i, ids in _prompt_ids(tmp).items()}
+    categories = dict(enumerate(read_categories(run.prompts)))
+    result.slices.update(_slices(run.configs, [], result.old_probes, {}, lens, categories))
 
 
 def _decide(result: AssessResult, run: _Run) -> Verdict:
@@ -291,7 +421,8 @@ def _decide(result: AssessResult, run: _Run) -> Verdict:
         fixed_dir=str(run.out / "fixed"), engine=run.engine_estimate,
         engine_config=run.configs[0].label if served else None,
         accept_length=probes[0].mean_accept_length if served else None,
-        accept_length_old=old_probes[0].mean_accept_length if served and old_probes else None))
+        accept_length_old=old_probes[0].mean_accept_length if served and old_probes else None,
+        timing=_contradictions(result), repetition=result.repetition))
 
 
 def _served_probe(result: AssessResult) -> ProbeResult:
@@ -307,13 +438,19 @@ def _served_probe(result: AssessResult) -> ProbeResult:
                 == (best.steps, best.topk, best.num_draft_tokens))
 
 
-def _plan(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path) -> None:
-    """The profile (measured here unless given), the plan with the model-free candidates, and the plan at
+def _free_entries(result: AssessResult) -> list[ModelFreeEntry]:
+    """The model-free baselines that drafted at all, as plan candidates."""
+    return [ModelFreeEntry(m.method, m.options["num_speculative_tokens"], m.mean_accept_length, m.mean_drafted,
+                           f"assess {m.method}") for m in result.model_free if m.num_cycles]
+
+
+def _plan(result: AssessResult, run: _Run) -> None:
+    """The plan on the profile (measured here unless given) with the model-free candidates, and the plan at
     the accept lengths on OLD (the same costs: OLD is the same architecture)."""
     configs, batch_sizes = run.configs, run.batch_sizes
-    free = [ModelFreeEntry(m.method, m.options["num_speculative_tokens"], m.mean_accept_length, m.mean_drafted,
-                           f"assess {m.method}") for m in result.model_free if m.num_cycles]
-    result.profile = run.given_costs or _profile(run, pair, drafter, free)
+    free = _free_entries(result)
+    result.profile = run.given_costs or result.profile
+    assert result.profile is not None
     accept = [probe_accept_length(c, r, run.prompts) for c, r in zip(configs, result.probes or [])]
     entries = [GridEntry(c) for c in configs]
     result.plan = make_plan(result.profile, accept, grid=entries, batch_sizes=list(batch_sizes),
@@ -336,18 +473,19 @@ def _schedule(result: AssessResult, engine: str, version: str | None) -> None:
     result.schedule, result.schedule_plan = written.value, written.summary()
 
 
-def _steps(progress: bool) -> Any:
-    """One progress display for the whole run: ``step(name)`` starts the next phase."""
-    import contextlib
+def _steps(progress: bool, device: str) -> Any:
+    """``step(name)`` starts the next phase: one line on stderr with the time so far, whether or not it is a
+    terminal (a run of minutes must say where it is when its output goes to a file); the first says how
+    many CPU threads torch computes with, and why."""
+    start = time.perf_counter()
 
-    @contextlib.contextmanager
-    def display() -> Any:
-        with Progress(TextColumn("assess: {task.description}"), BarColumn(), TimeElapsedColumn(),
-                      console=Console(stderr=True), transient=True, disable=not progress) as bar:
-            task = bar.add_task("starting", total=None)
-            yield lambda name: bar.update(task, description=name)
+    def step(name: str) -> None:
+        if progress:
+            print(f"assess: {name} ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
 
-    return display()
+    if device == "cpu":
+        step(f"{torch.get_num_threads()} CPU threads ({provenance()['threads_from'] or 'torch default'})")
+    return contextlib.nullcontext(step)
 
 
 def _same_architecture(old: str | Path, new: str | Path) -> None:
@@ -430,10 +568,9 @@ def _in_range(profile: Profile, entry: ModelFreeEntry, batch_sizes: Sequence[int
 
 
 def _slices(configs: list[SpecConfig], probes: list[ProbeResult], old: list[ProbeResult] | None,
-            free: dict[str, list[Sequence[int]]], decoded: Decoded,
+            free: dict[str, list[Sequence[int]]], lens: dict[int, int],
             categories: dict[int, str | None]) -> dict[str, dict[str, dict[str, Slice]]]:
-    """Every accept length per category and per context bucket."""
-    lens = {s.index: s.prompt_len for s in decoded.samples}
+    """Every accept length per category and per context bucket (``lens``: each prompt's length by index)."""
     out = {}
     for c, r in zip(configs, probes):
         out[c.label] = slices([Cycles(categories[p.prompt_index], lens[p.prompt_index], p.accept_lengths)
@@ -443,46 +580,44 @@ def _slices(configs: list[SpecConfig], probes: list[ProbeResult], old: list[Prob
                                             for p in r.results
                                             for len_ in [lens.get(p.prompt_index, 0)]])
     for label, per_prompt in free.items():
-        out[label] = slices([Cycles(categories[s.index], s.prompt_len, lengths)
-                             for s, lengths in zip(decoded.samples, per_prompt)])
+        out[label] = slices([Cycles(categories[i], n, lengths) for (i, n), lengths in zip(lens.items(), per_prompt)])
     return out
 
 
-def _write(result: AssessResult, tmp: Path, out: Path, *, decoded: Decoded | None = None,
-           categories: dict[int, str | None] | None = None) -> None:
-    """assess.json, each sub-result as its command writes it, the continuations; paths under the
-    temporary folder named as they will be once it becomes ``out``."""
+def _write(result: AssessResult, tmp: Path, out: Path) -> None:
+    """assess.json and each sub-result as its command writes it (beside the continuations and counts the probe
+    part wrote), and the page once there is a verdict; paths under the temporary folder named as they will
+    be once it becomes ``out``."""
     named: dict[str, Any] = {
         "inspect.json": result.inspect, "check.json": result.check, "fix.json": result.fix,
         "vocab-coverage.json": result.coverage, "probe.json": result.probes, "probe-old.json": result.old_probes,
         "drift.json": result.drift, "profile.json": result.profile, "plan.json": result.plan or result.engine_estimate,
     }
     parts = {name: obj for name, obj in named.items() if obj is not None}
-    result.files = {name: str(out / name) for name in ["assess.json", "report.html", *parts]}
+    page = [] if result.verdict is None else ["report.html"]
+    result.files = {name: str(out / name) for name in ["assess.json", *page, *parts]}
     if result.schedule is not None:
         result.files["schedule.json"] = str(out / "schedule.json")
         (tmp / "schedule.json").write_text(dumps(result.schedule))
-    if decoded is not None:
-        result.files["continuations.jsonl"] = str(out / "continuations.jsonl")
-        result.files["vocab-counts.json"] = str(out / "vocab-counts.json")
-        result.files["speculation_profile.json"] = str(out / "speculation_profile.json")
-        rows = [json.dumps({"input_ids": p, "response_ids": c[:n], "category": (categories or {}).get(i)})
-                for i, p, c, n in zip(decoded.indices, decoded.prompts, decoded.continuations, decoded.max_new_tokens)]
-        (tmp / "continuations.jsonl").write_text("\n".join(rows) + "\n")
+    for name in ("continuations.jsonl", "vocab-counts.json", "speculation_profile.json"):
+        if (tmp / name).exists():
+            result.files[name] = str(out / name)
     here, there = str(tmp), str(out)
     for name, obj in parts.items():
         doc = document(obj) if name != "profile.json" else {"format": PROFILE_FORMAT, **to_jsonable(obj)}
         (tmp / name).write_text(json.dumps(doc, indent=2).replace(here, there) + "\n")
     (tmp / "assess.json").write_text(json.dumps(assess_document(result), indent=2).replace(here, there) + "\n")
+    if result.verdict is None:
+        return  # a partial result: no page until the verdict
     from draftlab.report.html.report import make_report
 
     sections = [tmp / "assess.json", *(tmp / name for name in parts)]
     make_report(sections, tmp / "report.html", title=result.verdict.headline)
-    page = tmp / "report.html"
-    page.write_text(page.read_text().replace(here, there))
+    html = tmp / "report.html"
+    html.write_text(html.read_text().replace(here, there))
 
 
 def assess_document(result: AssessResult) -> dict[str, Any]:
     """assess.json: the verdict first, then every sub-result as its command prints it."""
     doc = document(result)
-    return {"format": "draftlab-assess/1", "verdict": doc.pop("verdict"), **doc}
+    return {"format": "draftlab-assess/1", "verdict": doc.pop("verdict"), "partial": bool(result.missing), **doc}

@@ -1,23 +1,30 @@
-"""The decision: from the figures ``assess`` measured to what to do next, by documented rules.
+"""The decision: from the figures ``assess`` measured to what to do with the drafter, by documented rules.
 
-The rules run in this order and the first that holds is the verdict; every rule that was checked
-adds a reason citing the figure behind it (README "assess: the rules"):
+The verdict has two parts. The headline answers the question asked, about the drafter: serve it as
+is, fix its config, fine-tune it, train a new one, or turn it off. The serving part follows: which
+method to run at each batch size (the drafter as it is now, or a model-free method where one is
+predicted faster, with why it wins on this data) and the engine's schedule. Both read the same plan,
+so they cannot contradict each other. Timings are checked first (:mod:`draftlab.cost.consistency`):
+where they contradict each other no speed figure is used, the verdict says so and names them.
+
+The headline's rules run in this order and the first that holds is the verdict; every rule that was
+checked adds a reason citing the figure behind it (README "assess: the rules"):
 
 1. **fix-config**: the drafter has an error ``check --fix`` cannot fix: nothing else can run.
-2. **model-free**: n-gram or suffix decoding is predicted at least as fast as the drafter at most of
-   the batch sizes where speculation pays (against what a refit drafter would at best reach, its
-   accept length on OLD, when the drafter has fallen behind there).
-3. **fine-tune** / **train-from-scratch**: with OLD given, the drafter has lost at least
+2. **fine-tune** / **train-from-scratch**: with OLD given, the drafter has lost at least
    :data:`REFIT_LOSS` of its gain over plain decoding (accept length - 1) against OLD, on the config
-   that serves best at the smallest batch size on OLD, and on OLD it would pay off. Fine-tuning keeps the drafter's vocabulary and weights; it is the advice unless the draft
+   that would serve (the drafter's fastest at the smallest batch size; the one accepting most when
+   the timings cannot say), and on OLD it would pay off (not checked when the timings cannot say).
+   Fine-tuning keeps the drafter's vocabulary and weights; it is the advice unless the draft
    vocabulary covers less than :data:`COVERAGE_MIN` of the new target's text (a new vocabulary means a
    new drafter) or the hidden states the drafter reads moved so far (cosine below
    :data:`COSINE_FLOOR` at an aux layer) that its fc layer no longer sees the features it learned.
+3. **speed-undecided**: the timings contradict each other: no speed verdict.
 4. **system-bound**: the drafter accepts (over :data:`NEVER_ACCEPTS`), yet no config pays off at any
    batch size even at its best accept length (on OLD when given): the verify cycle costs more than
    the accepted tokens buy; the reasons give the break-even and where the cycle's time goes.
 5. **speculation-off**: no config pays off at any batch size (the drafter barely accepts).
-6. **serve**: the best config per batch size, and the batch sizes where speculation should be off.
+6. **serve**: the drafter pays off as it is (with its fixed config, when ``check --fix`` fixed one).
 """
 
 from __future__ import annotations
@@ -33,15 +40,28 @@ REFIT_LOSS = 0.20  # share of the gain over plain decoding (accept length - 1) l
 COVERAGE_MIN = 0.90  # share of the new target's continuation tokens the draft vocabulary must cover to fine-tune
 COSINE_FLOOR = 0.50  # aux-layer cosine (old vs new hidden states) under which a fine-tune starts too far away
 NEVER_ACCEPTS = 1.10  # an accept length at or under this: the drafter barely ever accepts a draft
+LOOPING = 0.50  # share of continuation tokens that repeat earlier text above which the data loops (a toy's greedy text)
 
-KINDS = ("fix-config", "model-free", "fine-tune", "train-from-scratch", "system-bound", "speculation-off", "serve")
+KINDS = ("fix-config", "fine-tune", "train-from-scratch", "speed-undecided", "system-bound", "speculation-off",
+         "serve")
 
 
 @dataclass(frozen=True)
 class Reason:
-    rule: str  # a verdict kind, or the evidence it weighs: "config", "drift", "vocabulary"
+    rule: str  # a verdict kind, or the evidence it weighs: "config", "drift", "vocabulary", "timing", "model-free"
     text: str
     figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The serving part, after the headline: the fastest method per batch size as the drafter is now (a
+    model-free method where it is predicted faster), or why speed is not decided."""
+
+    decided: bool  # False: the timings contradict each other and nothing below is chosen by speed
+    text: str
+    per_batch: dict[str, str]  # batch size -> "3/1/4", "ngram k=4" or "off" (empty when not decided)
+    model_free_note: str | None = None  # why a model-free method wins on this data, when it does
 
 
 @dataclass(frozen=True)
@@ -49,7 +69,8 @@ class Verdict:
     kind: str  # one of KINDS
     headline: str
     reasons: list[Reason]
-    serve: dict[str, Any] | None = None  # per batch size: the config to run, or "off"
+    serve: dict[str, Any] | None = None  # per batch size: the method to run, or "off" (the serving part's choice)
+    serving: Serving | None = None
 
 
 @dataclass(frozen=True)
@@ -69,10 +90,12 @@ class Evidence:
     engine_config: str | None = None  # the config the engine ran (the one probed)
     accept_length: float | None = None  # the drafter's probe on that config, here and on OLD
     accept_length_old: float | None = None
+    timing: list[str] = field(default_factory=list)  # contradictions among the timings: no speed verdict
+    repetition: float | None = None  # share of continuation tokens that repeat earlier text (assess.repetition)
 
 
 def decide(e: Evidence) -> Verdict:
-    """Apply the rules in order; see the module docstring."""
+    """The headline (the rules in order; see the module docstring), then the serving part."""
     reasons: list[Reason] = []
     if e.fixed:
         reasons.append(Reason("config", f"check --fix fixed {', '.join(e.fixed)}; everything after ran on the fixed "
@@ -83,72 +106,118 @@ def decide(e: Evidence) -> Verdict:
         return Verdict("fix-config", "Fix the drafter's config first", reasons)
     if e.engine is not None:
         return _decide_from_engine(e, reasons)
+    assert e.plan is not None
+    serving = _serving(e) if not e.timing else _undecided(e.timing)
+    if e.timing:
+        reasons.append(Reason("timing", serving.text, {"contradictions": e.timing}))
+    kind, headline = _headline(e, reasons, serving)
+    if serving.model_free_note:
+        reasons.append(Reason("model-free", serving.model_free_note, {"repetition": e.repetition}))
+    return Verdict(kind, headline, reasons, serving.per_batch or None, serving)
 
+
+def _headline(e: Evidence, reasons: list[Reason], serving: Serving) -> tuple[str, str]:
+    """The answer about the drafter: its kind and headline, adding the reasons behind it."""
+    assert e.plan is not None
     drafter_now = _best(e.plan, drafter=True)
     ceiling = _best(e.old_plan, drafter=True) if e.old_plan is not None else drafter_now
-    free = _best(e.plan, drafter=False)
-    ref = _row(e.plan, ceiling[min(ceiling)].label, min(ceiling))  # what would have served best on OLD
-    al_new = ref.accept_length
-    al_old = ceiling[min(ceiling)].accept_length if e.old_plan is not None else None
+    b0 = min(drafter_now)
+    label = drafter_now[b0].label if serving.decided else max(
+        (r for r in e.plan.configs if r.method == "eagle3" and r.batch_size == b0), key=lambda r: r.accept_length).label
+    al_new = _row(e.plan, label, b0).accept_length
+    al_old = _row(e.old_plan, label, b0).accept_length if e.old_plan is not None else None
     loss = (al_old - al_new) / (al_old - 1) if al_old is not None and al_old > 1 else 0.0
-    fell = loss >= REFIT_LOSS
-    ceiling_pays = [b for b, r in ceiling.items() if r.speedup > 1]
+    which = (f"the config that would serve at batch {b0}" if serving.decided
+             else "the config accepting most here; the timings cannot say which would serve")
     if al_old is not None:
         reasons.append(Reason(
-            "drift", f"{ref.label} accepts {al_new:.2f} tokens per cycle on the new target and {al_old:.2f} on "
+            "drift", f"{label} ({which}) accepts {al_new:.2f} tokens per cycle on the new target and {al_old:.2f} on "
             f"OLD, the target it was trained for: {loss:.0%} of its gain over plain decoding lost (refit from "
             f"{REFIT_LOSS:.0%})",
-            {"config": ref.label, "accept_length": al_new, "accept_length_old": al_old, "gain_lost": loss,
+            {"config": label, "accept_length": al_new, "accept_length_old": al_old, "gain_lost": loss,
              "threshold": REFIT_LOSS}))
-
-    rival = ceiling if fell else drafter_now
-    if free:
-        wins = [b for b in free if free[b].speedup > 1 and free[b].tokens_per_second >= rival[b].tokens_per_second]
-        pays = [b for b in free if free[b].speedup > 1 or rival[b].speedup > 1]
-        m = free[min(free)]
-        figures = {"method": m.label, "accept_length": m.accept_length,
-                   "tokens_per_second": {b: free[b].tokens_per_second for b in free},
-                   "drafter_tokens_per_second": {b: rival[b].tokens_per_second for b in rival},
-                   "batch_sizes_won": wins}
-        if pays and len(wins) * 2 >= len(pays):
-            reasons.append(Reason("model-free", f"{m.label} accepts {m.accept_length:.2f} and is predicted at least as "
-                                  f"fast as the drafter{' would be refitted' if fell else ''} at batch "
-                                  f"{_join(wins)} ({_speeds(free, rival, wins)})", figures))
-            return Verdict("model-free", f"Use {m.label.split()[0]} speculation: a model-free method is as good or "
-                           "better on this data", reasons, _schedule(free))
-        reasons.append(Reason("model-free", f"the best model-free method, {m.label}, accepts {m.accept_length:.2f}; "
-                              f"it wins at {len(wins)} of the {len(pays)} batch sizes where speculation pays", figures))
-
-    if fell and ceiling_pays:
-        return _refit(e, al_new, al_old, reasons)
+    ceiling_pays = [b for b, r in ceiling.items() if r.speedup > 1]
+    if loss >= REFIT_LOSS and (ceiling_pays or not serving.decided):
+        return _refit(e, label, al_new, al_old or al_new, reasons)
+    if not serving.decided:
+        return "speed-undecided", (f"No speed verdict: this machine's timings contradict each other; {label} "
+                                   f"accepts {al_new:.2f} tokens per cycle")
     if _accepts(ceiling) and not ceiling_pays:
-        r = ceiling[min(ceiling)]
-        verify = (r.verify_ms + r.allreduce_ms) / r.cycle_ms
-        reasons.append(Reason(
-            "system-bound", f"even at {'its accept length on OLD' if e.old_plan is not None else 'its accept length'}, "
-            f"{r.accept_length:.2f}, {r.label} needs {r.break_even_accept_length:.2f} to break even at batch "
-            f"{r.batch_size}: verify is {verify:.0%} of its {r.cycle_ms:.2f} ms cycle, all-reduce "
-            f"{r.allreduce_ms / r.cycle_ms:.0%}; no config pays off at batch {_join(sorted(ceiling))}",
-            {"config": r.label, "accept_length": r.accept_length, "break_even_accept_length": r.break_even_accept_length,
-             "verify_share": verify, "allreduce_share": r.allreduce_ms / r.cycle_ms, "cycle_ms": r.cycle_ms}))
-        return Verdict("system-bound", "System-bound: the verify step costs more than a better drafter could win back",
-                       reasons)
+        _system_bound(e, ceiling, reasons)
+        return "system-bound", "System-bound: the verify step costs more than a better drafter could win back"
     pays_now = {b: r for b, r in drafter_now.items() if r.speedup > 1}
     if not pays_now:
-        reasons.append(Reason("speculation-off", f"the drafter accepts {al_new:.2f} tokens per cycle ({ref.label}); no "
+        reasons.append(Reason("speculation-off", f"the drafter accepts {al_new:.2f} tokens per cycle ({label}); no "
                               f"config beats plain decoding at batch {_join(sorted(drafter_now))} (best "
                               f"{max(r.speedup for r in drafter_now.values()):.2f}x)",
                               {"accept_length": al_new, "speedup": {b: r.speedup for b, r in drafter_now.items()}}))
-        return Verdict("speculation-off", "Turn speculation off: this drafter does not pay off here", reasons)
+        free_pays = any(v != "off" for v in serving.per_batch.values())
+        return "speculation-off", ("Do not serve this drafter: it does not pay off here" if free_pays
+                                   else "Turn speculation off: this drafter does not pay off here")
     off = sorted(set(drafter_now) - set(pays_now))
     reasons.append(Reason("serve", "; ".join(f"batch {b}: {r.label} at {r.speedup:.2f}x (accept length "
                                              f"{r.accept_length:.2f}, break-even {r.break_even_accept_length:.2f})"
                                              for b, r in pays_now.items())
                           + (f"; speculation off at batch {_join(off)}" if off else ""),
                           {"speedup": {b: r.speedup for b, r in drafter_now.items()}}))
-    where = f" (with the fixed config in {e.fixed_dir})" if e.fixed else ""
-    return Verdict("serve", f"Serve as is{where}: {ref.label} at batch {_join(sorted(pays_now))}"
-                   + (f", off at batch {_join(off)}" if off else ""), reasons, _schedule(drafter_now))
+    how = f"Fix the config (the fixed copy is {e.fixed_dir}), then serve it" if e.fixed else "Serve as is"
+    return "serve", (f"{how}: {label} at batch {_join(sorted(pays_now))}" + (f", off at batch {_join(off)}" if off
+                                                                             else ""))
+
+
+def _serving(e: Evidence) -> Serving:
+    """The fastest method per batch size as things are now: the drafter's best config or a model-free
+    method, "off" where none beats plain decoding; why a model-free method wins, when one does."""
+    assert e.plan is not None
+    drafter_now, free = _best(e.plan, drafter=True), _best(e.plan, drafter=False)
+    per_batch, parts, wins = {}, [], []
+    for b, mine in drafter_now.items():
+        theirs = free.get(b)
+        best = theirs if theirs is not None and theirs.tokens_per_second > mine.tokens_per_second else mine
+        if best.speedup <= 1:
+            per_batch[str(b)] = "off"
+            parts.append(f"batch {b}: off (the best, {best.label}, {best.speedup:.2f}x)")
+            continue
+        per_batch[str(b)] = best.label
+        parts.append(f"batch {b}: {best.label} ({best.speedup:.2f}x" + (f"; the drafter's {mine.label} {mine.speedup:.2f}x)"
+                                                                         if best is not mine else ")"))
+        if best is not mine:
+            wins.append(best)
+    note = _why_model_free(wins, e.repetition) if wins else None
+    text = "Fastest per batch size with the drafter as it is now: " + "; ".join(parts)
+    return Serving(True, text, per_batch, note)
+
+
+def _why_model_free(wins: list[ConfigPlan], repetition: float | None) -> str:
+    """Why a model-free method wins here: the text it drafts from repeats (a looping toy), or it simply
+    accepts more on this data."""
+    m = max(wins, key=lambda r: r.accept_length)
+    said = f"{m.label} accepts {m.accept_length:.2f} tokens per cycle on these continuations"
+    if repetition is None:
+        return said
+    said += f"; {repetition:.0%} of their tokens repeat text that came before them (what it copies)"
+    if repetition >= LOOPING:
+        said += (": the target's greedy continuations loop, which real chat traffic rarely does, so this win "
+                 "belongs to this data; measure it on prompts like your traffic before serving it")
+    return said
+
+
+def _undecided(contradictions: list[str]) -> Serving:
+    shown = "; ".join(contradictions[:3]) + (f"; and {len(contradictions) - 3} more" if len(contradictions) > 3 else "")
+    return Serving(False, "this machine is too noisy to decide speed, so no method is chosen by it: the timings "
+                   f"contradict each other ({shown}); rerun on a quiet machine, or give --costs from one", {})
+
+
+def _system_bound(e: Evidence, ceiling: dict[int, ConfigPlan], reasons: list[Reason]) -> None:
+    r = ceiling[min(ceiling)]
+    verify = (r.verify_ms + r.allreduce_ms) / r.cycle_ms
+    reasons.append(Reason(
+        "system-bound", f"even at {'its accept length on OLD' if e.old_plan is not None else 'its accept length'}, "
+        f"{r.accept_length:.2f}, {r.label} needs {r.break_even_accept_length:.2f} to break even at batch "
+        f"{r.batch_size}: verify is {verify:.0%} of its {r.cycle_ms:.2f} ms cycle, all-reduce "
+        f"{r.allreduce_ms / r.cycle_ms:.0%}; no config pays off at batch {_join(sorted(ceiling))}",
+        {"config": r.label, "accept_length": r.accept_length, "break_even_accept_length": r.break_even_accept_length,
+         "verify_share": verify, "allreduce_share": r.allreduce_ms / r.cycle_ms, "cycle_ms": r.cycle_ms}))
 
 
 def _decide_from_engine(e: Evidence, reasons: list[Reason]) -> Verdict:
@@ -182,7 +251,7 @@ def _decide_from_engine(e: Evidence, reasons: list[Reason]) -> Verdict:
         return Verdict("system-bound", "System-bound: the verify step costs more than a better drafter could win back",
                        reasons)
     if al_old is not None and loss >= REFIT_LOSS:
-        return _refit(e, al_new, al_old, reasons)
+        return Verdict(*_refit(e, label, al_new, al_old, reasons), reasons)
     if al_new > be:
         reasons.append(Reason("serve", f"{label} accepts {al_new:.2f} against a break-even of {be:.2f}: predicted "
                               f"{al_new / be:.2f}x plain decoding at batch {est.batch_size}",
@@ -194,7 +263,8 @@ def _decide_from_engine(e: Evidence, reasons: list[Reason]) -> Verdict:
     return Verdict("speculation-off", "Turn speculation off: this drafter does not pay off here", reasons)
 
 
-def _refit(e: Evidence, al_new: float, al_old: float, reasons: list[Reason]) -> Verdict:
+def _refit(e: Evidence, label: str | None, al_new: float, al_old: float, reasons: list[Reason]) -> tuple[str, str]:
+    """Fine-tune, or train anew when the vocabulary or the hidden states moved too far: kind and headline."""
     moved = min(e.drift or [], key=lambda d: d.cosine, default=None)
     if moved is not None:
         reasons.append(Reason("drift", f"the hidden states moved most at aux layer {moved.layer}: cosine "
@@ -208,13 +278,13 @@ def _refit(e: Evidence, al_new: float, al_old: float, reasons: list[Reason]) -> 
                               f"continuations (fine-tune from {COVERAGE_MIN:.0%})",
                               {"coverage": e.coverage, "threshold": COVERAGE_MIN}))
     if e.coverage is not None and e.coverage < COVERAGE_MIN:
-        return Verdict("train-from-scratch", f"Train a new drafter: its vocabulary covers only {e.coverage:.1%} of the "
-                       "new target's text", reasons)
+        return "train-from-scratch", (f"Train a new drafter: its vocabulary covers only {e.coverage:.1%} of the "
+                                      "new target's text")
     if moved is not None and moved.cosine < COSINE_FLOOR:
-        return Verdict("train-from-scratch", f"Train a new drafter: the hidden states it reads moved too far (cosine "
-                       f"{moved.cosine:.2f} at layer {moved.layer})", reasons)
-    return Verdict("fine-tune", f"Fine-tune the drafter on the new target: accept length {al_new:.2f} here against "
-                   f"{al_old:.2f} on OLD", reasons)
+        return "train-from-scratch", (f"Train a new drafter: the hidden states it reads moved too far (cosine "
+                                      f"{moved.cosine:.2f} at layer {moved.layer})")
+    return "fine-tune", (f"Fine-tune the drafter on the new target: {label} accepts {al_new:.2f} tokens per cycle here "
+                         f"against {al_old:.2f} on OLD")
 
 
 def _best(plan: Plan | None, *, drafter: bool) -> dict[int, ConfigPlan]:
@@ -233,15 +303,6 @@ def _row(plan: Plan, label: str, batch_size: int) -> ConfigPlan:
 
 def _accepts(best: dict[int, ConfigPlan]) -> bool:
     return max(r.accept_length for r in best.values()) > NEVER_ACCEPTS
-
-
-def _schedule(best: dict[int, ConfigPlan]) -> dict[str, Any]:
-    return {str(b): (r.label if r.speedup > 1 else "off") for b, r in best.items()}
-
-
-def _speeds(free: dict[int, ConfigPlan], rival: dict[int, ConfigPlan], batches: list[int]) -> str:
-    return ", ".join(f"{free[b].tokens_per_second:.0f} vs {rival[b].tokens_per_second:.0f} tok/s at {b}"
-                     for b in batches)
 
 
 def _join(values: list[int]) -> str:

@@ -52,6 +52,9 @@ def assess_command(
     max_new_tokens: Annotated[int, typer.Option(callback=at_least_one, help="Continuation tokens per prompt.")] = 128,
     out: Annotated[Path, typer.Option("--out", help="New folder for assess.json, report.html and every "
                                                     "sub-result.")] = Path("draftlab-assess"),
+    resume: Annotated[bool, typer.Option("--resume", help="--out is the folder an interrupted assess left (Ctrl-C "
+                                                          "keeps what finished): run only what it misses, with the "
+                                                          "same options.")] = False,
     where: Placement = placement(device_map=False),
     device: Annotated[Optional[str], typer.Option(callback=check_device,
                                                   help="cpu, cuda or cuda:N (default cuda when available).")] = None,
@@ -61,10 +64,11 @@ def assess_command(
     """Inspect, check (and fix), probe, compare with OLD and model-free methods, plan: then say what to do."""
     refuse_overlap(out, {"--drafter": drafter, "--target": target, "--prompts": prompts, "--old-target": old_target,
                          "--costs": costs}, folder=True)
-    if out.exists():
-        raise DraftlabError("already exists; assess writes a new folder, give another --out", path=out)
+    if out.exists() and not resume:
+        raise DraftlabError("already exists; assess writes a new folder, give another --out (or --resume to finish "
+                            "an interrupted one)", path=out)
     from draftlab.assess.render import render_assess
-    from draftlab.assess.run import assess, assess_document
+    from draftlab.assess.run import assess, assess_document, parse_model_free
     from draftlab.cost.plan import parse_grid
     from draftlab.probe.modelfree import Ngram
 
@@ -88,7 +92,7 @@ def assess_command(
         result = assess(drafter, target, prompts, out, old_target=old_target, engine=engine,
                         engine_version=engine_version, draft_window=asked.draft_window, grid=None if entries is None else [e.config for e in entries],
                         batch_sizes=parse_ints("--batch-sizes", batch_sizes), costs=costs, max_new_tokens=max_new_tokens,
-                        ngram=ngram_options, model_free=[m.strip() for m in model_free.split(",") if m.strip() not in ("", "none")],
+                        ngram=ngram_options, model_free=parse_model_free(model_free),
                         engine_numbers={k: v for k, v in numbers.items() if v is not None}, engine_batch_size=batch_size,
-                        dtype=where.dtype, device=where.device, progress=not json_out)
+                        dtype=where.dtype, device=where.device, resume=resume)
     show(result, json_out, render_assess, as_json=assess_document)
