@@ -12,6 +12,7 @@ import pytest
 from draftlab.acceptance.by_context import accept_length_by_context, bucket_label, first_width
 from draftlab.cli import main
 from draftlab.probe.walk import cycle_roots, decoder_walk
+from draftlab.report.html.assess import assess_section
 from draftlab.report.html.by_context import assess_curves, context_parts
 from draftlab.report.html.decode import probe_section
 from draftlab.toy.corpus import stdlib_text
@@ -74,8 +75,10 @@ def test_probe_json_on_long_prompts_sums_to_its_cycles_and_shows_everywhere(toy_
     section = probe_section(doc)
     assert section.figures == 2 and any('data-figure="accept-by-context"' in part for part in section.body)
     assert any("Accept length (cycles) by cycle position" in part for part in section.body)
-    assessed = {"probes": [doc], "old_probes": [doc]}
+    assessed = {"verdict": {"headline": "h", "reasons": []}, "probes": [doc], "old_probes": [doc]}
     assert [label for label, _ in assess_curves(assessed)] == ["3/1/4", "3/1/4 on OLD"]
+    page = "".join(assess_section(assessed).body)  # assess's page: every probe's curve, this target's and OLD's
+    assert 'data-figure="accept-by-context"' in page and "3/1/4 on OLD" in page
     assert context_parts(assess_curves({"probes": [{**doc, "accept_length_by_context": []}]})) == []
 
     assert main(["probe", "--target", str(toy_pair.target_dir), "--drafter", str(toy_pair.drafter_dir),
