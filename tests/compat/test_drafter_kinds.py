@@ -49,7 +49,9 @@ def test_sglang_names_the_window_flag_and_is_clean_with_it(tmp_path, target_conf
     assert "serves it with sliding window 12" in other.message
     assert "draft-window" not in by_code(drafter, target, "vllm", "0.17.1")  # vLLM reads the config's window
     assert main(["check", str(drafter), "-t", str(target), "--draft-window", "24", "--json"]) == 0
-    assert "draft-window" not in {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    doc = json.loads(capsys.readouterr().out)
+    assert "draft-window" not in {f["code"] for f in doc["findings"]}
+    assert doc["deployment"]["draft_windows"] == [24] and doc["deployment"]["captured_layers"] == doc["aux_layers"]
 
 
 def test_a_full_attention_drafter_served_with_the_sglang_flag_differs_too(tmp_path, target_configs):

@@ -50,4 +50,5 @@ def run_rules(pair: Pair, drafter: Path, target: Path) -> CheckResult:
         aux_layers=pair.captured.layers,
         aux_source=pair.captured.source,
         findings=findings,
+        deployment=pair.deployment.describe(),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -36,6 +37,9 @@ class CheckResult:
     aux_layers: list[int]  # canonical ids of the target layers the engine will capture
     aux_source: str  # the config field they come from, or "default"
     findings: list[Finding] = field(default_factory=list)
+    # what the release runs for the pair (engines/deployment.py's describe(): captured_layers, aux_rule, runner,
+    # draft_windows, the version asked), as every computing command's JSON names it
+    deployment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fixable(self) -> list[Finding]:
