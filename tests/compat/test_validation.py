@@ -147,3 +147,33 @@ def test_fix_with_nothing_fixable_writes_no_folder(tmp_path, target_configs, cap
     assert main(["check", str(drafter), "-t", str(target), "--fix", str(out)]) == 1
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize(("name", "shape", "code"), [
+    ("midlayer.self_attn.o_proj.weight", (H, 2 * H), "tensor-shape"),
+    ("midlayer.self_attn.k_proj.weight", (4 * 16, 2 * H), "tensor-shape"),  # 4 kv heads where the config says 2
+    ("midlayer.mlp.down_proj.weight", (H, 3 * H), "tensor-shape"),
+    ("norm.weight", (2 * H,), "tensor-shape"),
+    ("lm_head.weight", (128, 2 * H), "tensor-shape"),
+])
+def test_a_layer_tensor_of_another_shape_than_the_config_builds_is_an_error(tmp_path, target_configs, name, shape,
+                                                                             code):
+    drafter, target = make_pair(tmp_path, target_configs["llama"], num_key_value_heads=2)
+    assert "tensor-shape" not in codes(drafter, target)
+    with_tensors(drafter, {name: ("BF16", shape)})
+    before = folder_hash(drafter)
+    [finding] = [f for f in check_pair(drafter, target, "vllm").findings if f.code == code]
+    assert finding.severity == "error" and finding.field == name and str(list(shape)) in finding.message
+    assert main(["check", str(drafter), "-t", str(target)]) == 1 and folder_hash(drafter) == before
+
+
+def test_a_missing_layer_tensor_is_an_error(tmp_path, target_configs):
+    from draftlab.checkpoint import open_checkpoint
+    from draftlab.checkpoint.synth import write_safetensors
+
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    ckpt = open_checkpoint(drafter)
+    specs = {n: (i.dtype, tuple(i.shape)) for n, i in ckpt.tensors.items() if n != "midlayer.mlp.up_proj.weight"}
+    write_safetensors(drafter / "model.safetensors", specs, values={n: ckpt.read_ints(n) for n in ("d2t", "t2d")})
+    [finding] = [f for f in check_pair(drafter, target, "sglang").findings if f.code == "missing-tensor"]
+    assert finding.field == "midlayer.mlp.up_proj.weight" and "uninitialised" in finding.message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from draftlab.checkpoint.synth import drafter_specs
 from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair
 
@@ -86,4 +87,60 @@ def lm_head_rows(pair: Pair) -> Iterator[Finding]:
                       "the checkpoint is inconsistent")
 
 
-RULES = (fc_width, target_hidden_size, qkv_width, vocab_size, lm_head_rows)
+# Covered by the rules above (fc, the q/k/v input width, lm_head rows) or by the variant rules (input_norm, fc_norm).
+_OWN_RULES = ("fc.weight", "input_norm.", "fc_norm.")
+
+
+def _layer_prefix(pair: Pair) -> str:
+    """The first decoder layer's spelling in this folder (``midlayer.`` or ``layers.0.``)."""
+    names = (n.removeprefix("model.") for n in pair.drafter_ckpt.tensors)
+    return "midlayer." if any(n.startswith("midlayer.") for n in names) else "layers.0."
+
+
+def _expected(pair: Pair) -> dict[str, tuple[int, ...]]:
+    """The shape the engines build for each tensor of the first decoder layer, the final norm, lm_head's width and
+    (when stored) embed_tokens and a Qwen3 layer's per-head q/k norms, from the config."""
+    d, prefix = pair.drafter, _layer_prefix(pair)
+    specs = {name: shape for name, (_, shape) in drafter_specs(d, layer_prefix=prefix, embed=True).items()
+             if not name.startswith(_OWN_RULES)}
+    if d.variant.mla is None:
+        specs.update({f"{prefix}self_attn.{n}.weight": (d.head_dim,) for n in ("q_norm", "k_norm")})
+    if not d.intermediate_size:  # not in the config: the engines' default applies, not checked here
+        specs = {n: s for n, s in specs.items() if ".mlp." not in n}
+    return specs
+
+
+def _judged_elsewhere(pair: Pair, name: str, shape: tuple[int, ...]) -> bool:
+    """A mismatch another rule reports: a q/k/v input width (qkv-width), lm_head's rows (lm-head-rows)."""
+    inputs = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "q_a_proj.weight", "kv_a_proj_with_mqa.weight")
+    if name.endswith(inputs):
+        return shape[-1] != 2 * pair.drafter.hidden_size
+    return name == "lm_head.weight" and shape[0] != pair.drafter.draft_vocab_size
+
+
+def tensor_shapes(pair: Pair) -> Iterator[Finding]:
+    """Every other tensor the engines bind has the shape the config builds (the load fails otherwise, or, SGLang,
+    an absent one stays uninitialised): the first layer's attention outputs, MLP and norms, norm, lm_head's width,
+    embed_tokens, q_norm/k_norm."""
+    optional = ("embed_tokens.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight", "lm_head.weight")
+    wrong, missing = [], []
+    for name, shape in _expected(pair).items():
+        info = pair.tensor(name)
+        if info is None and not name.endswith(optional):  # lm_head: missing-tensor's own rule
+            missing.append(name)
+        elif info is not None and tuple(info.shape) != shape and not _judged_elsewhere(pair, name, info.shape):
+            wrong.append((info.name, list(info.shape), list(shape)))
+    if wrong:
+        name, got, want = wrong[0]
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        yield Finding("tensor-shape", "error", name,
+                      f"{name} is {got} but the config builds it {want}{more}: the engines' weight loaders refuse it "
+                      "and so does draftlab", "use the config the weights were trained with (sizes, heads, head_dim)")
+    if missing and not any(f.code == "missing-tensor" for f in qkv_width(pair)):
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        yield Finding("missing-tensor", "error", missing[0],
+                      f"the drafter has no {missing[0]}{more}: the engines would run that part with uninitialised "
+                      "weights (SGLang) or fail the load (vLLM)", "use a complete EAGLE-3 checkpoint")
+
+
+RULES = (fc_width, target_hidden_size, qkv_width, vocab_size, lm_head_rows, tensor_shapes)
