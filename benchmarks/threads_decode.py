@@ -31,7 +31,7 @@ def main() -> None:
     pair = cached_toy_pair()
     prompts = Path(tempfile.mkdtemp()) / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in DEMO_PROMPTS))
-    settings = {"torch default": torch.get_num_threads(), "draftlab default": default_threads(), "one thread": 1}
+    settings = {"torch default": torch.get_num_threads(), "draftlab default": default_threads()[0], "one thread": 1}
     rates: dict[str, dict[str, list[float]]] = {name: {"spec": [], "plain": []} for name in settings}
     for _ in range(args.rounds):
         for name, n in settings.items():

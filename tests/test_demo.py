@@ -59,4 +59,30 @@ def test_demo_finds_the_three_reuse_defects_and_fixes_them(tmp_path, monkeypatch
            for r in assessed.old_probes}
     assert (old["3/1/4"], by_label["3/1/4"]) == (demo.drift.accept_length_a, demo.drift.accept_length_b)
     assert assessed.verdict.headline in text.replace("\n", " ") or assessed.verdict.headline[:40] in text
+    # the last step agrees with the drift and fine-tune steps: the drafter is to be fine-tuned, with both accept
+    # lengths of the config that would serve; model-free methods are never the headline
+    v = assessed.verdict
+    drift = next(r for r in v.reasons if r.rule == "drift" and "accept_length_old" in r.figures).figures
+    assert v.kind == "fine-tune" and drift["gain_lost"] >= 0.2
+    assert f"{drift['accept_length']:.2f}" in v.headline and f"{drift['accept_length_old']:.2f}" in v.headline
+    assert (old[drift["config"]], by_label[drift["config"]]) == (drift["accept_length_old"], drift["accept_length"])
+    assert not any(m in v.headline for m in ("ngram", "suffix")) and "The same answer as the drift" in flat
     assert (tmp_path / "assess" / "report.html").read_text().count(f"<h1>{assessed.verdict.headline}</h1>") == 1
+
+
+def test_an_interrupted_demo_leaves_no_work_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    import pytest
+
+    from draftlab import demo
+
+    def interrupt(d):
+        assert d.target.exists()  # the first section wrote into the work folder
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(demo, "SECTIONS", [demo.SECTIONS[0], ("interrupted", interrupt)])
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(Console(file=io.StringIO()))
+    assert list(tmp_path.iterdir()) == []

@@ -22,14 +22,18 @@ import transformers
 from rich.console import Console
 from rich.rule import Rule
 
-from draftlab.compat.summary import InspectResult, inspect_checkpoint
-from draftlab.checkpoint.synth import specforge_drafter_config, write_drafter, write_target
 from draftlab.checkpoint.configs import TargetConfig
+from draftlab.checkpoint.synth import (
+    specforge_drafter_config,
+    write_drafter,
+    write_target,
+)
 from draftlab.compat import CheckResult, FixResult, check_pair, fix_pair
-from draftlab.engines import written_aux_ids
-from draftlab.toy import ToyPair
+from draftlab.compat.summary import InspectResult, inspect_checkpoint
 from draftlab.cost.crosscheck import check_sentence, held_against
 from draftlab.decode.generate import GenerateResult, generate
+from draftlab.engines import written_aux_ids
+from draftlab.toy import ToyPair
 
 ENGINE = "sglang"
 NUM_LAYERS = 8
@@ -152,7 +156,7 @@ def speculative_decoding(demo: Demo) -> None:
                "--steps 3 --topk 1 --num-draft-tokens 4 --max-new-tokens 48")
     demo.console.print(f"$ {command}", soft_wrap=True)
     demo.generated = generate(pair.target_dir, pair.drafter_dir, prompts, steps=3, topk=1, num_draft_tokens=4,
-                              max_new_tokens=48, engine=ENGINE)
+                              max_new_tokens=48)  # the newest SGLang (ENGINE)
     render_generate(demo.generated, demo.console)
     demo.keep("generate", demo.generated, command)
     demo.generated_alone = generate(pair.target_dir, None, prompts, no_draft=True, max_new_tokens=48)
@@ -165,7 +169,6 @@ def write_two_datasets(workdir: Path) -> tuple[Path, Path]:
     """Two offline data distributions: Python source as plain text, and English prose (the
     stdlib's own pydoc topics) as chat conversations whose assistant turns get counted."""
     import json
-
     import pydoc_data.topics
 
     from draftlab.toy.corpus import stdlib_text
@@ -318,9 +321,9 @@ def serve_and_bench(demo: Demo) -> None:
     from draftlab.bench.client import BenchConfig
     from draftlab.bench.compare import compare_results
     from draftlab.bench.run import run_bench
+    from draftlab.bench.workload import Prompt
     from draftlab.documents import document
     from draftlab.fsutil import write_json_atomic
-    from draftlab.bench.workload import Prompt
     from draftlab.serve.http import make_server
     from draftlab.serve.load import load_context
     from draftlab.toy import cached_toy_pair
@@ -382,7 +385,7 @@ def plan_section(demo: Demo) -> None:
                           grid=[SpecConfig.parse(c) for c in PLAN_GRID.split(",")], max_new_tokens=64,
                           context_tokens=64, device="cpu", warmup=2, repeats=5, progress=False)
     demo.plan_checked = generate(demo.toy.target_dir, demo.toy.drafter_dir, prompts, steps=3, topk=1,
-                                 num_draft_tokens=4, max_new_tokens=64, engine=ENGINE)
+                                 num_draft_tokens=4, max_new_tokens=64)  # the newest SGLang
     chain = next(r for r in demo.plan.plan.configs if r.label == "3/1/4" and r.batch_size == 1)
     checks = [held_against("draftlab generate, 3/1/4 tok/s", chain.tokens_per_second,
                            demo.plan_checked.tokens_per_second)]
@@ -429,22 +432,35 @@ def report_section(demo: Demo) -> None:
                        "commands that made them, in one self-contained page.")
 
 
+ASSESS_GRID = "1/1/2,3/1/4,5/1/6"  # the story serves chains (3/1/4 throughout): the decision weighs those
+
+
 def assess_section(demo: Demo) -> None:
-    """The whole phase 0 again, as a user with a real pair would run it: one command, one decision."""
+    """The whole phase 0 again, as a user with a real pair would run it: one command, one decision, which must
+    agree with the drift and fine-tune steps above (the same pair, prompts and chains)."""
+    from draftlab.assess.render import render_assess
     from draftlab.assess.run import assess
     from draftlab.cost.model import SpecConfig
-    from draftlab.assess.render import render_assess
     from draftlab.toy import cached_toy_pair
 
     demo.toy = demo.toy or cached_toy_pair()
     v2, prompts, out = demo.workdir / "toy-target-v2", _prompts_file(demo.workdir), demo.workdir / "assess"
     command = (f"draftlab assess --drafter toy-drafter --target {v2.name} --old-target toy-target --prompts "
-               f"{prompts.name} --grid {PLAN_GRID} --batch-sizes 1,8 --max-new-tokens 64 --device cpu --out {out.name}")
+               f"{prompts.name} --grid {ASSESS_GRID} --batch-sizes 1,8 --max-new-tokens 64 --device cpu --out {out.name}")
     demo.console.print(f"$ {command}", soft_wrap=True)
     demo.assessed = assess(demo.toy.drafter_dir, v2, prompts, out, old_target=demo.toy.target_dir,
-                           grid=[SpecConfig.parse(c) for c in PLAN_GRID.split(",")], batch_sizes=[1, 8],
+                           grid=[SpecConfig.parse(c) for c in ASSESS_GRID.split(",")], batch_sizes=[1, 8],
                            max_new_tokens=64, context_tokens=64, device="cpu", repeats=5, progress=False)
     render_assess(demo.assessed, demo.console)
+    v = demo.assessed.verdict
+    if v.kind in ("fine-tune", "train-from-scratch"):
+        demo.console.print(f"The same answer as the drift and fine-tune steps above: the drafter lost acceptance on "
+                           f"version 2 (3/1/4: {demo.drift.accept_length_a:.2f} -> {demo.drift.accept_length_b:.2f}), and "
+                           f"fine-tuning won it back ({demo.refit.mean_accept_length:.2f}).")
+    if v.serving is not None and v.serving.model_free_note:
+        demo.console.print("Where a model-free method wins above, it wins on the toy's own text: its greedy "
+                           "continuations loop, and n-gram or suffix decoding copy loops for free. Real chat traffic "
+                           "rarely loops; measure on prompts like yours before choosing one.")
     demo.console.print(f"Every step above in one process, each model loaded once ({demo.assessed.timings['total_s']:.0f}"
                        f" s); {out.name}/report.html opens with the decision.")
 
@@ -467,11 +483,19 @@ SECTIONS: list[tuple[str, Callable[[Demo], None]]] = [
 
 
 def run_demo(console: Console | None = None, workdir: Path | None = None) -> Demo:
-    """Run every section; files go to ``workdir`` (a new temporary folder when None)."""
+    """Run every section; files go to ``workdir`` (a new temporary folder when None, removed again when the
+    demo does not finish: Ctrl-C leaves nothing behind)."""
+    import shutil
+
     console = console or Console()
     transformers.utils.logging.disable_progress_bar()  # keep the story readable
     demo = Demo(console, Path(workdir or tempfile.mkdtemp(prefix="draftlab-demo-")))
-    for i, (title, section) in enumerate(SECTIONS, 1):
-        console.print(Rule(f"{i}. {title}", align="left"))
-        section(demo)
+    try:
+        for i, (title, section) in enumerate(SECTIONS, 1):
+            console.print(Rule(f"{i}. {title}", align="left"))
+            section(demo)
+    except BaseException:
+        if workdir is None:
+            shutil.rmtree(demo.workdir, ignore_errors=True)
+        raise
     return demo

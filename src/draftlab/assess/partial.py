@@ -25,7 +25,7 @@ HOLDS = {  # the AssessResult fields each part fills
     "profile": ("profile",),
 }
 INPUTS = ("drafter", "target", "old_target", "prompts", "engine", "grid", "batch_sizes", "max_new_tokens", "costs",
-          "model_free", "device", "dtype")  # config fields a resumed run must share with the interrupted one
+          "model_free", "device", "dtype", "context_tokens")  # config fields a resumed run must share with the interrupted one
 
 
 def read_partial(out: Path, config: dict[str, Any], result_type: type) -> tuple[list[str], dict[str, Any]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
 import sys
 import time
@@ -77,7 +78,11 @@ DEFAULT_BATCH_SIZES = (1, 8, 32, 64)
 # (vllm/config/speculative.py, SpeculativeConfig.__post_init__); 4 drafted tokens, a common choice
 DEFAULT_NGRAM = modelfree.Ngram(prompt_lookup_min=5, prompt_lookup_max=5, num_speculative_tokens=4)
 MODEL_FREE = ("ngram", "suffix")  # the model-free baselines assess can simulate
-REPEATS = {"cuda": 10, "cpu": 5}  # timed calls per profiled pass: a CPU's passes are slow and its grid sized down
+# the profile by device: timed calls per pass, untimed warm-up calls before each round's, and the KV context the
+# passes run after. A CPU's passes are slow and need one warm-up call (no kernels to pick, no graphs to capture);
+# what runs on one is a small model, whose plan a 64-token context does not change
+PROFILE = {"cuda": {"repeats": 10, "warmup": 3, "context_tokens": 256},
+           "cpu": {"repeats": 5, "warmup": 1, "context_tokens": 64}}
 CHECK_PROMPTS = 4  # prompts the plan's cross-check decodes for real
 
 
@@ -126,7 +131,7 @@ class AssessResult:
 def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: str | Path, *,
            old_target: str | Path | None = None, engine: str = "sglang", engine_version: str | None = None,
            grid: Sequence[SpecConfig] | None = None, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-           costs: str | Path | None = None, max_new_tokens: int = 128, context_tokens: int = 256,
+           costs: str | Path | None = None, max_new_tokens: int = 128, context_tokens: int | None = None,
            ngram: modelfree.Ngram = DEFAULT_NGRAM, suffix: modelfree.Suffix | None = None,
            model_free: Sequence[str] = MODEL_FREE, engine_numbers: dict[str, float] | None = None,
            engine_batch_size: int = 1, draft_window: int | None = None,
@@ -138,22 +143,23 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
     accept_length or cycle_ms, allreduce_ms or allreduce_share), measured at ``engine_batch_size``
     with the one config of ``grid``, replace the profile and the plan. ``draft_window`` is SGLang's
     --speculative-draft-window-size; the check and every probe compute for one deployment of
-    ``engine_version``. ``repeats`` (timed calls per profiled pass) defaults to :data:`REPEATS` for the
-    device. ``resume``: DIR is what an interrupted run with the same inputs left; run what it misses."""
+    ``engine_version``. ``repeats`` (timed calls per profiled pass) and ``context_tokens`` default to
+    :data:`PROFILE`'s for the device. ``resume``: DIR is what an interrupted run with the same inputs left; run what it misses."""
     unknown = sorted(set(model_free) - set(MODEL_FREE))
     if unknown:
         raise DraftlabError(f"--model-free: unknown method {unknown[0]!r}; choose from {', '.join(MODEL_FREE)}")
     configs = list(dict.fromkeys(grid if grid is not None else default_grid()))
     engine_estimate = _engine_estimate(engine_numbers, engine_batch_size, configs, costs)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    sized = PROFILE["cpu" if torch.device(device).type == "cpu" else "cuda"]
     run = _Run(
         drafter=drafter, target=target, prompts=prompts, out=Path(out), old_target=old_target, engine=engine,
         engine_version=engine_version, draft_window=draft_window, configs=configs, batch_sizes=batch_sizes, costs=costs,
         given_costs=load_profile(costs) if costs is not None else None,  # bad input fails before any work
-        max_new_tokens=max_new_tokens, context_tokens=context_tokens, ngram=ngram,
+        max_new_tokens=max_new_tokens, context_tokens=context_tokens or sized["context_tokens"], ngram=ngram,
         suffix=suffix or modelfree.Suffix(), model_free=model_free, engine_estimate=engine_estimate,
         dtype=dtype or ("float32" if device == "cpu" else "bfloat16"), device=device,
-        repeats=repeats or REPEATS.get(torch.device(device).type, REPEATS["cuda"]), progress=progress)
+        repeats=repeats or sized["repeats"], warmup=sized["warmup"], progress=progress)
     if old_target is not None:
         _same_architecture(old_target, target)
     kept_parts, kept = read_partial(run.out, _inputs(run), AssessResult) if resume else ([], {})
@@ -210,6 +216,7 @@ class _Run:
     dtype: str
     device: str
     repeats: int
+    warmup: int
     progress: bool
 
     @property
@@ -263,7 +270,7 @@ def _inputs(run: _Run) -> dict[str, Any]:
         "engine": run.engine, "grid": [c.label for c in run.configs],
         "batch_sizes": sorted(set(run.batch_sizes)), "max_new_tokens": run.max_new_tokens,
         "costs": None if run.costs is None else str(run.costs), "model_free": list(run.model_free),
-        "device": run.device, "dtype": run.dtype,
+        "device": run.device, "dtype": run.dtype, "context_tokens": run.context_tokens,
     }
 
 
@@ -484,7 +491,8 @@ def _steps(progress: bool, device: str) -> Any:
             print(f"assess: {name} ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
 
     if device == "cpu":
-        step(f"{torch.get_num_threads()} CPU threads ({provenance()['threads_from'] or 'torch default'})")
+        count = torch.get_num_threads()
+        step(f"{count} CPU thread{'s' * (count != 1)} ({provenance()['threads_from'] or 'torch default'})")
     return contextlib.nullcontext(step)
 
 
@@ -552,13 +560,14 @@ def _drift(old: LoadedPair, new: LoadedPair, run: _Run) -> DriftResult:
 
 
 def _profile(run: _Run, pair: LoadedPair, drafter: Path, free: list[ModelFreeEntry]) -> Profile:
-    """What ``plan --target`` measures, plus the verify sizes the model-free candidates need."""
+    """What ``plan --target`` measures, plus the verify sizes the model-free candidates need (the bonus position
+    and the tokens they propose on average, rounded up)."""
     verify, rows, extend = profile_sizes(run.configs)
-    verify = sorted({*verify, *(m.k + 1 for m in free)})
+    verify = sorted({*verify, *(math.ceil(1 + m.drafted) for m in free)})
     workload = runtime_workload(pair.target, pair.drafter, context_tokens=run.context_tokens,
                                 target_name=str(run.target), drafter_name=str(drafter))
     return profile_costs(workload, batch_sizes=sorted(set(run.batch_sizes)), verify_tokens=verify, draft_rows=rows,
-                         extend_tokens=extend, repeats=run.repeats, progress=False)
+                         extend_tokens=extend, warmup=run.warmup, repeats=run.repeats, progress=run.progress)
 
 
 def _in_range(profile: Profile, entry: ModelFreeEntry, batch_sizes: Sequence[int]) -> bool:

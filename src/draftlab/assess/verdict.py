@@ -13,8 +13,8 @@ checked adds a reason citing the figure behind it (README "assess: the rules"):
 1. **fix-config**: the drafter has an error ``check --fix`` cannot fix: nothing else can run.
 2. **fine-tune** / **train-from-scratch**: with OLD given, the drafter has lost at least
    :data:`REFIT_LOSS` of its gain over plain decoding (accept length - 1) against OLD, on the config
-   that would serve (the drafter's fastest at the smallest batch size; the one accepting most when
-   the timings cannot say), and on OLD it would pay off (not checked when the timings cannot say).
+   that would serve (the drafter's fastest at the smallest batch size, named), and on OLD it would pay
+   off (not checked when the timings contradict each other: the loss alone decides then).
    Fine-tuning keeps the drafter's vocabulary and weights; it is the advice unless the draft
    vocabulary covers less than :data:`COVERAGE_MIN` of the new target's text (a new vocabulary means a
    new drafter) or the hidden states the drafter reads moved so far (cosine below
@@ -122,13 +122,12 @@ def _headline(e: Evidence, reasons: list[Reason], serving: Serving) -> tuple[str
     drafter_now = _best(e.plan, drafter=True)
     ceiling = _best(e.old_plan, drafter=True) if e.old_plan is not None else drafter_now
     b0 = min(drafter_now)
-    label = drafter_now[b0].label if serving.decided else max(
-        (r for r in e.plan.configs if r.method == "eagle3" and r.batch_size == b0), key=lambda r: r.accept_length).label
+    label = drafter_now[b0].label
     al_new = _row(e.plan, label, b0).accept_length
     al_old = _row(e.old_plan, label, b0).accept_length if e.old_plan is not None else None
     loss = (al_old - al_new) / (al_old - 1) if al_old is not None and al_old > 1 else 0.0
-    which = (f"the config that would serve at batch {b0}" if serving.decided
-             else "the config accepting most here; the timings cannot say which would serve")
+    which = f"the config that would serve at batch {b0}" + ("" if serving.decided else
+                                                              ", by timings that contradict each other")
     if al_old is not None:
         reasons.append(Reason(
             "drift", f"{label} ({which}) accepts {al_new:.2f} tokens per cycle on the new target and {al_old:.2f} on "

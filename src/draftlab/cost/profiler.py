@@ -108,7 +108,10 @@ def profile_costs(
     if not calibrate:
         return profile
     table = CostTable.of(profile)
-    with Console(stderr=True).status("timing the decoder's own cycles", spinner="dots") if progress \
+    console = Console(stderr=True)
+    if progress and not console.is_terminal:
+        print("profiling: timing the decoder's own cycles", file=sys.stderr, flush=True)
+    with console.status("timing the decoder's own cycles", spinner="dots") if progress and console.is_terminal \
             else nullcontext():
         overheads = _fit_overheads(workload.cycles, table, batch_sizes)
     return replace(profile, overhead=overheads)

@@ -9,6 +9,7 @@ launches them, and what a cycle costs is how long the decoder waits for each pas
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ def measure_jobs(
     rounds: int = 3,
     progress: bool = True,
 ) -> dict[str, list[Measurement]]:
-    """Measure every job (progress bar on stderr); results grouped by section, in job order.
+    """Measure every job (progress on stderr: a bar on a terminal, else a line per round); results grouped by
+    section, in job order.
 
     The ``repeats`` timed calls of a job are split over ``rounds`` passes through the whole job list
     (each pass prepares the job afresh and warms it up), and every other pass runs the list backwards:
@@ -81,12 +83,14 @@ def measure_jobs(
     if rounds < 1:
         raise DraftlabError(f"need rounds >= 1, got {rounds}")
     samples: list[list[float]] = [[] for _ in jobs]
+    console = Console(stderr=True)
+    lines = progress and not console.is_terminal  # a log file gets a line per round instead of a bar
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeRemainingColumn(), console=Console(stderr=True), disable=not progress, transient=True,
+        TimeRemainingColumn(), console=console, disable=not progress or lines, transient=True,
     ) as bar:
         task = bar.add_task("profiling", total=len(jobs) * min(rounds, repeats))
-        _sample(jobs, range(len(jobs)), samples, device, warmup, repeats, rounds, bar, task)
+        _sample(jobs, range(len(jobs)), samples, device, warmup, repeats, rounds, bar, task, lines)
         curves: dict[tuple[str, int], dict[int, float]] = {}
         for job, s in zip(jobs, samples):
             curves.setdefault((job.section, job.tokens), {})[job.batch_size] = statistics.median(s)
@@ -95,7 +99,7 @@ def measure_jobs(
         if redo:
             bar.update(task, total=len(jobs) * min(rounds, repeats) + len(redo) * min(rounds, repeats))
             again_samples: list[list[float]] = [[] for _ in jobs]
-            _sample(jobs, redo, again_samples, device, warmup, repeats, rounds, bar, task)
+            _sample(jobs, redo, again_samples, device, warmup, repeats, rounds, bar, task, lines)
             for i in redo:  # load from elsewhere only adds time: keep the calmer measurement
                 if statistics.median(again_samples[i]) < statistics.median(samples[i]):
                     samples[i] = again_samples[i]
@@ -106,8 +110,9 @@ def measure_jobs(
 
 
 def _sample(jobs: Sequence[Job], which: Sequence[int], samples: list[list[float]], device: torch.device,
-            warmup: int, repeats: int, rounds: int, bar: Progress, task: TaskID) -> None:
-    """Add ``repeats`` timed calls of each job in ``which`` to ``samples``, over interleaved rounds."""
+            warmup: int, repeats: int, rounds: int, bar: Progress, task: TaskID, lines: bool = False) -> None:
+    """Add ``repeats`` timed calls of each job in ``which`` to ``samples``, over interleaved rounds (``lines``:
+    say each finished round on stderr)."""
     rounds = min(rounds, repeats)
     for r in range(rounds):
         calls = repeats // rounds + (1 if r < repeats % rounds else 0)
@@ -118,6 +123,9 @@ def _sample(jobs: Sequence[Job], which: Sequence[int], samples: list[list[float]
                 fn = job.prepare()
                 samples[i] += time_samples(fn, device=device, warmup=warmup, repeats=calls)
             bar.advance(task)
+        if lines:
+            print(f"profiling: round {r + 1} of {rounds} over {len(which)} passes measured", file=sys.stderr,
+                  flush=True)
 
 
 def _summaries(jobs: Sequence[Job], samples: list[list[float]]) -> list[tuple[str, Measurement]]:
