@@ -140,6 +140,7 @@ UNDERSTOOD_KEYS = frozenset({
     "rope_parameters", "tie_word_embeddings", "norm_before_residual", "eagle_config",
     "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states", "draftlab",
     "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
+    "layer_types", "sliding_window", "use_sliding_window",  # each layer's attention window
     # MLA dimensions and DeepSeek's RoPE
     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
     "rope_interleave",
@@ -153,8 +154,8 @@ UNDERSTOOD_KEYS = frozenset({
     "scoring_func", "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers", "output_router_logits",
     "router_aux_loss_coef", "decoder_sparse_step", "mlp_only_layers", "num_experts", "use_moe",
     # settings that do not change the function
-    "attention_dropout", "initializer_range", "pretraining_tp", "use_cache", "max_window_layers", "sliding_window",
-    "use_sliding_window", "transformers_version", "_name_or_path", "target_model_type", "quantization_config",
+    "attention_dropout", "initializer_range", "pretraining_tp", "use_cache", "max_window_layers",
+    "transformers_version", "_name_or_path", "target_model_type", "quantization_config",
     "chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder", "output_attentions",
     "output_hidden_states", "problem_type", "return_dict", "tf_legacy_loss", "use_bfloat16", "torchscript",
     "add_cross_attention", "tie_encoder_decoder", "pruned_heads", "task_specific_params", "finetuning_task",
@@ -336,12 +337,6 @@ def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Uns
             yield Unsupported("rope_scaling", f"rope_scaling type {kind!r} in an MLA drafter; the engines serve MLA "
                                               "drafters with plain RoPE or DeepSeek's YaRN only, and draftlab "
                                               "computes those", "mla-dims")
-    types = layer.get("layer_types")
-    if isinstance(types, list) and any(t != "full_attention" for t in types):
-        yield Unsupported("layer_types", f"layer_types is {types!r}; draftlab computes full attention only", "layers")
-    if truthy(layer.get("use_sliding_window")):
-        yield Unsupported("use_sliding_window", "use_sliding_window is true; draftlab computes full attention only",
-                          "layers")
 
 
 def _flags_and_tensors(variant: Variant, names: list[str]) -> list[Unsupported]:
