@@ -176,7 +176,7 @@ class Eagle3Drafter(nn.Module):
         super().__init__()
         self.config = config
         self.variant = config.variant
-        self.windows = layer_windows(config, windows)
+        self.windows = checked_windows(config, windows)
         h = config.hidden_size
         llama = _llama_config(config)
         self.embed_tokens = embed_tokens if embed_tokens is not None else nn.Embedding(config.vocab_size, h)
@@ -557,7 +557,7 @@ def _feature_norm(flag: VariantFlag, fc_in: int, num_aux: int, eps: float) -> nn
     return LlamaRMSNorm(fc_in, eps)
 
 
-def layer_windows(config: DrafterConfig, windows: tuple[int | None, ...] | None) -> tuple[int | None, ...]:
+def checked_windows(config: DrafterConfig, windows: tuple[int | None, ...] | None) -> tuple[int | None, ...]:
     """Each layer's sliding window: ``windows`` when given (the engine's, checked: one per layer, each None or
     a positive int), else the config's; None for every layer of a config that states none."""
     if windows is None:
