@@ -79,7 +79,8 @@ class PlainDrafter:
         q = (x @ t["midlayer.self_attn.q_proj.weight"].T).view(n, self.heads, self.head_dim)
         k = (x @ t["midlayer.self_attn.k_proj.weight"].T).view(n, self.kv_heads, self.head_dim)
         if "midlayer.self_attn.q_norm.weight" in t:  # Qwen3: each head's q and k normalised before RoPE
-            q, k = _rms(q, t["midlayer.self_attn.q_norm.weight"], eps), _rms(k, t["midlayer.self_attn.k_norm.weight"], eps)
+            q = _rms(q, t["midlayer.self_attn.q_norm.weight"], eps)
+            k = _rms(k, t["midlayer.self_attn.k_norm.weight"], eps)
         q, k = self._rope(q, pos), self._rope(k, pos)
         if self.window is not None:
             allowed = allowed & (pos[:, None] - pos[None, :] < self.window)

@@ -1,8 +1,8 @@
 """The drafter's steps with the work around attention through torch.compile (``use_static_cache(compile=True)``,
 ``DRAFTLAB_DRAFTER=compiled``) compute what its eager steps compute: close in float32, bit for bit in
 bfloat16 (inductor rounds where eager rounds), for the drafters teams hold (Llama, two layers,
-speculators' norm_before_fc + norm_output, an EAGLE-3.1 MLA drafter, a Qwen3 one on a sliding window), and the compiled functions are
-what ran. The toy pair decodes the same tokens with it; without a compiler the steps go on eagerly."""
+speculators' norm_before_fc + norm_output, an EAGLE-3.1 MLA drafter, a Qwen3 one on a sliding
+window), and the compiled functions are what ran. The toy pair decodes the same tokens with it; without a compiler the steps go on eagerly."""
 
 from __future__ import annotations
 

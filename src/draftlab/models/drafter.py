@@ -204,8 +204,8 @@ class Eagle3Drafter(nn.Module):
 
         ``windows``: each layer's sliding window as the engine serves it (None: full attention), default
         the config's (``DrafterConfig.layer_windows``); :class:`~draftlab.engines.deployment.Deployment`
-        says which an engine applies. The embedding is the target's when ``use_target_embedding`` and the hidden sizes match (as
-        SGLang does); otherwise the checkpoint's own ``embed_tokens.weight``. With no ``lm_head.weight``
+        says which an engine applies. The embedding is the target's when ``use_target_embedding`` and the
+        hidden sizes match (as SGLang does); otherwise the checkpoint's own ``embed_tokens.weight``. With no ``lm_head.weight``
         and a null ``draft_vocab_size``, the head is the target's (SGLang's ``load_lm_head_from_target``).
         """
         path = Path(path)
@@ -458,7 +458,8 @@ class Eagle3Drafter(nn.Module):
         ``past`` keys (S - n of them, per layer) then the n new ones (over the slots a StaticKV, B = 1,
         or a BatchKV reads, which this writes), narrowed per layer to its window (:attr:`windows`) by the
         keys' positions ``key_positions`` [B or 1, S] (needed with a window over a list of keys or a
-        BatchKV; without a past they are ``positions``, over a StaticKV its slots'). Returns float32 logits [B, n, Vd],
+        BatchKV; without a past they are ``positions``, over a StaticKV its slots'). Returns float32 logits
+        [B, n, Vd],
         the hidden the next draft step receives [B, n, H] (:meth:`finish`) and each layer's new
         keys/values. ``compiled``: the work around attention through torch.compile (the same math,
         rounded where eager rounds; for inference: the compiled parts are not differentiated)."""

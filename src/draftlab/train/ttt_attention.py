@@ -106,7 +106,8 @@ def compiled_flex():
 
 def mask_mod_for(layout: TTTLayout, step: int):
     """The element-level rule: slot 0 causal over valid keys, slots 1..step only the query's own row, each
-    within the window (a key at row r of slot s sits at position r + s, the query at q + step). Inside the blocks :func:`block_lists` marks partial it is what flex applies (the block lists
+    within the window (a key at row r of slot s sits at position r + s, the query at q + step). Inside the
+    blocks :func:`block_lists` marks partial it is what flex applies (the block lists
     already leave out everything else). It reads tensors only, no per-batch or per-step constants, so a
     new batch or step of the same width reuses the compiled kernel."""
     device = layout.valid.device
