@@ -177,3 +177,23 @@ def test_a_missing_layer_tensor_is_an_error(tmp_path, target_configs):
     write_safetensors(drafter / "model.safetensors", specs, values={n: ckpt.read_ints(n) for n in ("d2t", "t2d")})
     [finding] = [f for f in check_pair(drafter, target, "sglang").findings if f.code == "missing-tensor"]
     assert finding.field == "midlayer.mlp.up_proj.weight" and "uninitialised" in finding.message
+
+
+@pytest.mark.parametrize(("scaling", "ok"), [
+    ({"rope_type": "bogus", "factor": 2.0}, False), ({"rope_type": "yarn"}, False),
+    ({"rope_type": "llama3", "factor": 8.0}, False), ({"type": "linear", "factor": 2.0}, True),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}, True),
+])
+def test_rope_scaling_the_runtime_cannot_build_is_an_error(tmp_path, target_configs, scaling, ok):
+    """Exactly the configs draftlab's runtime (transformers' RoPE validation) refuses to build."""
+    from draftlab.models.drafter import Eagle3Drafter
+
+    drafter, target = make_pair(tmp_path, target_configs["llama"], rope_scaling=scaling, embed=True)
+    found = codes(drafter, target, "vllm")
+    assert ("rope-invalid" not in found) == ok
+    try:
+        Eagle3Drafter.load(drafter)
+        built = True
+    except (KeyError, ValueError):
+        built = False
+    assert built == ok

@@ -42,4 +42,29 @@ def rope(pair: Pair) -> Iterator[Finding]:
                           "with its own", fixable=True)
 
 
-RULES = (context_length, rope)
+# The RoPE scaling types the Llama drafter is built with, and the keys each needs besides rope_theta and
+# original_max_position_embeddings (both filled in from the config): transformers 5.25's validation
+# (modeling_rope_utils.py ``_validate_<type>_rope_parameters``), which draftlab's runtime runs; vLLM's get_rope
+# (rotary_embedding.py) raises on a type it does not know too.
+ROPE_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
+             "longrope": ("short_factor", "long_factor"), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+
+
+def rope_valid(pair: Pair) -> Iterator[Finding]:
+    """A Llama drafter's rope_scaling of an unknown type, or without the keys its type needs, fails to build."""
+    scaling = pair.drafter.rope.scaling
+    if scaling is None or pair.drafter.variant.mla is not None:  # MLA: checkpoint.variants' own RoPE rule
+        return
+    kind = scaling.get("rope_type")
+    needed = ROPE_KEYS.get(kind) if isinstance(kind, str) else None
+    missing = [k for k in needed or () if scaling.get(k) is None]
+    if needed is not None and not missing:
+        return
+    what = (f"needs {', '.join(missing)}" if needed is not None
+            else f"is not a type the engines or transformers build (they know {', '.join(ROPE_KEYS)})")
+    yield Finding("rope-invalid", "error", pair.layer_field("rope_scaling"),
+                  f"rope_scaling type {kind!r} {what}: building the drafter's RoPE fails in vLLM, SGLang and draftlab",
+                  f"copy the target's RoPE settings ({pair.target.rope.scaling}) if the drafter was trained with them")
+
+
+RULES = (context_length, rope, rope_valid)
