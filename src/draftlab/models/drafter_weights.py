@@ -1,8 +1,9 @@
 """A drafter checkpoint's tensors under one naming: SpecForge's (``midlayer.*``, no ``model.`` prefix).
 
 Accepted spellings: SpecForge / EAGLE / SGLang (``midlayer.*``), vLLM speculators (``layers.0.*``),
-either with a ``model.`` prefix, and SGLang's legacy ``aux_norm_low/mid/high`` as ``fc_norm.{0,1,2}``; SGLang's extra layers for ``num_hidden_layers > 1`` are
-``additional_layers.{i}.*``. ``t2d`` is dropped: like both engines, draftlab maps ids through ``d2t``.
+either with a ``model.`` prefix, and SGLang's legacy ``aux_norm_low/mid/high`` as ``fc_norm.{0,1,2}``; SGLang's
+extra layers for ``num_hidden_layers > 1`` are ``additional_layers.{i}.*``. A Qwen3-architecture drafter's
+per-head norms (``self_attn.q_norm`` / ``k_norm``) follow their layer's spelling. ``t2d`` is dropped: like both engines, draftlab maps ids through ``d2t``.
 """
 
 from __future__ import annotations
