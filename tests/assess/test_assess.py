@@ -304,7 +304,7 @@ def test_contradicting_timings_give_no_speed_verdict(inputs):
     assert v["kind"] == "speed-undecided" and v["headline"].startswith("No speed verdict")
     assert v["serve"] is None and not v["serving"]["decided"] and doc["schedule"] is None
     named = next(r for r in v["reasons"] if r["rule"] == "timing")
-    assert "verify over 1 tokens at batch 1 takes 64.50 ms" in named["text"] and "too noisy" in named["text"]
+    assert "verify over 1 token at batch 1 takes 64.50 ms" in named["text"] and "too noisy" in named["text"]
     assert named["figures"]["contradictions"] == doc["timing"]["contradictions"]
     assert {m["method"] for m in doc["model_free"]} == {"ngram", "suffix"}  # --model-free both, as --help offers
     # with OLD the drifted drafter still needs fine-tuning: that answer rests on accept lengths alone

@@ -107,9 +107,10 @@ def decide(e: Evidence) -> Verdict:
     if e.engine is not None:
         return _decide_from_engine(e, reasons)
     assert e.plan is not None
-    serving = _serving(e) if not e.timing else _undecided(e.timing)
+    serving = _serving(e) if not e.timing else Serving(
+        False, "not decided: this machine is too noisy to decide speed, so no method is chosen by its timings", {})
     if e.timing:
-        reasons.append(Reason("timing", serving.text, {"contradictions": e.timing}))
+        reasons.append(_too_noisy(e.timing))
     kind, headline = _headline(e, reasons, serving)
     if serving.model_free_note:
         reasons.append(Reason("model-free", serving.model_free_note, {"repetition": e.repetition}))
@@ -201,10 +202,11 @@ def _why_model_free(wins: list[ConfigPlan], repetition: float | None) -> str:
     return said
 
 
-def _undecided(contradictions: list[str]) -> Serving:
+def _too_noisy(contradictions: list[str]) -> Reason:
+    """No speed verdict: the timings contradict each other; the first few named, all in the figures."""
     shown = "; ".join(contradictions[:3]) + (f"; and {len(contradictions) - 3} more" if len(contradictions) > 3 else "")
-    return Serving(False, "this machine is too noisy to decide speed, so no method is chosen by it: the timings "
-                   f"contradict each other ({shown}); rerun on a quiet machine, or give --costs from one", {})
+    return Reason("timing", f"this machine is too noisy to decide speed: its timings contradict each other ({shown}); "
+                  "rerun on a quiet machine, or give --costs measured on one", {"contradictions": contradictions})
 
 
 def _system_bound(e: Evidence, ceiling: dict[int, ConfigPlan], reasons: list[Reason]) -> None:

@@ -61,9 +61,9 @@ def _must_grow(points: list[Measurement], label: str, noun: str) -> list[str]:
             slowest: Measurement | None = None
             for m in sorted(curve, key=key):
                 if slowest is not None and slowest.median_ms > TOLERANCE * m.median_ms:
-                    found.append(f"{label} over {slowest.tokens} {noun} at batch {slowest.batch_size} takes "
-                                 f"{_timing(slowest)}, over {m.tokens} {noun} at batch {m.batch_size} {_timing(m)}: "
-                                 "the larger pass cannot be faster")
+                    found.append(f"{label} over {_count(slowest.tokens, noun)} at batch {slowest.batch_size} takes "
+                                 f"{_timing(slowest)}, over {_count(m.tokens, noun)} at batch {m.batch_size} "
+                                 f"{_timing(m)}: the larger pass cannot be faster")
                 if slowest is None or m.median_ms > slowest.median_ms:
                     slowest = m
     return found
@@ -79,6 +79,10 @@ def _within_accept_length(plan: Plan) -> list[str]:
                          f"{plan.decode_ms[r.batch_size]:.2f} ms decode step it contains (break-even "
                          f"{r.break_even_accept_length:.2f} < 1)")
     return found
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun if n != 1 else noun[:-1]}"
 
 
 def _timing(m: Measurement) -> str:
