@@ -354,3 +354,32 @@ def _figures(value):
     if isinstance(value, list):
         return [_figures(v) for v in value]
     return value
+
+
+def test_sigint_during_the_profile_keeps_the_probes(inputs, tmp_path):
+    """A real Ctrl-C (SIGINT to the process) once the profile has started: exit 130, a partial assess.json
+    with the probes and OLD, the profile named missing, and no page."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    i, out = inputs, tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "draftlab", "assess", "--drafter", str(i["drafter"]), "--target",
+                             str(i["v2"]), "--old-target", str(i["v1"]), "--prompts", str(i["prompts"]), "--grid",
+                             "3/1/4", "--batch-sizes", "1,8", "--max-new-tokens", "20", "--out", str(out), "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "DRAFTLAB_THREADS": "1"})
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("assess: profiling"):
+            proc.send_signal(signal.SIGINT)
+            break
+    err = "".join(lines) + proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, err
+    assert "Traceback" not in err and "--resume" in err
+    doc = json.loads((out / "assess.json").read_text())
+    assert doc["partial"] and doc["verdict"] is None and doc["missing"] == ["profile"]
+    assert doc["finished"] == ["probe", "old"] and doc["probes"] and doc["old_probes"] and doc["drift"]
+    assert not (out / "report.html").exists() and (out / "continuations.jsonl").exists()

@@ -1,7 +1,8 @@
 """An interrupted ``assess`` keeps what finished: its parts, what each holds, and reading them back.
 
 assess measures in parts (:data:`PARTS`). Ctrl-C once the first has finished writes DIR with a partial
-``assess.json`` (``verdict`` null, ``missing`` naming the parts still to run) holding every finished
+``assess.json`` (``verdict`` null, ``missing`` naming the parts still to run, or ``verdict`` when only the
+plan and the verdict were left) holding every finished
 part's figures; ``assess --resume`` reads them back into the result classes they were written from and
 runs only what is missing, so its figures are an uninterrupted run's. The check, the plan, the verdict
 and the page are made again from them (seconds).

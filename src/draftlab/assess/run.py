@@ -298,13 +298,13 @@ def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Ca
             result.missing.remove(name)
             result.finished.append(name)
             clock.lap(f"{name}_s")
+        _conclude(result, run, pair, tmp, step, clock)
     except KeyboardInterrupt:
         if "probe" in result.missing:
             raise  # nothing finished: nothing to keep
+        result.verdict, result.missing = None, result.missing or ["verdict"]  # every part kept: the plan is left
         result.timings = clock.timings()
         _write(result, tmp, run.out)
-        return
-    _conclude(result, run, pair, tmp, step, clock)
 
 
 def _probe_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, flags: list[SpecFlags],
