@@ -373,8 +373,13 @@ def _cross_check(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path) -
     row = max((r for r in result.plan.configs if r.method == "eagle3" and r.batch_size == 1),
               key=lambda r: r.tokens_per_second)
     decoder = SpeculativeDecoder(pair.target, pair.drafter, exact_spec_flags(row.steps, row.topk, row.num_draft_tokens))
+    prompts = list(_prompt_ids(tmp).values())[:CHECK_PROMPTS]
+    if not prompts:
+        return []
+    for _ in decoder.stream(prompts[0], max_new_tokens=8):  # untimed: the decoder's first cycles set it up
+        pass
     tokens, lengths, elapsed = 0, [], 0.0
-    for ids in list(_prompt_ids(tmp).values())[:CHECK_PROMPTS]:
+    for ids in prompts:
         start = time.perf_counter()
         for commit in decoder.stream(ids, max_new_tokens=run.max_new_tokens):
             tokens += len(commit.tokens)
@@ -429,7 +434,8 @@ def _decide(result: AssessResult, run: _Run) -> Verdict:
         engine_config=run.configs[0].label if served else None,
         accept_length=probes[0].mean_accept_length if served else None,
         accept_length_old=old_probes[0].mean_accept_length if served and old_probes else None,
-        timing=_contradictions(result), repetition=result.repetition))
+        timing=_contradictions(result), repetition=result.repetition,
+        names=(Path(run.target).name, Path(run.old_target).name if run.old_target is not None else "OLD")))
 
 
 def _served_probe(result: AssessResult) -> ProbeResult:
@@ -620,7 +626,10 @@ def _write(result: AssessResult, tmp: Path, out: Path) -> None:
         return  # a partial result: no page until the verdict
     from draftlab.report.html.report import make_report
 
-    sections = [tmp / "assess.json", *(tmp / name for name in parts)]
+    # a plan from timings that contradict each other would headline a winner the verdict refuses to pick: DIR
+    # keeps it, the page does not show it
+    shown = [name for name in parts if name != "plan.json" or not _contradictions(result)]
+    sections = [tmp / "assess.json", *(tmp / name for name in shown)]
     make_report(sections, tmp / "report.html", title=result.verdict.headline)
     html = tmp / "report.html"
     html.write_text(html.read_text().replace(here, there))

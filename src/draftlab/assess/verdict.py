@@ -92,6 +92,7 @@ class Evidence:
     accept_length_old: float | None = None
     timing: list[str] = field(default_factory=list)  # contradictions among the timings: no speed verdict
     repetition: float | None = None  # share of continuation tokens that repeat earlier text (assess.repetition)
+    names: tuple[str, str] = ("the new target", "OLD")  # the target's and OLD's names, for the headlines
 
 
 def decide(e: Evidence) -> Verdict:
@@ -131,8 +132,8 @@ def _headline(e: Evidence, reasons: list[Reason], serving: Serving) -> tuple[str
                                                               ", by timings that contradict each other")
     if al_old is not None:
         reasons.append(Reason(
-            "drift", f"{label} ({which}) accepts {al_new:.2f} tokens per cycle on the new target and {al_old:.2f} on "
-            f"OLD, the target it was trained for: {loss:.0%} of its gain over plain decoding lost (refit from "
+            "drift", f"{label} ({which}) accepts {al_new:.2f} tokens per cycle on {e.names[0]} and {al_old:.2f} on "
+            f"{e.names[1]}, the target it was trained for: {loss:.0%} of its gain over plain decoding lost (refit from "
             f"{REFIT_LOSS:.0%})",
             {"config": label, "accept_length": al_new, "accept_length_old": al_old, "gain_lost": loss,
              "threshold": REFIT_LOSS}))
@@ -284,8 +285,9 @@ def _refit(e: Evidence, label: str | None, al_new: float, al_old: float, reasons
     if moved is not None and moved.cosine < COSINE_FLOOR:
         return "train-from-scratch", (f"Train a new drafter: the hidden states it reads moved too far (cosine "
                                       f"{moved.cosine:.2f} at layer {moved.layer})")
-    return "fine-tune", (f"Fine-tune the drafter on the new target: {label} accepts {al_new:.2f} tokens per cycle here "
-                         f"against {al_old:.2f} on OLD")
+    new, old = e.names
+    return "fine-tune", (f"Fine-tune the drafter on {new}: {label} accepts {al_new:.2f} tokens per cycle there against "
+                         f"{al_old:.2f} on {old}, the target it was trained for")
 
 
 def _best(plan: Plan | None, *, drafter: bool) -> dict[int, ConfigPlan]:

@@ -76,6 +76,9 @@ def _timings(doc: dict[str, Any]) -> list[str]:
     lines = [f"Timings: interleaved repeats; the widest spread (p90 / p10) per pass: {spread}."]
     lines += [f"Contradiction: {c}." for c in timing["contradictions"]]
     lines += [check_sentence(c) for c in doc.get("measured_checks") or []]
+    if timing["contradictions"] or any(not c["agrees"] for c in doc.get("measured_checks") or []):
+        lines.append("The plan made from these timings is in DIR/plan.json; it is not shown here, since it would "
+                     "pick a winner that the timings cannot support.")
     return ["<h3>Timings</h3>", *(para(line) for line in lines)]
 
 
