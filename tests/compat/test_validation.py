@@ -106,7 +106,7 @@ def test_fix_writes_the_boolean_the_engines_read_and_train_never_keeps_a_string(
 @pytest.mark.parametrize(("key", "value", "why"), [("rms_norm_eps", math.nan, "NaN"), ("rope_theta", math.inf, "infinite"),
                                                    ("rms_norm_eps", -1e-6, "not positive"),
                                                    ("max_position_embeddings", 0, "not positive"),
-                                                   ("rope_theta", "10000", "not a number")])
+                                                   ("sliding_window", -5, "not positive")])
 def test_nan_infinite_and_non_positive_numbers_are_errors(tmp_path, target_configs, capsys, key, value, why):
     drafter, target = make_pair(tmp_path, target_configs["llama"])
     edit_config(drafter, **{key: value})
@@ -197,3 +197,46 @@ def test_rope_scaling_the_runtime_cannot_build_is_an_error(tmp_path, target_conf
     except (KeyError, ValueError):
         built = False
     assert built == ok
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("tie_word_embeddings", 2), ("attention_bias", None), ("bos_token_id", "1"), ("layer_types", True),
+    ("layer_types", []), ("rope_scaling", 1.5), ("initializer_range", 2.0), ("max_position_embeddings", "x"),
+    ("rope_theta", None),
+])
+def test_a_field_the_layer_config_cannot_take_is_an_error_as_the_runtime_refuses_it(tmp_path, target_configs, key,
+                                                                                   value):
+    from draftlab.models.drafter import Eagle3Drafter
+
+    drafter, target = make_pair(tmp_path, target_configs["llama"], embed=True)
+    edit_config(drafter, **{key: value})
+    found = codes(drafter, target, "vllm")
+    assert found.get("config-type") == "error" and "config-value" not in found, found
+    with pytest.raises(Exception):  # noqa: B017 - transformers' own errors: what check must predict
+        Eagle3Drafter.load(drafter)
+
+
+def test_hidden_act_other_than_silu_is_an_error(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    edit_config(drafter, hidden_act="gelu")
+    assert codes(drafter, target, "sglang").get("hidden-act") == "error"
+    edit_config(drafter, hidden_act="silu")
+    assert "hidden-act" not in codes(drafter, target, "sglang")
+
+
+def test_architectures_that_are_no_list_are_one_line(tmp_path, target_configs, capsys):
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    edit_config(drafter, architectures=1)
+    assert main(["check", str(drafter), "-t", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'architectures' is 1, not a list of class names" in err[0]
+
+
+def test_fewer_layers_stored_than_the_config_builds_and_speculators_extra_layers(tmp_path, target_configs):
+    drafter, target = make_pair(tmp_path, target_configs["llama"])
+    edit_config(drafter, num_hidden_layers=2)
+    finding = next(f for f in check_pair(drafter, target, "vllm").findings if f.field == "num_hidden_layers"
+                   and f.code == "missing-tensor")
+    assert "the weights hold 1 decoder layer(s)" in finding.message
+    with_tensors(drafter, {"layers.1.input_layernorm.weight": ("BF16", (H,))})
+    assert codes(drafter, target, "vllm").get("drafter-unsupported") == "error"  # draftlab refuses layers.1+

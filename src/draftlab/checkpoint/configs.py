@@ -33,6 +33,13 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _check_architectures(config: dict[str, Any]) -> None:
+    """``architectures`` is a list of class names (every loader indexes and iterates it)."""
+    value = config.get("architectures")
+    if value is not None and not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
+        raise DraftlabError(f"config field 'architectures' is {value!r}, not a list of class names")
+
+
 def _required(cfg: dict[str, Any], key: str, where: str = "") -> int:
     value = cfg.get(key)
     if type(value) is not int or value <= 0:
@@ -77,6 +84,7 @@ class TargetConfig:
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> TargetConfig:
+        _check_architectures(config)
         cfg = text_config(config)
         where = "text_config." if cfg is not config else ""
         heads = _required(cfg, "num_attention_heads", where)
@@ -146,6 +154,7 @@ class DrafterConfig:
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> DrafterConfig:
+        _check_architectures(config)
         speculators = "speculators_config" in config or "speculators_model_type" in config
         layer = config.get("transformer_layer_config") if speculators else config
         if not isinstance(layer, dict):
@@ -224,7 +233,9 @@ def is_drafter(ckpt: Checkpoint) -> bool:
     cfg = ckpt.config
     if "speculators_config" in cfg or "speculators_model_type" in cfg:
         return True
-    if any(isinstance(a, str) and _is_eagle3_architecture(a) for a in cfg.get("architectures") or []):
+    architectures = cfg.get("architectures")
+    if isinstance(architectures, list) and any(isinstance(a, str) and _is_eagle3_architecture(a)
+                                               for a in architectures):
         return True
     names = ckpt.tensors
     return "fc.weight" in names and any(n.startswith(("midlayer.", "layers.0.")) for n in names)

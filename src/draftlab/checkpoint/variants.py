@@ -273,7 +273,8 @@ def unsupported(config: Mapping[str, Any], tensor_names: Iterable[str]) -> list[
     speculators = "speculators_config" in config or "speculators_model_type" in config
     layer = config.get("transformer_layer_config") if speculators else config
     layer = layer if isinstance(layer, dict) else {}
-    found = [*_architecture(config, speculators, names), *_moe(config, layer, names), *_layers(config, layer)]
+    found = [*_architecture(config, speculators, names), *_moe(config, layer, names), *_layers(config, layer),
+             *_speculators_extra_layers(names)]
     try:
         found += _flags_and_tensors(read_variant(config, layer), names)
     except DraftlabError as exc:
@@ -337,6 +338,19 @@ def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Uns
             yield Unsupported("rope_scaling", f"rope_scaling type {kind!r} in an MLA drafter; the engines serve MLA "
                                               "drafters with plain RoPE or DeepSeek's YaRN only, and draftlab "
                                               "computes those", "mla-dims")
+
+
+_EXTRA_LAYER = re.compile(r"^layers\.[1-9]\d*\.")
+
+
+def _speculators_extra_layers(names: list[str]) -> Iterable[Unsupported]:
+    """Decoder layers after the first spelled ``layers.{i}.*`` (the speculators layout): vLLM and SGLang run
+    multi-layer drafters differently, and draftlab computes SGLang's (``additional_layers.*``) only
+    (models/drafter_weights.py)."""
+    extra = next((n for n in names if _EXTRA_LAYER.match(n)), None)
+    if extra is not None:
+        yield Unsupported(extra, f"tensor {extra!r}: multi-layer drafters in the speculators layout (layers.1+) run "
+                                 "differently in vLLM and SGLang, and draftlab computes neither", "layers")
 
 
 def _flags_and_tensors(variant: Variant, names: list[str]) -> list[Unsupported]:

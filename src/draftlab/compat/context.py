@@ -12,8 +12,8 @@ from draftlab.engines.loading import engine_loading
 def context_length(pair: Pair) -> Iterator[Finding]:
     """The drafter must cover the target's context."""
     mine, theirs = pair.drafter.max_position_embeddings, pair.target.max_position_embeddings
-    if mine is None or theirs is None or mine >= theirs:
-        return
+    if type(mine) is not int or type(theirs) is not int or mine >= theirs:
+        return  # a value of another type: config-type's and config-value's
     yield Finding("context-too-short", "error", pair.layer_field("max_position_embeddings"),
                   f"max_position_embeddings is {mine} but the target serves {theirs} tokens; "
                   f"{engine_loading(pair.engine).short_context}",

@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from draftlab.compat.config_types import TYPES
 from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair, layer_dict
 
@@ -58,6 +59,8 @@ def _problems(layer: Mapping[str, Any]) -> Iterator[tuple[str, Any, str, bool]]:
 def numeric_fields(pair: Pair) -> Iterator[Finding]:
     """Every numeric field of the drafter's and the target's config that the engines compute with."""
     for key, value, why, integer in _problems(layer_dict(pair.drafter_ckpt.config)):
+        if why in ("a boolean", "not a number") and key in TYPES:
+            continue  # of another type: config-type names it
         field = pair.layer_field(key)
         yield Finding("config-value", "error", field,
                       f"the drafter's {field} is {value!r} ({why}); the engines load it and compute with it, so "

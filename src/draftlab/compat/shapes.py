@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from draftlab.checkpoint.synth import drafter_specs
 from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair
+from draftlab.engines.loading import engine_loading
 
 
 def fc_width(pair: Pair) -> Iterator[Finding]:
@@ -143,4 +145,24 @@ def tensor_shapes(pair: Pair) -> Iterator[Finding]:
                       "weights (SGLang) or fail the load (vLLM)", "use a complete EAGLE-3 checkpoint")
 
 
-RULES = (fc_width, target_hidden_size, qkv_width, vocab_size, lm_head_rows, tensor_shapes)
+_LAYER_INDEX = re.compile(r"^(?:layers|additional_layers)\.(\d+)\.")
+
+
+def layer_count(pair: Pair) -> Iterator[Finding]:
+    """The weights hold as many decoder layers as the config builds (``layers.{i}`` or SGLang's
+    ``additional_layers.{i - 1}`` after the first); the engines leave a missing one uninitialised."""
+    indices = {0}
+    for name in pair.drafter_ckpt.tensors:
+        found = _LAYER_INDEX.match(name.removeprefix("model."))
+        if found:
+            indices.add(int(found.group(1)) + name.removeprefix("model.").startswith("additional_layers."))
+    stored, wanted = max(indices) + 1, pair.drafter.num_layers
+    limit = engine_loading(pair.engine).max_layers
+    if stored < wanted and (limit is None or wanted <= limit):  # past the engine's limit: num-layers says so
+        yield Finding("missing-tensor", "error", pair.layer_field("num_hidden_layers"),
+                      f"num_hidden_layers is {wanted} but the weights hold {stored} decoder layer(s): the engines would "
+                      "run the others with uninitialised weights, and draftlab refuses it",
+                      f"set num_hidden_layers to {stored} if that is what the drafter was trained with")
+
+
+RULES = (fc_width, target_hidden_size, qkv_width, vocab_size, lm_head_rows, tensor_shapes, layer_count)
