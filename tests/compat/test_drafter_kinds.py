@@ -69,8 +69,10 @@ def test_vllm_serves_a_qwen3_drafters_window_from_0_26(tmp_path, target_configs)
 def test_launch_sglang_dry_run_adds_the_window_flag(tmp_path, target_configs, capsys):
     drafter, target = make_pair(tmp_path, target_configs["llama"], **WINDOW)
     assert main(["launch", "sglang", "--target", str(target), "--drafter", str(drafter), "--dry-run", "--json"]) == 0
-    argv = json.loads(capsys.readouterr().out)["argv"]
+    doc = json.loads(capsys.readouterr().out)
+    argv = doc["argv"]
     assert argv[argv.index("--speculative-draft-window-size") + 1] == "24"
+    assert any("0 finding(s)" in note for note in doc["notes"])  # checked as launched: with the window
     plain, plain_target = make_pair(tmp_path / "full", target_configs["llama"])
     assert main(["launch", "sglang", "--target", str(plain_target), "--drafter", str(plain), "--dry-run",
                  "--json"]) == 0

@@ -6,7 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from draftlab.compat.check import check_pair
-from draftlab.engines.launch import REFERENCE, REFERENCE_CONVENTION, LaunchRequest
+from draftlab.engines.launch import (
+    REFERENCE,
+    REFERENCE_CONVENTION,
+    LaunchRequest,
+    trained_window,
+)
+from draftlab.engines.window import SGLANG_WINDOW_FLAG
 from draftlab.errors import DraftlabError
 
 CONTEXT_TOO_SHORT = "context-too-short"  # the compat finding that calls for the SGLang override
@@ -26,7 +32,7 @@ def check_before_launch(request: LaunchRequest, engine_version: str | None = Non
     if not (Path(request.target).is_dir() and Path(request.drafter).is_dir()):
         return False, ["check skipped: target or drafter is not a local folder (hub ids are not fetched)"]
     convention = REFERENCE_CONVENTION if request.engine == REFERENCE else request.engine
-    result = check_pair(request.drafter, request.target, convention, engine_version)
+    result = check_pair(request.drafter, request.target, convention, engine_version, _served_window(request))
     errors = [f for f in result.findings if f.severity == "error" and f.code != CONTEXT_TOO_SHORT]
     if errors:
         unfixable = [f for f in errors if not f.fixable]
@@ -41,3 +47,15 @@ def check_before_launch(request: LaunchRequest, engine_version: str | None = Non
     too_short = any(f.code == CONTEXT_TOO_SHORT for f in result.findings)
     return too_short, [f"check ({result.engine} {result.engine_version} rules): {len(result.findings)} finding(s), "
                        "no errors"]
+
+
+def _served_window(request: LaunchRequest) -> int | None:
+    """The --speculative-draft-window-size an SGLang launch passes: the user's, else the one launch adds for a drafter
+    trained with a window (engines/launch.py); None for other engines."""
+    if request.engine != "sglang" or request.drafter is None:
+        return None
+    args = list(request.extra_args)
+    if SGLANG_WINDOW_FLAG in args[:-1]:
+        given = args[args.index(SGLANG_WINDOW_FLAG) + 1]
+        return int(given) if given.isdigit() and int(given) > 0 else None
+    return trained_window(request.drafter)
