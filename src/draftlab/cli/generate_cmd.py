@@ -42,8 +42,13 @@ def generate_command(
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
-    """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths."""
-    deployment = None if drafter is None or no_draft else asked.resolve(target, drafter)
+    """Run real speculative decoding (SGLang's tree, lossless verification) and report accept lengths.
+    --drafter mtp drafts with the target's own MTP layer, as --engine serves it."""
+    from draftlab.engines.mtp_head import MtpServing
+    from draftlab.models.mtp import names_mtp
+
+    mtp = MtpServing(asked.engine, asked.version) if names_mtp(drafter) and not no_draft else None
+    deployment = None if drafter is None or no_draft or mtp else asked.resolve(target, drafter)
     from draftlab.report.generate import render_generate
     from draftlab.decode.generate import generate
 
@@ -52,8 +57,8 @@ def generate_command(
             target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, no_draft=no_draft,
             **where.loading(), deployment=deployment, progress=not json_out,
-            batch_size=batch_size, ignore_eos=ignore_eos,
+            batch_size=batch_size, ignore_eos=ignore_eos, mtp=mtp,
         )
-    if deployment is None:  # no drafter: the engine asked for, nothing captured
+    if deployment is None and mtp is None:  # no drafter: the engine asked for, nothing captured
         result.config.update(asked.describe())
     show(result, json_out, render_generate)

@@ -56,7 +56,8 @@ def probe_command(
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
-    """Exact offline accept lengths: what greedy speculative decoding would accept on this data."""
+    """Exact offline accept lengths: what greedy speculative decoding would accept on this data.
+    --drafter mtp probes the target's own MTP layer, as --engine serves it."""
     categories = None
     if profile_out is not None:
         from draftlab.fsutil import local_inputs, refuse_overlap
@@ -65,7 +66,11 @@ def probe_command(
         refuse_overlap(profile_out, {**local_inputs(target=target, drafter=drafter, features=features),
                                      "--prompts": prompts})
         categories = read_categories(prompts) if prompts is not None else None
-    deployment = asked.resolve(target, drafter)
+    from draftlab.engines.mtp_head import MtpServing
+    from draftlab.models.mtp import names_mtp
+
+    mtp = MtpServing(asked.engine, asked.version) if names_mtp(drafter) else None
+    deployment = None if mtp else asked.resolve(target, drafter)
     from draftlab.distributed import leave
     from draftlab.probe.probe import probe
     from draftlab.report.probe import render_probe
@@ -75,7 +80,7 @@ def probe_command(
             result = probe(target, drafter, prompts, steps=steps, topk=topk, num_draft_tokens=num_draft_tokens,
                            max_new_tokens=max_new_tokens, responses=responses, features=features,
                            temperature=temperature, seed=seed, batch_size=batch_size, **where.loading(),
-                           deployment=deployment, progress=not json_out)
+                           deployment=deployment, progress=not json_out, mtp=mtp)
     finally:
         leave()
     if not main_process():  # torchrun: every rank holds the result; rank 0 prints it

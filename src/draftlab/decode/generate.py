@@ -25,10 +25,12 @@ from rich.progress import Progress
 from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.compat import check_pair
 from draftlab.engines.deployment import Deployment
+from draftlab.engines.mtp_head import MtpServing
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement, synchronize
 from draftlab.models.drafter import Eagle3Drafter
+from draftlab.models.mtp import load_mtp, names_mtp
 from draftlab.models.pair import NO_DEPLOYMENT, deployment_for, load_pair
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import compile_pays
@@ -63,6 +65,7 @@ def generate(
     max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None, no_draft: bool = False,
     dtype: str | None = None, device: str | None = None, device_map: str | None = None,
     deployment: Deployment | None = None, progress: bool = False, batch_size: int = 1, ignore_eos: bool = False, cache: str = "auto",
+    mtp: MtpServing | None = None,
 ) -> GenerateResult:
     """Decode every prompt of ``prompts`` with ``target`` (and ``drafter`` unless ``no_draft``), the target
     feeding the drafter the aux layers ``deployment`` captures (default: the newest SGLang's).
@@ -73,12 +76,19 @@ def generate(
 
     The target runs on ``device`` (default cpu) or split across the GPUs by ``device_map`` ("auto"),
     not both; the drafter sits with the target's input embedding.
+
+    ``drafter`` "mtp" drafts with the target's own MTP head as ``mtp`` (default: the newest SGLang) computes
+    it (:mod:`draftlab.models.mtp`), one prompt at a time.
     """
     device, device_map = resolve_placement(device, device_map)
     dtype = dtype or default_dtype(device, device_map)
     sampling = _Sampling(max_new_tokens, temperature, seed, ignore_eos)
     _check_arguments(drafter, no_draft, sampling, batch_size)
-    if not no_draft:
+    if names_mtp(drafter) and not no_draft:
+        mtp = mtp or MtpServing()
+    else:
+        mtp = None
+    if not no_draft and mtp is None:
         deployment = deployment or deployment_for(target, drafter)
     target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
     flags = None if no_draft else exact_spec_flags(steps, topk, num_draft_tokens,
@@ -92,9 +102,14 @@ def generate(
     # compiling pays only for long decodes; no device: a device map, which splits the target over GPUs
     compile = compile_pays(decode_steps(len(rows), batch_size, max_new_tokens, None if batched else flags),
                            torch.device(device or "cuda"))
-    runner, draft_model, layers = _load(target, None if no_draft else drafter, deployment, dtype=dtype, device=device,
-                                        device_map=device_map, cache=cache, max_len=max_len,
-                                        compile=compile and not batched)
+    if mtp is not None:
+        runner, draft_model = load_mtp(target, mtp.engine, dtype=dtype, device=device, device_map=device_map,
+                                       cache=cache, max_len=max_len)
+        layers = None
+    else:
+        runner, draft_model, layers = _load(target, None if no_draft else drafter, deployment, dtype=dtype,
+                                            device=device, device_map=device_map, cache=cache, max_len=max_len,
+                                            compile=compile and not batched)
 
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
         task = bar.add_task("generating", total=len(rows))
@@ -107,7 +122,8 @@ def generate(
 
     config = {
         "target": str(target), "drafter": None if no_draft else str(drafter),
-        **(NO_DEPLOYMENT if no_draft else deployment.describe()),
+        **(NO_DEPLOYMENT if no_draft else mtp.describe() if mtp is not None else deployment.describe()),
+        **(draft_model.describe() if mtp is not None else {"drafter_kind": None if no_draft else "eagle3"}),
         "no_draft": no_draft, "steps": flags.steps if flags else None, "topk": flags.topk if flags else None,
         "num_draft_tokens": flags.num_draft_tokens if flags else None,
         "flags_source": flags.source if flags else None, "aux_layers": layers,
@@ -158,6 +174,8 @@ def _check_arguments(drafter: str | Path | None, no_draft: bool, sampling: _Samp
         raise DraftlabError(f"--temperature must be >= 0, got {sampling.temperature}")
     if batch_size < 1:
         raise DraftlabError(f"--batch-size must be >= 1, got {batch_size}")
+    if batch_size > 1 and not no_draft and names_mtp(drafter):
+        raise DraftlabError("--drafter mtp decodes one prompt at a time; drop --batch-size (or give 1)")
     if drafter is None and not no_draft:
         raise DraftlabError("give --drafter, or --no-draft to decode with the target alone")
 

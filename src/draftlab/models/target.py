@@ -5,6 +5,8 @@ Aux capture follows the canonical convention (``draftlab.engines``): aux layer k
 decoder layer k, before the final norm. (HF's ``hidden_states[k + 1]`` is the same tensor except for
 the last layer, whose HF entry is post-norm.) An HF pass captures it by forward hooks that live only
 for that pass; the static step returns the aux layers itself, with no hooks in its graphs' way.
+A runner made with ``final_hidden`` hands the drafter the final (post-norm) hidden state instead, the
+lm_head's input, which a target's own MTP head reads (:mod:`draftlab.models.mtp`); it runs the dynamic cache.
 
 The model is any Hugging Face causal LM loaded through ``AutoModelForCausalLM``. Tree verification
 passes transformers a ready 4D additive mask (``masking_utils`` returns a 4D mask as it is, for
@@ -61,16 +63,24 @@ class TargetRunner:
     """Runs one sequence (batch size 1) of a target model over its own KV cache."""
 
     def __init__(self, model: PreTrainedModel, *, aux_layers: list[int] | None = None, cache: str = "auto",
-                 max_len: int | None = None, graphs: bool | None = None, compile: bool = False) -> None:
+                 max_len: int | None = None, graphs: bool | None = None, compile: bool = False,
+                 final_hidden: bool = False) -> None:
         """``cache``: "dynamic", "static" or "auto" (static on CUDA when the family supports it).
         Static only: ``max_len`` cached entries (default 4096; at most the context), ``graphs`` CUDA
         graphs per bucket (default on CUDA), ``compile`` the fused layers' elementwise parts through
-        torch.compile in the bucketed steps (see :class:`StaticTarget`)."""
+        torch.compile in the bucketed steps (see :class:`StaticTarget`). ``final_hidden``: the steps' ``aux``
+        is the final norm's output [n, hidden] instead of the aux layers (none are captured)."""
         if cache not in CACHES:
             raise DraftlabError(f"unknown cache {cache!r}; choose {', '.join(CACHES)}")
         self.model = model.eval()
         self.config = TargetConfig.from_dict(model.config.to_dict())
         n_layers = len(model.get_decoder().layers)
+        self.final_hidden = final_hidden
+        if final_hidden:
+            aux_layers = []
+            if cache == "static":
+                raise DraftlabError("the final hidden state is captured with the dynamic cache (cache auto or dynamic)")
+            cache = "dynamic"
         self.aux_layers = list(aux_layers) if aux_layers is not None else default_aux_layers(n_layers)
         bad = [k for k in self.aux_layers if not 0 <= k < n_layers]
         if bad:
@@ -109,7 +119,7 @@ class TargetRunner:
     def load(cls, path: str | Path, *, aux_layers: list[int] | None = None, dtype: str = "float32",
              device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False,
              cache: str = "auto", max_len: int | None = None, graphs: bool | None = None,
-             compile: bool = False) -> TargetRunner:
+             compile: bool = False, final_hidden: bool = False) -> TargetRunner:
         """Load a local Hugging Face folder (never the network): onto ``device``, or split across the GPUs
         by ``device_map`` (e.g. "auto", through accelerate; ``device`` is then unused). A split target
         takes its inputs on the device of its input embedding (``self.device``) and returns there."""
@@ -133,7 +143,8 @@ class TargetRunner:
             raise DraftlabError(f"does not fit on the GPUs: device map {device_map!r} put part of it on the {spill} "
                                 "(offloaded weights would be streamed in every pass); use more GPUs or a smaller "
                                 "--dtype", path=path)
-        return cls(model, aux_layers=aux_layers, cache=cache, max_len=max_len, graphs=graphs, compile=compile)
+        return cls(model, aux_layers=aux_layers, cache=cache, max_len=max_len, graphs=graphs, compile=compile,
+                   final_hidden=final_hidden)
 
     @property
     def embed_tokens(self) -> torch.nn.Embedding:
@@ -198,7 +209,7 @@ class TargetRunner:
                              use_cache=True, **{self.cache_arg: self._cache})
         self._positions = key_positions
         self._last_new = n
-        aux = torch.cat([captured[k][0].to(self.device) for k in self.aux_layers], dim=-1)
+        aux = self._features(captured)[0]
         return TargetStep(logits=out.logits[0].float().to(self.device), aux=aux)
 
     __call__ = forward
@@ -224,14 +235,21 @@ class TargetRunner:
             return BatchStep(hidden=hidden, aux=aux)
         with self.hf_pass() as captured:
             out = self.model.get_decoder()(input_ids=input_ids, use_cache=False)
-        aux = torch.cat([captured[k].to(self.device) for k in self.aux_layers], dim=-1)
-        return BatchStep(hidden=out.last_hidden_state, aux=aux)
+        return BatchStep(hidden=out.last_hidden_state, aux=self._features(captured))
+
+    def _features(self, captured: dict[int | str, torch.Tensor]) -> torch.Tensor:
+        """What the drafter reads from one HF pass, [B, L, width] on ``device``: the aux layers' outputs,
+        concatenated low to high, or with ``final_hidden`` the final norm's output."""
+        if self.final_hidden:
+            return captured["final"].to(self.device)
+        return torch.cat([captured[k].to(self.device) for k in self.aux_layers], dim=-1)
 
     def _causal_walk(self, length: int) -> LayerWalk | None:
         """The fused walk for a cache-free pass of ``length`` tokens, made once, when this runner's
         device takes the fast path by default and its model is one dense, SiLU-gated family on one
         device with no sliding window shorter than the pass; else None (the HF pass)."""
-        if self.device.type not in STATIC_BY_DEFAULT or not supports(self.model) or not fusable(self.model):
+        if self.device.type not in STATIC_BY_DEFAULT or not supports(self.model) or not fusable(self.model) \
+                or self.final_hidden:
             return None
         if any(window is not None and window < length for window in self._windows.values()):
             return None
@@ -293,16 +311,20 @@ class TargetRunner:
 
     @contextmanager
     def _aux_hooks(self) -> Iterator[dict[int, torch.Tensor]]:
-        """Forward hooks on the aux layers for one HF pass; yields their outputs by layer id once it ran."""
-        captured: dict[int, torch.Tensor] = {}
-        layers = self.model.get_decoder().layers
+        """Forward hooks on the aux layers (with ``final_hidden``, on the final norm, as "final") for one HF
+        pass; yields their outputs by layer id once it ran."""
+        captured: dict[int | str, torch.Tensor] = {}
+        decoder = self.model.get_decoder()
+        modules = [(k, decoder.layers[k]) for k in sorted(set(self.aux_layers))]
+        if self.final_hidden:
+            modules.append(("final", decoder.norm))
 
-        def record(k: int):
+        def record(k: int | str):
             def hook(module: torch.nn.Module, args: object, output: object) -> None:
                 captured[k] = output[0] if isinstance(output, tuple) else output
             return hook
 
-        handles = [layers[k].register_forward_hook(record(k)) for k in sorted(set(self.aux_layers))]
+        handles = [module.register_forward_hook(record(k)) for k, module in modules]
         try:
             yield captured
         finally:

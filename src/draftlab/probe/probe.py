@@ -27,12 +27,14 @@ from draftlab.acceptance.by_context import accept_length_by_context
 from draftlab.probe.by_context import context_limits
 from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.engines.deployment import Deployment
+from draftlab.engines.mtp_head import MtpServing
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.distributed import World, gather, init_world
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.graphs import captures
+from draftlab.models.mtp import load_mtp, names_mtp
 from draftlab.models.pair import LoadedPair, deployment_for
 from draftlab.models.target import TargetRunner
 from draftlab.probe.drafts import accepted_drafts, drafted_trees
@@ -78,7 +80,8 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
           responses: str = "generate", features: str | Path | None = None, temperature: float = 0.0,
           seed: int | None = None, batch_size: int | None = None, dtype: str | None = None,
           device: str | None = None,
-          device_map: str | None = None, deployment: Deployment | None = None, progress: bool = False) -> ProbeResult:
+          device_map: str | None = None, deployment: Deployment | None = None, progress: bool = False,
+          mtp: MtpServing | None = None) -> ProbeResult:
     """Exact greedy accept lengths of ``drafter`` on ``target`` over ``prompts``, or over the captured
     hidden states in ``features`` (then ``target`` supplies only its config, embedding and lm_head).
     ``deployment`` (default: the newest SGLang's) names the aux layers the target feeds the drafter.
@@ -92,7 +95,15 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
 
     Under ``torchrun`` each rank decodes and probes its share of the prompts (on its own GPU with
     ``--device cuda``) and every rank returns the whole result, the same one a single process gives
-    (greedy; sampled continuations differ with the split)."""
+    (greedy; sampled continuations differ with the split).
+
+    ``drafter`` "mtp": the target's own MTP head as ``mtp`` (default: the newest SGLang) computes it, over a
+    live target (:mod:`draftlab.models.mtp`)."""
+    if names_mtp(drafter):
+        return _probe_mtp(target, prompts, mtp or MtpServing(), steps=steps, topk=topk,
+                          num_draft_tokens=num_draft_tokens, max_new_tokens=max_new_tokens, responses=responses,
+                          features=features, temperature=temperature, seed=seed, batch_size=batch_size, dtype=dtype,
+                          device=device, device_map=device_map, progress=progress)
     device, device_map = resolve_placement(device, device_map)
     dtype = dtype or default_dtype(device, device_map)
     world = init_world(device or "cpu")
@@ -127,13 +138,46 @@ def probe(target: str | Path, drafter: str | Path, prompts: str | Path | None = 
             decoded = feature_samples(features, models, options)
         clock.lap("continuations_s")
         config = {
-            "target": str(target), "drafter": str(drafter), **deployment.describe(), "aux_layers": layers,
+            "target": str(target), "drafter": str(drafter), **deployment.describe(), "drafter_kind": "eagle3",
+            "aux_layers": layers,
             "responses": "features" if features is not None else responses,
             "features": None if features is None else str(features), "dtype": dtype, "device": device,
             "device_map": device_map,
             "target_devices": None if models.runner is None else model_devices(models.runner.model), "seed": seed,
             **({"ranks": world.size} if world.size > 1 else {}),
         }
+        result = _run(models, options, decoded, config, bar)
+    clock.lap("probe_s")
+    return replace(result, timings=clock.timings())
+
+
+def _probe_mtp(target: str | Path, prompts: str | Path | None, mtp: MtpServing, *, steps: int | None,
+               topk: int | None, num_draft_tokens: int | None, max_new_tokens: int, responses: str,
+               features: str | Path | None, temperature: float, seed: int | None, batch_size: int | None,
+               dtype: str | None, device: str | None, device_map: str | None, progress: bool) -> ProbeResult:
+    """:func:`probe` with the target's own MTP head: one process, a live target (the head reads its final
+    hidden state, which captured features do not hold)."""
+    if features is not None:
+        raise DraftlabError("--drafter mtp runs the live target (its MTP head reads the final hidden state); "
+                            "give --prompts instead of --features")
+    device, device_map = resolve_placement(device, device_map)
+    dtype = dtype or default_dtype(device, device_map)
+    check_run(responses, max_new_tokens, batch_size)
+    _check_text(prompts, None, temperature)
+    target_cfg = TargetConfig.from_dict(open_checkpoint(target).config)
+    flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
+    options = ProbeOptions((flags,), max_new_tokens, responses, batch_size, temperature, seed)
+    check_room(prompts, target, target_cfg)
+    clock = Clock()
+    with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        runner, head = load_mtp(target, mtp.engine, dtype=dtype, device=device, device_map=device_map)
+        models = ProbeModels.live(runner, head, target_cfg)
+        clock.lap("load_s")
+        decoded = live_samples(models, options, target, prompts, bar)
+        clock.lap("continuations_s")
+        config = {"target": str(target), "drafter": str(target), **mtp.describe(), **head.describe(),
+                  "aux_layers": None, "responses": responses, "features": None, "dtype": dtype, "device": device,
+                  "device_map": device_map, "target_devices": model_devices(runner.model), "seed": seed}
         result = _run(models, options, decoded, config, bar)
     clock.lap("probe_s")
     return replace(result, timings=clock.timings())
@@ -399,7 +443,7 @@ def _run_sampled(models: ProbeModels, options: ProbeOptions, decoded: Decoded, c
 
 
 def _vocab_bound(drafter: Eagle3Drafter, samples: list[Sample]) -> float:
-    ids = set(drafter.to_target_ids(torch.arange(drafter.d2t.numel())).tolist())
+    ids = set(drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size)).tolist())
     tokens = [s.tokens[i] for s in samples for i in range(s.prompt_len + 1, s.prompt_len + s.max_new_tokens)]
     return sum(t in ids for t in tokens) / len(tokens) if tokens else 0.0
 
