@@ -209,7 +209,7 @@ class TargetRunner:
                              use_cache=True, **{self.cache_arg: self._cache})
         self._positions = key_positions
         self._last_new = n
-        aux = self._features(captured)[0]
+        aux = self.features(captured)[0]
         return TargetStep(logits=out.logits[0].float().to(self.device), aux=aux)
 
     __call__ = forward
@@ -235,9 +235,9 @@ class TargetRunner:
             return BatchStep(hidden=hidden, aux=aux)
         with self.hf_pass() as captured:
             out = self.model.get_decoder()(input_ids=input_ids, use_cache=False)
-        return BatchStep(hidden=out.last_hidden_state, aux=self._features(captured))
+        return BatchStep(hidden=out.last_hidden_state, aux=self.features(captured))
 
-    def _features(self, captured: dict[int | str, torch.Tensor]) -> torch.Tensor:
+    def features(self, captured: dict[int | str, torch.Tensor]) -> torch.Tensor:
         """What the drafter reads from one HF pass, [B, L, width] on ``device``: the aux layers' outputs,
         concatenated low to high, or with ``final_hidden`` the final norm's output."""
         if self.final_hidden:

@@ -34,7 +34,7 @@ from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.graphs import captures
-from draftlab.models.mtp import load_mtp, names_mtp
+from draftlab.models.mtp import MTP, load_mtp, names_mtp
 from draftlab.models.pair import LoadedPair, deployment_for
 from draftlab.models.target import TargetRunner
 from draftlab.probe.drafts import accepted_drafts, drafted_trees
@@ -175,7 +175,7 @@ def _probe_mtp(target: str | Path, prompts: str | Path | None, mtp: MtpServing, 
         clock.lap("load_s")
         decoded = live_samples(models, options, target, prompts, bar)
         clock.lap("continuations_s")
-        config = {"target": str(target), "drafter": str(target), **mtp.describe(), **head.describe(),
+        config = {"target": str(target), "drafter": MTP, **mtp.describe(), **head.describe(),
                   "aux_layers": None, "responses": responses, "features": None, "dtype": dtype, "device": device,
                   "device_map": device_map, "target_devices": model_devices(runner.model), "seed": seed}
         result = _run(models, options, decoded, config, bar)
