@@ -73,12 +73,15 @@ def names_mtp(drafter: str | Path | None) -> bool:
 
 def load_mtp(target: str | Path, engine: str, **placement: Any) -> tuple[TargetRunner, MtpDrafter]:
     """The target handing out its final hidden state, and its MTP head as ``engine`` computes it.
-    ``placement``: what :meth:`TargetRunner.load` takes (dtype, device, device_map, cache, max_len)."""
+    ``placement``: what :meth:`TargetRunner.load` takes (dtype, device, device_map, cache, max_len). A target
+    with no MTP layer is refused from its headers, before anything loads."""
+    ckpt = open_checkpoint(target)
+    mtp_layout(ckpt.config, set(ckpt.tensors), ckpt.path)
     runner = TargetRunner.load(target, final_hidden=True, **placement)
     return runner, MtpDrafter.load(target, runner, engine)
 
 
-def mtp_layout(config: dict[str, Any], names: set[str]) -> tuple[str, str, int]:
+def mtp_layout(config: dict[str, Any], names: set[str], path: Path) -> tuple[str, str, int]:
     """(style, prefix, number of MTP layers) of a target checkpoint's MTP head from its config and tensor
     names, or a DraftlabError saying it has none."""
     if "mtp.fc.weight" in names:
@@ -87,7 +90,7 @@ def mtp_layout(config: dict[str, Any], names: set[str]) -> tuple[str, str, int]:
     first = f"model.layers.{config.get('num_hidden_layers')}."
     if count < 1 or f"{first}eh_proj.weight" not in names:
         raise DraftlabError("ships no MTP layer (neither num_nextn_predict_layers with model.layers.{L}.eh_proj "
-                            "nor mtp.fc); draft with an EAGLE-3 drafter (--drafter) instead")
+                            "nor mtp.fc); draft with an EAGLE-3 drafter (--drafter) instead", path=path)
     return "deepseek", first, count
 
 
@@ -128,7 +131,7 @@ class MtpDrafter(nn.Module):
         """The MTP head of the checkpoint ``target_dir`` that ``runner`` runs, as ``engine`` serves it, on the
         runner's device and dtype, sharing its embedding and lm_head (unless the engine reads the head's own)."""
         ckpt = open_checkpoint(target_dir)
-        style, prefix, count = mtp_layout(ckpt.config, set(ckpt.tensors))
+        style, prefix, count = mtp_layout(ckpt.config, set(ckpt.tensors), ckpt.path)
         rules = mtp_rules(engine, style)
         tensors = {name.removeprefix(prefix): t for name, t in ckpt.load(
             [n for n in ckpt.tensors if n.startswith(prefix)]).items()}

@@ -1,0 +1,89 @@
+"""The MTP drafter's own contract: its cache gives what one pass over all rows gives (``keep`` of nothing
+and ``crop`` undo draft passes), each engine's rules are computed (vLLM zeroes the embedding at position 0
+and feeds the layer's pre-norm output back; SGLang feeds the final norm's output back), and a target that
+ships no MTP layer is refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from draftlab.cli import main
+from draftlab.errors import DraftlabError
+from draftlab.models.mtp import load_mtp
+from draftlab.toy.mtp import cached_mtp_toy
+
+TOKENS = torch.tensor(list(b"def keep(self, indices):\n    return"))
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return cached_mtp_toy()
+
+
+@pytest.fixture(scope="module")
+def loaded(toy):
+    return {engine: load_mtp(toy.target_dir, engine) for engine in ("sglang", "vllm")}
+
+
+def _inputs(runner) -> tuple[torch.Tensor, torch.Tensor]:
+    runner.reset()
+    hidden = runner.forward(TOKENS).aux
+    return TOKENS[1:], hidden[:-1]
+
+
+def test_the_cache_gives_one_pass_over_all_rows(loaded):
+    runner, head = loaded["sglang"]
+    ids, hidden = _inputs(runner)
+    head.reset()
+    whole = head.forward(ids, hidden)
+    head.reset()
+    first = head.forward(ids[:10], hidden[:10])
+    head.forward(ids[10:14], hidden[10:14])  # a draft pass, dropped again
+    head.keep(torch.empty(0, dtype=torch.long))
+    assert head.cache_len == 10
+    head.forward(ids[10:12], hidden[10:12])
+    head.crop(10)
+    rest = head.forward(ids[10:], hidden[10:])
+    torch.testing.assert_close(torch.cat([first.logits, rest.logits]), whole.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.cat([first.hidden, rest.hidden]), whole.hidden, rtol=1e-5, atol=1e-5)
+
+
+def test_vllm_ignores_the_token_at_position_0_and_sglang_reads_it(loaded):
+    for engine, ignored in (("vllm", True), ("sglang", False)):
+        runner, head = loaded[engine]
+        ids, hidden = _inputs(runner)
+        other = ids.clone()
+        other[0] = (int(ids[0]) + 1) % 256
+        head.reset()
+        a = head.forward(ids, hidden).logits
+        head.reset()
+        b = head.forward(other, hidden).logits
+        assert torch.equal(a, b) == ignored, engine
+
+
+def test_the_hidden_state_fed_back_is_each_engines(loaded):
+    """Away from position 0 both engines compute the same logits; SGLang feeds back the final norm of what
+    vLLM feeds back."""
+    (runner, sglang), (_, vllm) = loaded["sglang"], loaded["vllm"]
+    ids, hidden = _inputs(runner)
+    n = ids.numel()
+    args = (ids[None], hidden[None], torch.arange(1, n + 1)[None], torch.ones(n, n, dtype=torch.bool).tril()[None])
+    with torch.no_grad():
+        s_logits, s_hidden, _ = sglang.forward_masked(*args)
+        v_logits, v_hidden, _ = vllm.forward_masked(*args)
+        torch.testing.assert_close(s_logits, v_logits)
+        torch.testing.assert_close(s_hidden, vllm.final_norm(v_hidden))
+        assert not torch.allclose(s_hidden, v_hidden, atol=1e-2)
+
+
+def test_a_target_without_an_mtp_layer_is_refused(toy_pair, tmp_path, capsys):
+    with pytest.raises(DraftlabError, match="ships no MTP layer"):
+        load_mtp(toy_pair.target_dir, "sglang")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"input_ids": [5, 6, 7]}) + "\n")
+    code = main(["generate", "--target", str(toy_pair.target_dir), "--drafter", "mtp", "--prompts", str(prompts)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "ships no MTP layer" in err[0]
