@@ -240,3 +240,16 @@ def test_fewer_layers_stored_than_the_config_builds_and_speculators_extra_layers
     assert "the weights hold 1 decoder layer(s)" in finding.message
     with_tensors(drafter, {"layers.1.input_layernorm.weight": ("BF16", (H,))})
     assert codes(drafter, target, "vllm").get("drafter-unsupported") == "error"  # draftlab refuses layers.1+
+
+
+def test_a_qwen2_5_vl_drafters_mrope_is_named_and_refused_in_one_line(tmp_path, target_configs):
+    """SpecForge's Qwen2.5-VL drafters (rope_scaling type mrope): the engines serve them, draftlab does not compute
+    them, so check says so (not rope-invalid) and the runtime refuses in one line instead of a KeyError."""
+    from draftlab.models.drafter import Eagle3Drafter
+
+    drafter, target = make_pair(tmp_path, target_configs["llama"], embed=True,
+                                rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})
+    found = codes(drafter, target, "sglang")
+    assert found.get("drafter-unsupported") == "error" and "rope-invalid" not in found
+    with pytest.raises(DraftlabError, match="'mrope'"):
+        Eagle3Drafter.load(drafter)

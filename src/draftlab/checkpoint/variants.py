@@ -332,12 +332,14 @@ def _layers(config: Mapping[str, Any], layer: Mapping[str, Any]) -> Iterable[Uns
     if mla and count != 1:
         yield Unsupported("num_hidden_layers", f"num_hidden_layers is {count}; MLA drafters have one decoder layer "
                                                "in both engines, and draftlab computes that one", "layers")
-    if mla:
-        kind = (Rope.from_config(dict(layer)).scaling or {"rope_type": "default"})["rope_type"]
-        if kind not in MLA_ROPE_TYPES:
-            yield Unsupported("rope_scaling", f"rope_scaling type {kind!r} in an MLA drafter; the engines serve MLA "
-                                              "drafters with plain RoPE or DeepSeek's YaRN only, and draftlab "
-                                              "computes those", "mla-dims")
+    kind = (Rope.from_config(dict(layer)).scaling or {"rope_type": "default"})["rope_type"]
+    if mla and kind not in MLA_ROPE_TYPES:
+        yield Unsupported("rope_scaling", f"rope_scaling type {kind!r} in an MLA drafter; the engines serve MLA "
+                                          "drafters with plain RoPE or DeepSeek's YaRN only, and draftlab "
+                                          "computes those", "mla-dims")
+    if kind == "mrope":  # Qwen2.5-VL drafters (Eagle3Qwen2_5vlForCausalLM): served by the engines, not computed here
+        yield Unsupported("rope_scaling", "rope_scaling type 'mrope' (the multimodal RoPE of Qwen2.5-VL drafters): "
+                                          "the engines serve it, draftlab does not compute it", "layers")
 
 
 _EXTRA_LAYER = re.compile(r"^layers\.[1-9]\d*\.")

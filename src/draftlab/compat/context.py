@@ -47,7 +47,8 @@ def rope(pair: Pair) -> Iterator[Finding]:
 # (modeling_rope_utils.py ``_validate_<type>_rope_parameters``), which draftlab's runtime runs; vLLM's get_rope
 # (rotary_embedding.py) raises on a type it does not know too.
 ROPE_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
-             "longrope": ("short_factor", "long_factor"), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+             "longrope": ("short_factor", "long_factor"), "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+             "mrope": ("mrope_section",)}  # mrope: Qwen2.5-VL drafters, engines only (drafter-unsupported here)
 
 
 def rope_valid(pair: Pair) -> Iterator[Finding]:
