@@ -1,5 +1,6 @@
 """``draftlab generate`` on the toy pair while other processes keep every CPU busy: the default threads
-(draftlab.threads: the physical cores less the busy ones) against ``--threads 1``, side by side in one run.
+(draftlab.threads: the physical cores less the busy ones) against ``--threads 1`` and against one thread per
+CPU (the default before it read the load), side by side in one run.
 
 The load is one spinning process per CPU this process may use, started first and left to raise the
 1-minute load average (what the default reads) before the timed runs; the two settings then alternate
@@ -50,10 +51,11 @@ def main() -> None:
     load = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(cpus)]
     try:
         time.sleep(args.settle)
-        rates: dict[str, list[float]] = {"default": [], "--threads 1": []}
+        settings = {"default": [], "--threads 1": ["--threads", "1"], f"--threads {cpus}": ["--threads", str(cpus)]}
+        rates: dict[str, list[float]] = {name: [] for name in settings}
         chosen = set()
         for _ in range(args.rounds):
-            for name, extra in (("default", []), ("--threads 1", ["--threads", "1"])):
+            for name, extra in settings.items():
                 doc = generate(pair, prompts, extra)
                 rates[name].append(doc["tokens_per_second"])
                 if name == "default":
@@ -65,7 +67,7 @@ def main() -> None:
     print(f"{platform.node()}: {cpus} CPUs, {cpus} spinning processes, load average {loadavg:.1f} at the end; "
           f"{args.rounds} interleaved rounds")
     for name, values in rates.items():
-        print(f"  {name:12s} median {statistics.median(values):7.1f} tok/s  (runs: "
+        print(f"  {name:13s} median {statistics.median(values):7.1f} tok/s  (runs: "
               + ", ".join(f"{v:.1f}" for v in values) + ")")
     print("  default chose: " + "; ".join(f"{n} thread(s) from {why}" for n, why in sorted(chosen)))
     ratio = statistics.median(rates["--threads 1"]) / statistics.median(rates["default"])

@@ -162,8 +162,8 @@ def _headline(e: Evidence, reasons: list[Reason], serving: Serving) -> tuple[str
                           + (f"; speculation off at batch {_join(off)}" if off else ""),
                           {"speedup": {b: r.speedup for b, r in drafter_now.items()}}))
     how = f"Fix the config (the fixed copy is {e.fixed_dir}), then serve it" if e.fixed else "Serve as is"
-    return "serve", (f"{how}: {label} at batch {_join(sorted(pays_now))}" + (f", off at batch {_join(off)}" if off
-                                                                             else ""))
+    return "serve", (f"{how}: it pays off at batch {_join(sorted(pays_now))} ({label} at batch {b0})"
+                     + (f", not at batch {_join(off)}" if off else ""))
 
 
 def _serving(e: Evidence) -> Serving:

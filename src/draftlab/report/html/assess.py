@@ -59,7 +59,8 @@ def _serving(doc: dict[str, Any]) -> list[str]:
     if plan:
         parts.append(table(["batch sizes", "draft length K"], [(f"{lo}-{hi}", k) for lo, hi, k in plan["ranges"]],
                            numeric=[False, True],
-                           caption=f"The drafter's schedule for {plan['engine']} {plan['version']} (DIR/schedule.json)"))
+                           caption=f"Schedule for {plan['engine']} {plan['version']}: the drafter's draft length "
+                                   "per batch-size range (DIR/schedule.json)"))
     elif doc.get("schedule_note"):
         parts.append(para(f"No schedule: {doc['schedule_note']}"))
     return parts
@@ -85,7 +86,7 @@ def _timings(doc: dict[str, Any]) -> list[str]:
 def _name(doc: dict[str, Any], key: str) -> str:
     """The folder name of a model assess.json's config names (the drafter, the target, OLD)."""
     given = (doc.get("config") or {}).get(key)
-    return Path(given).name if given else "OLD"
+    return Path(given).name if given else {"old_target": "OLD", "target": "the target"}.get(key, "the drafter")
 
 
 def _candidates(doc: dict[str, Any]) -> list[tuple[str, float, float | None]]:
