@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,10 @@ def k2_mla_pair(tmp: Path, *, fc_norm: bool = False, **fields: Any) -> tuple[Pat
     (drafter / "config.json").write_text(json.dumps(config, indent=2))
     write_safetensors(drafter / "model.safetensors", mla_drafter_specs(config, fc_norm=fc_norm), sparse=True)
     return drafter, target
+
+
+def byte_prompts(folder: Path, texts: list[str]) -> Path:
+    """``folder/prompts.jsonl``: each text's bytes as input_ids (the toy targets' byte-level vocabulary)."""
+    path = folder / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"input_ids": list(t.encode())}) + "\n" for t in texts))
+    return path

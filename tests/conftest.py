@@ -13,6 +13,7 @@ if not torch.cuda.is_available():  # the split-KV attention kernels then run in 
     os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are defined: before draftlab's imports
 
 from draftlab.toy import ToyPair, cached_toy_pair
+from draftlab.toy.mtp import MtpToy, cached_mtp_toy
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -43,3 +44,9 @@ def target_configs() -> dict[str, dict]:
 def toy_pair() -> ToyPair:
     """The trained toy target/drafter pair (built once, then reused from the draftlab cache)."""
     return cached_toy_pair()
+
+
+@pytest.fixture(scope="session")
+def mtp_toy() -> MtpToy:
+    """The toy DeepSeek-V3 target with one trained MTP layer (built once, then reused from the draftlab cache)."""
+    return cached_mtp_toy()

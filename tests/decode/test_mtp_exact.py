@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import byte_prompts
 from mtp_reference import MtpReference
 from test_mla_exact import _Reference as TreeReference
 from transformers import AutoModelForCausalLM
@@ -20,7 +21,7 @@ from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.decode.generate import generate
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.mtp import load_mtp
-from draftlab.toy.mtp import LAYERS, cached_mtp_toy
+from draftlab.toy.mtp import LAYERS
 
 TEXTS = ["def __init__(self", "import os\nimport sys\n", "    return self._", "for i in range(len(",
          "x = [1, 2, 3]\nprint("]
@@ -29,20 +30,13 @@ NEW = 32
 
 
 @pytest.fixture(scope="module")
-def toy():
-    return cached_mtp_toy()
-
-
-@pytest.fixture(scope="module")
 def prompts(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("p") / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"input_ids": list(t.encode())}) + "\n" for t in TEXTS))
-    return path
+    return byte_prompts(tmp_path_factory.mktemp("p"), TEXTS)
 
 
 @pytest.fixture(scope="module")
-def hf_target(toy):
-    return AutoModelForCausalLM.from_pretrained(toy.target_dir, dtype=torch.float32).eval()
+def hf_target(mtp_toy):
+    return AutoModelForCausalLM.from_pretrained(mtp_toy.target_dir, dtype=torch.float32).eval()
 
 
 class _Reference(TreeReference):
@@ -71,10 +65,10 @@ def _ids(texts: list[str]) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
-def test_generate_equals_the_reference_loop_per_cycle(toy, hf_target, prompts, cfg):
+def test_generate_equals_the_reference_loop_per_cycle(mtp_toy, hf_target, prompts, cfg):
     steps, k, n = cfg
-    got = generate(toy.target_dir, "mtp", prompts, steps=steps, topk=k, num_draft_tokens=n, max_new_tokens=NEW)
-    ref = _Reference(hf_target, toy.target_dir)
+    got = generate(mtp_toy.target_dir, "mtp", prompts, steps=steps, topk=k, num_draft_tokens=n, max_new_tokens=NEW)
+    ref = _Reference(hf_target, mtp_toy.target_dir)
     want = [ref.accept_lengths(p, steps, k, n, NEW) for p in _ids(TEXTS)]
     assert [r.accept_lengths for r in got.results] == want
     lengths = [a for r in want for a in r]
@@ -82,11 +76,11 @@ def test_generate_equals_the_reference_loop_per_cycle(toy, hf_target, prompts, c
 
 
 @pytest.mark.parametrize("norm", ["embed_norm", "hidden_norm"])
-def test_dropping_an_input_norm_changes_the_accept_lengths(toy, hf_target, norm):
+def test_dropping_an_input_norm_changes_the_accept_lengths(mtp_toy, hf_target, norm):
     """The decoder with the head's enorm (or hnorm) left out accepts differently; the reference with the same
     norm left out agrees with it, so the norm is what the head computes, not an accident of the toy."""
     flags = exact_spec_flags(3, 1, 4)
-    runner, head = load_mtp(toy.target_dir, "sglang")
+    runner, head = load_mtp(mtp_toy.target_dir, "sglang")
     decoder = SpeculativeDecoder(runner, head, flags)
 
     def lengths() -> list[list[int]]:
@@ -98,12 +92,12 @@ def test_dropping_an_input_norm_changes_the_accept_lengths(toy, hf_target, norm)
     dropped = lengths()
     assert dropped != intact
     skip = ("enorm",) if norm == "embed_norm" else ("hnorm",)
-    assert dropped == [_Reference(hf_target, toy.target_dir, skip).accept_lengths(p, 3, 1, 4, NEW)
+    assert dropped == [_Reference(hf_target, mtp_toy.target_dir, skip).accept_lengths(p, 3, 1, 4, NEW)
                        for p in _ids(TEXTS[:3])]
 
 
-def test_the_json_names_the_mtp_head(toy, prompts, capsys):
-    code = main(["generate", "--target", str(toy.target_dir), "--drafter", "mtp", "--prompts", str(prompts),
+def test_the_json_names_the_mtp_head(mtp_toy, prompts, capsys):
+    code = main(["generate", "--target", str(mtp_toy.target_dir), "--drafter", "mtp", "--prompts", str(prompts),
                  "--steps", "2", "--topk", "1", "--num-draft-tokens", "3", "--max-new-tokens", "8", "--json",
                  "--engine", "vllm"])
     assert code == 0

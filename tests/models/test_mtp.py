@@ -13,19 +13,13 @@ import torch
 from draftlab.cli import main
 from draftlab.errors import DraftlabError
 from draftlab.models.mtp import load_mtp
-from draftlab.toy.mtp import cached_mtp_toy
 
 TOKENS = torch.tensor(list(b"def keep(self, indices):\n    return"))
 
 
 @pytest.fixture(scope="module")
-def toy():
-    return cached_mtp_toy()
-
-
-@pytest.fixture(scope="module")
-def loaded(toy):
-    return {engine: load_mtp(toy.target_dir, engine) for engine in ("sglang", "vllm")}
+def loaded(mtp_toy):
+    return {engine: load_mtp(mtp_toy.target_dir, engine) for engine in ("sglang", "vllm")}
 
 
 def _inputs(runner) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,42 +9,36 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import byte_prompts
 
 from draftlab.cli import main
 from draftlab.decode.generate import generate
 from draftlab.engines.mtp_head import MtpServing
 from draftlab.probe.probe import probe
-from draftlab.toy.mtp import LAYERS, cached_mtp_toy
+from draftlab.toy.mtp import LAYERS
 
 TEXTS = ["def __init__(self", "import os\nimport sys\n", "    return self._", "for i in range(len("]
 CONFIGS = [(3, 1, 4), (1, 1, 2), (3, 2, 6), (4, 3, 8)]
 
 
 @pytest.fixture(scope="module")
-def toy():
-    return cached_mtp_toy()
-
-
-@pytest.fixture(scope="module")
 def prompts(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("p") / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"input_ids": list(t.encode())}) + "\n" for t in TEXTS))
-    return path
+    return byte_prompts(tmp_path_factory.mktemp("p"), TEXTS)
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
-def test_probe_equals_generate(toy, prompts, cfg, engine):
+def test_probe_equals_generate(mtp_toy, prompts, cfg, engine):
     steps, k, n = cfg
     kw = {"steps": steps, "topk": k, "num_draft_tokens": n, "max_new_tokens": 24, "mtp": MtpServing(engine)}
-    got = probe(toy.target_dir, "mtp", prompts, **kw)
-    want = generate(toy.target_dir, "mtp", prompts, **kw)
+    got = probe(mtp_toy.target_dir, "mtp", prompts, **kw)
+    want = generate(mtp_toy.target_dir, "mtp", prompts, **kw)
     assert [r.accept_lengths for r in got.results] == [r.accept_lengths for r in want.results]
     assert got.mean_accept_length > 1.5
 
 
-def test_the_json_names_the_mtp_head(toy, prompts, capsys):
-    code = main(["probe", "--target", str(toy.target_dir), "--drafter", "mtp", "--prompts", str(prompts),
+def test_the_json_names_the_mtp_head(mtp_toy, prompts, capsys):
+    code = main(["probe", "--target", str(mtp_toy.target_dir), "--drafter", "mtp", "--prompts", str(prompts),
                  "--steps", "2", "--topk", "1", "--num-draft-tokens", "3", "--max-new-tokens", "8", "--json"])
     assert code == 0
     config = json.loads(capsys.readouterr().out)["config"]
@@ -52,7 +46,7 @@ def test_the_json_names_the_mtp_head(toy, prompts, capsys):
     assert config["drafter"] == "mtp" and config["engine"] == "sglang" and config["aux_layers"] is None
 
 
-def test_captured_features_are_refused(toy, tmp_path, capsys):
-    code = main(["probe", "--target", str(toy.target_dir), "--drafter", "mtp", "--features", str(tmp_path)])
+def test_captured_features_are_refused(mtp_toy, tmp_path, capsys):
+    code = main(["probe", "--target", str(mtp_toy.target_dir), "--drafter", "mtp", "--features", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--drafter mtp" in err[0] and "--prompts" in err[0]

@@ -167,53 +167,49 @@ class MtpDrafter(nn.Module):
 
     def reset(self) -> None:
         """Empty the KV cache (start a new prompt)."""
-        self._kv: KV | None = None
-        self._cached = 0
-        self._last_new = 0
+        self._kv: KV | None = None  # the layer's cached entries (keys, values), entries on dim -2
+        self._last_new = 0  # entries the last forward appended
 
     @property
     def cache_len(self) -> int:
-        return self._cached
+        return 0 if self._kv is None else self._kv[0].shape[-2]
 
     def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, *, positions: torch.Tensor | None = None,
                 tree_mask: torch.Tensor | None = None) -> DraftStep:
         """Run n new entries (next tokens [n], hidden states [n, H]) after the cached ones and append them;
-        ``tree_mask`` [n, n] says which new entries each may attend to (None: causal)."""
-        device = self.lm_head.weight.device
-        n = input_ids.numel()
-        if positions is None:
-            positions = torch.arange(self._cached, self._cached + n, device=device)
-        allowed = attention_mask(self._cached, tree_mask, n, device)
+        ``positions`` default to the next ones, ``tree_mask`` [n, n] says which new entries each may attend
+        to (None: causal)."""
+        device, n, cached = self.lm_head.weight.device, input_ids.numel(), self.cache_len
+        at = torch.arange(cached, cached + n, device=device) if positions is None else positions.to(device)
         logits, out, kv = self.forward_masked(input_ids.reshape(1, n).to(device), hidden.reshape(1, n, -1),
-                                              positions.reshape(1, n).to(device), allowed[None],
+                                              at.reshape(1, n), attention_mask(cached, tree_mask, n, device)[None],
                                               None if self._kv is None else [self._kv])
-        new = kv[0]
-        self._kv = new if self._kv is None else (torch.cat([self._kv[0], new[0]], dim=-2),
-                                                 torch.cat([self._kv[1], new[1]], dim=-2))
-        self._cached += n
-        self._last_new = n
+        self._kv, self._last_new = self._with(kv[0]), n
         return DraftStep(logits=logits[0].float(), hidden=out[0])
+
+    def _with(self, new: KV) -> KV:
+        """The cache with ``new`` entries appended."""
+        if self._kv is None:
+            return new
+        return torch.cat([self._kv[0], new[0]], dim=-2), torch.cat([self._kv[1], new[1]], dim=-2)
 
     def keep(self, indices: torch.Tensor) -> None:
         """Of the entries the last forward appended, keep ``indices`` (in that order) right after the prefix."""
-        start = self._cached - self._last_new
         indices = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self._last_new):
             raise DraftlabError(f"keep() indices must lie in 0..{self._last_new - 1} (the last forward's entries)")
         if self._kv is not None:
-            device = self._kv[0].device
-            full = torch.cat([torch.arange(start, device=device), start + indices.to(device)])
-            self._kv = (self._kv[0].index_select(-2, full), self._kv[1].index_select(-2, full))
-        self._cached = start + indices.numel()
+            start = self.cache_len - self._last_new
+            rows = torch.cat([torch.arange(start), start + indices.cpu()]).to(self._kv[0].device)
+            self._kv = (self._kv[0].index_select(-2, rows), self._kv[1].index_select(-2, rows))
         self._last_new = indices.numel()
 
     def crop(self, length: int) -> None:
         """Keep only the first ``length`` cached entries."""
-        if not 0 <= length <= self._cached:
-            raise DraftlabError(f"crop() length must lie in 0..{self._cached}; got {length}")
+        if not 0 <= length <= self.cache_len:
+            raise DraftlabError(f"crop() length must lie in 0..{self.cache_len}; got {length}")
         if self._kv is not None:
             self._kv = (self._kv[0][..., :length, :], self._kv[1][..., :length, :])
-        self._cached = length
         self._last_new = 0
 
     def describe(self) -> dict[str, Any]:

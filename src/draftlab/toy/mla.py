@@ -25,11 +25,10 @@ from transformers import DeepseekV3Config
 from draftlab.checkpoint import DrafterConfig, TargetConfig
 from draftlab.checkpoint.synth import mla_drafter_config
 from draftlab.engines import written_aux_ids
-from draftlab.fsutil import atomic_dir, write_json_atomic
+from draftlab.fsutil import write_json_atomic
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
 from draftlab.toy import train
-from draftlab.toy.corpus import stdlib_text
 from draftlab.toy.pair import BATCH, CONTEXT, DRAFT_VOCAB, LENGTH, TRAIN_BYTES, UNROLL, cache_root
 from draftlab.toy.tokenizer import END, VOCAB_SIZE, byte_tokenizer
 from draftlab.vocab.build import build_mapping
@@ -81,13 +80,8 @@ def drafter_config_dict(target: dict, **flags: bool) -> dict:
 def build_mla_toy(out_dir: str | Path, *, seed: int = 0) -> MlaToy:
     """Train and write ``out_dir/{target,drafter,drafter-eagle3.1}`` (``out_dir`` must not exist)."""
     out_dir = Path(out_dir)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # these ops are too small to gain from threads, and one thread is reproducible
-    try:
-        with atomic_dir(out_dir) as tmp, torch.random.fork_rng():
-            _build(tmp, seed)
-    finally:
-        torch.set_num_threads(threads)
+    with train.building(out_dir) as tmp:
+        _build(tmp, seed)
     return _layout(out_dir)
 
 
@@ -96,15 +90,9 @@ def _layout(folder: Path) -> MlaToy:
 
 
 def _build(tmp: Path, seed: int) -> None:
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    tokens = torch.frombuffer(bytearray(stdlib_text("train", TRAIN_BYTES)), dtype=torch.uint8).long()
+    model, tokens, gen = train.trained_target(target_config(), seed, steps=TARGET_STEPS, batch=BATCH, length=LENGTH,
+                                              train_bytes=TRAIN_BYTES)
     quiet = lambda _: None  # noqa: E731
-
-    model = train.train_target(target_config(), tokens, steps=TARGET_STEPS, batch=BATCH, length=LENGTH, lr=3e-3,
-                               gen=gen, progress=quiet)
-    model.generation_config.eos_token_id = END
-    model.generation_config.pad_token_id = END
     model.save_pretrained(tmp / "target")
     byte_tokenizer().save_pretrained(tmp / "target")
     target = json.loads((tmp / "target" / "config.json").read_text())  # as a user's drafter config would see it

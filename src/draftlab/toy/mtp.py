@@ -21,11 +21,10 @@ from safetensors.torch import save_file
 from transformers import DeepseekV3Config
 
 from draftlab.engines.mtp_head import mtp_rules
-from draftlab.fsutil import atomic_dir, write_json_atomic
+from draftlab.fsutil import write_json_atomic
 from draftlab.models.mtp import MtpConfig, MtpDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.toy import train
-from draftlab.toy.corpus import stdlib_text
 from draftlab.toy.mla import KV_LORA, NOPE, Q_LORA, ROPE, V_HEAD, YARN
 from draftlab.toy.pair import BATCH, CONTEXT, LENGTH, TRAIN_BYTES, cache_root
 from draftlab.toy.tokenizer import END, VOCAB_SIZE, byte_tokenizer
@@ -57,26 +56,15 @@ def target_config() -> DeepseekV3Config:
 def build_mtp_toy(out_dir: str | Path, *, seed: int = 0) -> MtpToy:
     """Train and write ``out_dir/target`` (``out_dir`` must not exist)."""
     out_dir = Path(out_dir)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # these ops are too small to gain from threads, and one thread is reproducible
-    try:
-        with atomic_dir(out_dir) as tmp, torch.random.fork_rng():
-            _build(tmp, seed)
-    finally:
-        torch.set_num_threads(threads)
+    with train.building(out_dir) as tmp:
+        _build(tmp, seed)
     return MtpToy(out_dir / "target")
 
 
 def _build(tmp: Path, seed: int) -> None:
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    tokens = torch.frombuffer(bytearray(stdlib_text("train", TRAIN_BYTES)), dtype=torch.uint8).long()
+    model, tokens, gen = train.trained_target(target_config(), seed, steps=TARGET_STEPS, batch=BATCH, length=LENGTH,
+                                              train_bytes=TRAIN_BYTES)
     quiet = lambda _: None  # noqa: E731
-
-    model = train.train_target(target_config(), tokens, steps=TARGET_STEPS, batch=BATCH, length=LENGTH, lr=3e-3,
-                               gen=gen, progress=quiet)
-    model.generation_config.eos_token_id = END
-    model.generation_config.pad_token_id = END
     runner = TargetRunner(model, final_hidden=True)
     windows = train.random_windows(tokens, FEATURE_WINDOWS, LENGTH, gen)
     feats, logits = train.target_features(runner, windows, quiet)

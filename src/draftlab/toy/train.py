@@ -10,15 +10,48 @@ position), with loss weights 0.8^step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
+from draftlab.fsutil import atomic_dir
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.target import TargetRunner
+from draftlab.toy.corpus import stdlib_text
+from draftlab.toy.tokenizer import END
 
 Progress = Callable[[int], None]  # called with the number of steps just done
+
+
+@contextmanager
+def building(out_dir: Path) -> Iterator[Path]:
+    """The temporary folder a toy is built in, moved to ``out_dir`` (which must not exist) once complete; on
+    one thread (these ops are too small to gain from threads, and one thread is reproducible), the global
+    RNG state restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with atomic_dir(out_dir) as tmp, torch.random.fork_rng():
+            yield tmp
+    finally:
+        torch.set_num_threads(threads)
+
+
+def trained_target(config: PretrainedConfig, seed: int, *, steps: int, batch: int, length: int, train_bytes: int
+                   ) -> tuple[PreTrainedModel, torch.Tensor, torch.Generator]:
+    """A toy target's start: the seeds, the training bytes, a model of ``config`` trained on them, its
+    generation ending at the byte tokenizer's END. Returns it, the bytes and the generator, which goes on."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.frombuffer(bytearray(stdlib_text("train", train_bytes)), dtype=torch.uint8).long()
+    model = train_target(config, tokens, steps=steps, batch=batch, length=length, lr=3e-3, gen=gen,
+                         progress=lambda _: None)
+    model.generation_config.eos_token_id = END
+    model.generation_config.pad_token_id = END
+    return model, tokens, gen
 
 
 def random_windows(tokens: torch.Tensor, count: int, length: int, gen: torch.Generator) -> torch.Tensor:
