@@ -1,5 +1,5 @@
-"""The target's own MTP head (``--drafter mtp``) on the toy DeepSeek-V3 target (MLA, MoE, one MTP layer),
-exactly: ``generate``'s per-cycle accept lengths equal a plain greedy speculative loop over SGLang's tree
+"""The target's own MTP head (``--drafter mtp``) on the toy targets (DeepSeek-V3: MLA, MoE, one MTP layer;
+Qwen3-Next: gated attention, MoE, ``mtp.*``), exactly: ``generate``'s per-cycle accept lengths equal a plain greedy speculative loop over SGLang's tree
 drafted by the independent reference head (:mod:`mtp_reference`) and verified by the target's uncached HF
 forward, on a chain and a tree; dropping either input norm of the head changes what it accepts; the JSON
 names the drafter kind and the head's layer. (``probe`` == ``generate``: tests/probe/test_mtp_probe.py.)"""
@@ -34,9 +34,17 @@ def prompts(tmp_path_factory) -> Path:
     return byte_prompts(tmp_path_factory.mktemp("p"), TEXTS)
 
 
+KINDS = ["deepseek", "qwen3_next"]
+
+
+def _folder(mtp_toy, kind: str) -> Path:
+    return mtp_toy.target_dir if kind == "deepseek" else mtp_toy.qwen3_next_dir
+
+
 @pytest.fixture(scope="module")
-def hf_target(mtp_toy):
-    return AutoModelForCausalLM.from_pretrained(mtp_toy.target_dir, dtype=torch.float32).eval()
+def hf_targets(mtp_toy):
+    return {kind: AutoModelForCausalLM.from_pretrained(_folder(mtp_toy, kind), dtype=torch.float32).eval()
+            for kind in KINDS}
 
 
 class _Reference(TreeReference):
@@ -65,10 +73,13 @@ def _ids(texts: list[str]) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
-def test_generate_equals_the_reference_loop_per_cycle(mtp_toy, hf_target, prompts, cfg):
+@pytest.mark.parametrize("kind", KINDS)
+def test_generate_equals_the_reference_loop_per_cycle(mtp_toy, hf_targets, prompts, kind, cfg):
     steps, k, n = cfg
-    got = generate(mtp_toy.target_dir, "mtp", prompts, steps=steps, topk=k, num_draft_tokens=n, max_new_tokens=NEW)
-    ref = _Reference(hf_target, mtp_toy.target_dir)
+    folder = _folder(mtp_toy, kind)
+    got = generate(folder, "mtp", prompts, steps=steps, topk=k, num_draft_tokens=n, max_new_tokens=NEW)
+    assert got.config["mtp_style"] == kind
+    ref = _Reference(hf_targets[kind], folder)
     want = [ref.accept_lengths(p, steps, k, n, NEW) for p in _ids(TEXTS)]
     assert [r.accept_lengths for r in got.results] == want
     lengths = [a for r in want for a in r]
@@ -76,7 +87,7 @@ def test_generate_equals_the_reference_loop_per_cycle(mtp_toy, hf_target, prompt
 
 
 @pytest.mark.parametrize("norm", ["embed_norm", "hidden_norm"])
-def test_dropping_an_input_norm_changes_the_accept_lengths(mtp_toy, hf_target, norm):
+def test_dropping_an_input_norm_changes_the_accept_lengths(mtp_toy, hf_targets, norm):
     """The decoder with the head's enorm (or hnorm) left out accepts differently; the reference with the same
     norm left out agrees with it, so the norm is what the head computes, not an accident of the toy."""
     flags = exact_spec_flags(3, 1, 4)
@@ -91,8 +102,8 @@ def test_dropping_an_input_norm_changes_the_accept_lengths(mtp_toy, hf_target, n
     setattr(head, norm, torch.nn.Identity())
     dropped = lengths()
     assert dropped != intact
-    skip = ("enorm",) if norm == "embed_norm" else ("hnorm",)
-    assert dropped == [_Reference(hf_target, mtp_toy.target_dir, skip).accept_lengths(p, 3, 1, 4, NEW)
+    skip = ("embed",) if norm == "embed_norm" else ("hidden",)
+    assert dropped == [_Reference(hf_targets["deepseek"], mtp_toy.target_dir, skip).accept_lengths(p, 3, 1, 4, NEW)
                        for p in _ids(TEXTS[:3])]
 
 

@@ -1,4 +1,4 @@
-"""``probe --drafter mtp`` (the target's own MTP head, on the toy DeepSeek-V3 target with one MTP layer)
+"""``probe --drafter mtp`` (the target's own MTP head, on the toy DeepSeek-V3 and Qwen3-Next targets)
 gives ``generate``'s per-prompt accept lengths, on chains and trees, for either engine's rules; its JSON
 names the drafter kind and the head's layer; captured features, which hold no final hidden state, are
 refused in one line."""
@@ -28,11 +28,13 @@ def prompts(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
-def test_probe_equals_generate(mtp_toy, prompts, cfg, engine):
+@pytest.mark.parametrize("kind", ["deepseek", "qwen3_next"])
+def test_probe_equals_generate(mtp_toy, prompts, kind, cfg, engine):
     steps, k, n = cfg
+    folder = mtp_toy.target_dir if kind == "deepseek" else mtp_toy.qwen3_next_dir
     kw = {"steps": steps, "topk": k, "num_draft_tokens": n, "max_new_tokens": 24, "mtp": MtpServing(engine)}
-    got = probe(mtp_toy.target_dir, "mtp", prompts, **kw)
-    want = generate(mtp_toy.target_dir, "mtp", prompts, **kw)
+    got = probe(folder, "mtp", prompts, **kw)
+    want = generate(folder, "mtp", prompts, **kw)
     assert [r.accept_lengths for r in got.results] == [r.accept_lengths for r in want.results]
     assert got.mean_accept_length > 1.5
 

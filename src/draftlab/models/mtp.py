@@ -42,7 +42,7 @@ MTP = "mtp"  # ``--drafter mtp``: the target's own MTP head
 # checkpoint name (after the head's prefix) -> this module's name, per style; the rest is the decoder layer's
 _OWN_NAMES = {
     "deepseek": {"enorm.": "embed_norm.", "hnorm.": "hidden_norm.", "eh_proj.": "proj.",
-                 "shared_head.norm.": "final_norm.", "shared_head.head.": "head.", "embed_tokens.": "embed."},
+                 "shared_head.norm.": "final_norm."},
     "qwen3_next": {"pre_fc_norm_embedding.": "embed_norm.", "pre_fc_norm_hidden.": "hidden_norm.", "fc.": "proj.",
                    "norm.": "final_norm."},
 }
@@ -162,6 +162,19 @@ class MtpDrafter(nn.Module):
             what = f"lacks {self.config.layer}{missing[0]}" if missing else f"has an unexpected {extra[0]}"
             raise DraftlabError(f"MTP layer {what}: not a {self.config.style} MTP head draftlab computes", path=path)
         self.load_state_dict(state, strict=False)
+
+    def checkpoint_tensors(self) -> dict[str, torch.Tensor]:
+        """The head's own tensors under the checkpoint's names, routed experts one by one as checkpoints hold
+        them (what a target's MTP shard holds)."""
+        back = {new: old for old, new in _OWN_NAMES[self.config.style].items()}
+        layer = "layers.0." if self.config.style == "qwen3_next" else ""
+        out: dict[str, torch.Tensor] = {}
+        for name, tensor in self.state_dict().items():
+            if name.startswith(("embed_tokens.", "lm_head.", "rotary.")):
+                continue
+            own = next((back[new] + name[len(new):] for new in back if name.startswith(new)), None)
+            out.update(_unstack_experts(self.config.layer + (own or layer + name.removeprefix("decoder.")), tensor))
+        return out
 
     # --- the decoders' interface -------------------------------------------------------------------
 
@@ -292,3 +305,15 @@ def _stack_experts(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             [torch.cat([e["gate_proj.weight"], e["up_proj.weight"]]) for e in order])
         out[f"{head}mlp.experts.down_proj"] = torch.stack([e["down_proj.weight"] for e in order])
     return out
+
+
+def _unstack_experts(name: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+    """transformers' stacked routed experts as the checkpoints' per-expert tensors (:func:`_stack_experts`
+    undone); any other tensor as it is."""
+    head, _, part = name.rpartition("mlp.experts.")
+    if part == "gate_up_proj":
+        return {f"{head}mlp.experts.{e}.{kind}.weight": half for e, both in enumerate(tensor)
+                for kind, half in zip(("gate_proj", "up_proj"), both.chunk(2))}
+    if part == "down_proj":
+        return {f"{head}mlp.experts.{e}.down_proj.weight": down for e, down in enumerate(tensor)}
+    return {name: tensor}

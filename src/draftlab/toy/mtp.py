@@ -1,10 +1,18 @@
-"""The toy MTP target: a tiny byte-level DeepSeek-V3 (MLA with YaRN, MoE past its first layer, grouped
-routing) that ships one MTP layer as DeepSeek-V3 does (``num_nextn_predict_layers: 1``; ``model.layers.4.``
-with ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm`` and an MLA + MoE decoder layer; no
-``embed_tokens`` or ``shared_head.head`` of its own: the target's), its weights in a second shard under
-``model.safetensors.index.json``, as published checkpoints hold them.
+"""The toy MTP targets, byte-level, each shipping one MTP layer in a second shard under
+``model.safetensors.index.json``, as published checkpoints hold them:
 
-The target is trained for seconds like :mod:`draftlab.toy.mla`'s; the head on the target's own final
+- ``target``: a DeepSeek-V3 (MLA with YaRN, MoE past its first layer, grouped routing) with
+  ``num_nextn_predict_layers: 1``: ``model.layers.4.`` holds ``enorm``, ``hnorm``, ``eh_proj``,
+  ``shared_head.norm`` and an MLA + MoE decoder layer (no ``embed_tokens`` or ``shared_head.head`` of its
+  own: the target's);
+- ``qwen3-next``: a Qwen3-Next (gated attention with q/k norms and partial RoPE, MoE with a gated shared
+  expert, zero-centred norms) whose ``mtp.*`` weights are Qwen3-Next's (``mtp.fc``,
+  ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.layers.0.``, ``mtp.norm``). Its decoder
+  layers are all full attention: the real model's linear-attention (Gated DeltaNet) layers keep a recurrent
+  state that the reference runner's tree verification cannot crop; the MTP layer is full attention in the
+  real model too.
+
+Each target is trained for seconds like :mod:`draftlab.toy.mla`'s; its head on the target's own final
 hidden states, the next token's distribution two ahead, with two unrolled steps that feed its output back
 as SGLang does (so deeper drafts accept now and then). Its enorm/hnorm weights start far from one, so
 dropping either norm changes what it drafts.
@@ -17,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import DeepseekV3Config
+from transformers import DeepseekV3Config, PretrainedConfig, Qwen3NextConfig
 
 from draftlab.engines.mtp_head import mtp_rules
 from draftlab.fsutil import write_json_atomic
@@ -29,7 +38,7 @@ from draftlab.toy.mla import KV_LORA, NOPE, Q_LORA, ROPE, V_HEAD, YARN
 from draftlab.toy.pair import BATCH, CONTEXT, LENGTH, TRAIN_BYTES, cache_root
 from draftlab.toy.tokenizer import END, VOCAB_SIZE, byte_tokenizer
 
-MTP_TOY_VERSION = "1"  # bump when anything below changes what gets built
+MTP_TOY_VERSION = "2"  # bump when anything below changes what gets built
 HIDDEN, LAYERS, HEADS, INTERMEDIATE, EXPERTS, MOE_INTERMEDIATE = 64, 4, 4, 192, 4, 48
 TARGET_STEPS, HEAD_STEPS, FEATURE_WINDOWS, UNROLL = 500, 150, 192, 2
 SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
@@ -37,7 +46,8 @@ SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
 
 @dataclass(frozen=True)
 class MtpToy:
-    target_dir: Path  # the target with its MTP layer
+    target_dir: Path  # the DeepSeek-V3 target with its MTP layer
+    qwen3_next_dir: Path  # the Qwen3-Next target with its mtp.* layer
 
 
 def target_config() -> DeepseekV3Config:
@@ -53,34 +63,50 @@ def target_config() -> DeepseekV3Config:
         bos_token_id=None, eos_token_id=END, pad_token_id=END)
 
 
+def qwen3_next_config() -> Qwen3NextConfig:
+    """A 4-layer Qwen3-Next, every layer full attention and MoE (4 experts, top-2, a shared expert)."""
+    return Qwen3NextConfig(
+        vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=2, head_dim=HIDDEN // HEADS, num_experts=EXPERTS,
+        num_experts_per_tok=2, moe_intermediate_size=MOE_INTERMEDIATE, shared_expert_intermediate_size=MOE_INTERMEDIATE,
+        decoder_sparse_step=1, layer_types=["full_attention"] * LAYERS, max_position_embeddings=CONTEXT,
+        num_nextn_predict_layers=1, rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=None, eos_token_id=END,
+        pad_token_id=END)
+
+
 def build_mtp_toy(out_dir: str | Path, *, seed: int = 0) -> MtpToy:
-    """Train and write ``out_dir/target`` (``out_dir`` must not exist)."""
+    """Train and write ``out_dir/target`` and ``out_dir/qwen3-next`` (``out_dir`` must not exist)."""
     out_dir = Path(out_dir)
     with train.building(out_dir) as tmp:
-        _build(tmp, seed)
-    return MtpToy(out_dir / "target")
+        _build(tmp / "target", target_config(), MtpConfig("deepseek", f"model.layers.{LAYERS}.", 1, VOCAB_SIZE,
+                                                          CONTEXT), seed)
+        _build(tmp / "qwen3-next", qwen3_next_config(), MtpConfig("qwen3_next", "mtp.", 1, VOCAB_SIZE, CONTEXT), seed)
+    return _layout(out_dir)
 
 
-def _build(tmp: Path, seed: int) -> None:
-    model, tokens, gen = train.trained_target(target_config(), seed, steps=TARGET_STEPS, batch=BATCH, length=LENGTH,
+def _layout(folder: Path) -> MtpToy:
+    return MtpToy(folder / "target", folder / "qwen3-next")
+
+
+def _build(folder: Path, config: PretrainedConfig, head_config: MtpConfig, seed: int) -> None:
+    model, tokens, gen = train.trained_target(config, seed, steps=TARGET_STEPS, batch=BATCH, length=LENGTH,
                                               train_bytes=TRAIN_BYTES)
     quiet = lambda _: None  # noqa: E731
     runner = TargetRunner(model, final_hidden=True)
     windows = train.random_windows(tokens, FEATURE_WINDOWS, LENGTH, gen)
     feats, logits = train.target_features(runner, windows, quiet)
 
-    head = MtpDrafter(model.config, MtpConfig("deepseek", f"model.layers.{LAYERS}.", 1, VOCAB_SIZE, CONTEXT),
-                      mtp_rules("sglang", "deepseek"), embed_tokens=runner.embed_tokens, lm_head=runner.lm_head)
+    head = MtpDrafter(model.config, head_config, mtp_rules("sglang", head_config.style),
+                      embed_tokens=runner.embed_tokens, lm_head=runner.lm_head)
     head.decoder.load_state_dict(model.model.layers[-1].state_dict())  # a warm start from the last layer
     with torch.no_grad():
         for norm in (head.embed_norm, head.hidden_norm):
             norm.weight.uniform_(0.25, 2.0, generator=gen)
     _train_head(head, windows, feats, logits, gen)
 
-    folder = tmp / "target"
     model.save_pretrained(folder)
     byte_tokenizer().save_pretrained(folder)
-    _add_mtp_shard(folder, head)
+    _add_mtp_shard(folder, head.checkpoint_tensors())
 
 
 def _train_head(head: MtpDrafter, ids: torch.Tensor, feats: torch.Tensor, logits: torch.Tensor,
@@ -113,27 +139,11 @@ def _train_head(head: MtpDrafter, ids: torch.Tensor, feats: torch.Tensor, logits
     head.eval()
 
 
-def _add_mtp_shard(folder: Path, head: MtpDrafter) -> None:
-    """The head's tensors under DeepSeek-V3's names (per-expert weights) in a second shard, and the index."""
-    prefix = head.config.layer
-    tensors = {f"{prefix}enorm.weight": head.embed_norm.weight, f"{prefix}hnorm.weight": head.hidden_norm.weight,
-               f"{prefix}eh_proj.weight": head.proj.weight, f"{prefix}shared_head.norm.weight": head.final_norm.weight}
-    for name, tensor in head.decoder.state_dict().items():
-        if name == "mlp.experts.gate_up_proj":
-            for e, both in enumerate(tensor):
-                gate, up = both.chunk(2)
-                tensors[f"{prefix}mlp.experts.{e}.gate_proj.weight"] = gate
-                tensors[f"{prefix}mlp.experts.{e}.up_proj.weight"] = up
-        elif name == "mlp.experts.down_proj":
-            for e, down in enumerate(tensor):
-                tensors[f"{prefix}mlp.experts.{e}.down_proj.weight"] = down
-        else:
-            tensors[prefix + name] = tensor
+def _add_mtp_shard(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """The head's tensors in a second shard beside the target's, and the index naming both."""
     first, second = (folder / name for name in SHARDS)
     (folder / "model.safetensors").rename(first)
     save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(second))
-    from safetensors import safe_open
-
     with safe_open(str(first), framework="pt") as f:
         weight_map = {name: SHARDS[0] for name in f.keys()}
     weight_map.update({name: SHARDS[1] for name in tensors})
@@ -146,6 +156,7 @@ def cached_mtp_toy(seed: int = 0) -> MtpToy:
     """The toy MTP target under the draftlab cache, built on first use (keyed by version, seed and Python)."""
     key = f"toy-mtp-v{MTP_TOY_VERSION}-seed{seed}-py{sys.version_info.major}{sys.version_info.minor}"
     folder = cache_root() / key
-    if not (folder / "target" / "model.safetensors.index.json").is_file():
+    toy = _layout(folder)
+    if not all((d / "model.safetensors.index.json").is_file() for d in (toy.target_dir, toy.qwen3_next_dir)):
         build_mtp_toy(folder, seed=seed)
-    return MtpToy(folder / "target")
+    return toy
