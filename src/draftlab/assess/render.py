@@ -21,6 +21,8 @@ def render_assess(result: AssessResult, console: Console) -> None:
         console.print(f"  • [bold]{r.rule}[/bold]: {r.text}")
     if v.serving is not None:
         console.print(f"[bold]Serving[/bold]: {v.serving.text}")
+        if v.serving.model_free_note:
+            console.print(f"  why: {v.serving.model_free_note}")
     if v.serve:
         console.print("  serve: " + ", ".join(f"batch {b} → {run}" for b, run in v.serve.items()))
     _schedule(result, console)

@@ -48,7 +48,7 @@ KINDS = ("fix-config", "fine-tune", "train-from-scratch", "speed-undecided", "sy
 
 @dataclass(frozen=True)
 class Reason:
-    rule: str  # a verdict kind, or the evidence it weighs: "config", "drift", "vocabulary", "timing", "model-free"
+    rule: str  # a verdict kind, or the evidence it weighs: "config", "drift", "vocabulary", "timing"
     text: str
     figures: dict[str, Any] = field(default_factory=dict)
 
@@ -113,8 +113,6 @@ def decide(e: Evidence) -> Verdict:
     if e.timing:
         reasons.append(_too_noisy(e.timing))
     kind, headline = _headline(e, reasons, serving)
-    if serving.model_free_note:
-        reasons.append(Reason("model-free", serving.model_free_note, {"repetition": e.repetition}))
     return Verdict(kind, headline, reasons, serving.per_batch or None, serving)
 
 

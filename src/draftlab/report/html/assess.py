@@ -52,6 +52,8 @@ def _serving(doc: dict[str, Any]) -> list[str]:
     serving = verdict.get("serving")
     if serving:
         parts.append(para(serving["text"][0].upper() + serving["text"][1:] + "."))
+        if serving.get("model_free_note"):
+            parts.append(para(f"Why: {serving['model_free_note']}."))
     if verdict.get("serve"):
         parts.append(table(["batch size", "run"], sorted(verdict["serve"].items(), key=lambda kv: int(kv[0])),
                            caption="What to serve per batch size"))
