@@ -52,10 +52,15 @@ class EngineChoice:
         return cls(engine, engine_version, draft_window)
 
     def resolve(self, target: str | Path, drafter: str | Path) -> Deployment:
-        """What this release runs for the drafter folder on the target folder (from their configs)."""
+        """What this release runs for the drafter folder on the target folder (from their configs), once
+        ``check`` finds no error in the pair for it: a pair the engine or the runtime would fail on, or serve
+        as another function, is refused in one line before any work (:mod:`draftlab.compat.loadable`)."""
+        from draftlab.compat.loadable import refuse_unloadable
         from draftlab.models.pair import deployment_for
 
-        return deployment_for(target, drafter, self.engine, self.version, self.draft_window)
+        deployment = deployment_for(target, drafter, self.engine, self.version, self.draft_window)
+        refuse_unloadable(Path(drafter), Path(target), deployment)
+        return deployment
 
     def describe(self) -> dict[str, Any]:
         """The engine fields of a result computed with no drafter (nothing captured for one)."""

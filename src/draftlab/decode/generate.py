@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from draftlab.checkpoint import TargetConfig, open_checkpoint
-from draftlab.compat import check_pair
+from draftlab.compat.loadable import refuse_unloadable
 from draftlab.engines.deployment import Deployment
 from draftlab.engines.mtp_head import MtpServing
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
@@ -199,7 +199,8 @@ def _load(target: str | Path, drafter: str | Path | None, deployment: Deployment
     drafter's aux layers. ``placement``: dtype, device, device_map, cache, max_len."""
     if drafter is None:
         return TargetRunner.load(target, **placement), None, None
-    _refuse_incompatible(drafter, target, deployment)
+    deployment = deployment or deployment_for(target, drafter)
+    refuse_unloadable(Path(drafter), Path(target), deployment)
     pair = load_pair(target, drafter, deployment, compile=compile, **placement)
     return pair.target, pair.drafter, pair.aux_layers
 
@@ -253,15 +254,3 @@ def decode_steps(prompts: int, batch_size: int, max_new_tokens: int, flags: Spec
     only when it takes that many steps at any accept length."""
     tokens = -(-prompts // batch_size) * max_new_tokens
     return tokens if flags is None else tokens // (flags.steps + 1)
-
-
-def _refuse_incompatible(drafter: str | Path, target: str | Path, deployment: Deployment) -> None:
-    """Refuse a drafter with error findings from ``draftlab check`` for this target and engine release."""
-    engine = deployment.engine
-    errors = [f for f in check_pair(drafter, target, engine=engine, engine_version=deployment.version).findings
-              if f.severity == "error"]
-    if errors:
-        listed = "; ".join(f"{f.code}: {f.message}" for f in errors)
-        raise DraftlabError(
-            f"{drafter}: will not run against {target} in {engine}: {listed} (see draftlab check for fixes)"
-        )
