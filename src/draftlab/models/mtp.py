@@ -36,6 +36,7 @@ from draftlab.models.attention import KV
 from draftlab.models.drafter import DraftStep
 from draftlab.models.masks import attention_mask, to_additive
 from draftlab.models.target import TargetRunner
+from draftlab.models.target_static import cache_keyword
 
 MTP = "mtp"  # ``--drafter mtp``: the target's own MTP head
 
@@ -124,6 +125,7 @@ class MtpDrafter(nn.Module):
         hidden = model_config.hidden_size
         self.proj = nn.Linear(2 * hidden, hidden, bias=False)
         self.embed_tokens, self.lm_head = embed_tokens, lm_head
+        self._cache_arg = cache_keyword(self.decoder.forward)
         self.reset()
 
     @classmethod
@@ -148,11 +150,12 @@ class MtpDrafter(nn.Module):
         return drafter.to(runner.device, runner.dtype).eval()
 
     def _load_tensors(self, tensors: dict[str, torch.Tensor], path: Path) -> None:
-        """The head's own tensors (checkpoint names after its prefix), routed experts stacked as transformers
-        holds them; a missing or unexpected tensor is one line naming it."""
+        """The head's own tensors (checkpoint names after its prefix), routed experts stacked where this
+        transformers release holds them so; a missing or unexpected tensor is one line naming it."""
         names = _OWN_NAMES[self.config.style]
         state: dict[str, torch.Tensor] = {}
-        for name, tensor in _stack_experts(tensors).items():
+        stacked = any(k.endswith("mlp.experts.gate_up_proj") for k in self.decoder.state_dict())
+        for name, tensor in (_stack_experts(tensors) if stacked else tensors).items():
             own = next((new + name[len(old):] for old, new in names.items() if name.startswith(old)), None)
             layer = name.removeprefix("layers.0.") if self.config.style == "qwen3_next" else name
             state[own or f"decoder.{layer}"] = tensor
@@ -250,7 +253,7 @@ class MtpDrafter(nn.Module):
         x = self.proj(torch.cat([self.embed_norm(embeds), self.hidden_norm(hidden.to(dtype))], dim=-1))
         entries = _Entries(past[0] if past else None)
         y = self.decoder(x, attention_mask=to_additive(mask, dtype)[0, 0][:, None], position_ids=positions,
-                         cache=entries, position_embeddings=self.rotary(x, positions))
+                         position_embeddings=self.rotary(x, positions), **{self._cache_arg: entries})
         normed = self.final_norm(y)
         logits = self.lm_head(normed).float()
         return logits, normed if self.rules.feeds_back_normed else y, [entries.new]
