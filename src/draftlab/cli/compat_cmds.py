@@ -44,7 +44,7 @@ def inspect(
 
 @app.command()
 def check(
-    drafter: Annotated[Path, typer.Argument(help="The EAGLE-3 drafter folder.")],
+    drafter: Annotated[Path, typer.Argument(help="The EAGLE-3 drafter folder, or mtp: the target's own MTP layers.")],
     target: Annotated[Path, typer.Option("--target", "-t", help="The target model folder.")],
     engine: ShortEngineOption = "sglang",
     engine_version: EngineVersionOption = None,
@@ -57,6 +57,16 @@ def check(
 ) -> int:
     """Every problem DRAFTER will have with TARGET in ENGINE. Exit 0 no error, 1 an error, 2 bad input."""
     from draftlab.report.compat import render_check, render_fix
+
+    if _names_mtp(drafter):
+        if fix is not None or aux_layers is not None or draft_window is not None:
+            raise DraftlabError("check mtp checks the target's own MTP layers: --fix, --aux-layers and "
+                                "--draft-window are for an EAGLE-3 drafter folder")
+        from draftlab.compat.mtp import check_mtp
+
+        result = check_mtp(target, engine=engine, engine_version=engine_version)
+        show(result, json_out, render_check)
+        return 0 if result.ok else 1
 
     layers = _layer_list(aux_layers) if aux_layers is not None else None
     if layers is not None and fix is None:
@@ -76,6 +86,16 @@ def check(
         render_check(fixed.before, console)
         render_fix(fixed, console)
     return 0 if fixed.after.ok else 1
+
+
+def _names_mtp(drafter: Path) -> bool:
+    """Whether DRAFTER is ``mtp``, the target's own MTP layers (a folder of that name here is ambiguous)."""
+    if str(drafter) != "mtp":
+        return False
+    if drafter.is_dir():
+        raise DraftlabError(f"mtp names the target's own MTP layers, but ./mtp is also a folder here; give the "
+                            f"folder as {drafter.resolve()} or run from elsewhere")
+    return True
 
 
 def _layer_list(text: str) -> list[int]:

@@ -47,11 +47,15 @@ def launch(
     dry_run: DryRunOption = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the command as JSON.")] = False,
 ) -> int:
-    """Start an engine server with EAGLE-3 (or the baseline); extra engine args go after --."""
+    """Start an engine server with EAGLE-3, the target's own MTP layers (--drafter mtp) or the baseline; extra engine
+    args go after --."""
     from draftlab.acceptance.synthetic import parse_synthetic
     from draftlab.compat.prelaunch import check_before_launch
     from draftlab.engines.launch import EngineProcess, LaunchRequest, engine_command, local_architecture
 
+    if drafter == "mtp" and Path("mtp").is_dir():
+        raise DraftlabError(f"--drafter mtp names the target's own MTP layers, but ./mtp is also a folder here; "
+                            f"give the folder as {Path('mtp').resolve()} or run from elsewhere")
     loaded = None
     if schedule is not None:
         from draftlab.engines.schedule import check_for_engine, load_schedule

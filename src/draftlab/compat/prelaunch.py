@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from draftlab.compat.check import check_pair
+from draftlab.compat.mtp import check_mtp
 from draftlab.engines.launch import (
     REFERENCE,
     REFERENCE_CONVENTION,
     LaunchRequest,
     trained_window,
 )
+from draftlab.engines.mtp import MTP
 from draftlab.engines.window import SGLANG_WINDOW_FLAG
 from draftlab.errors import DraftlabError
 
@@ -29,6 +31,8 @@ def check_before_launch(request: LaunchRequest, engine_version: str | None = Non
     """
     if request.drafter is None:
         return False, []
+    if request.drafter == MTP and request.engine != REFERENCE:
+        return False, _check_mtp_before_launch(request, engine_version)
     if not (Path(request.target).is_dir() and Path(request.drafter).is_dir()):
         return False, ["check skipped: target or drafter is not a local folder (hub ids are not fetched)"]
     convention = REFERENCE_CONVENTION if request.engine == REFERENCE else request.engine
@@ -47,6 +51,20 @@ def check_before_launch(request: LaunchRequest, engine_version: str | None = Non
     too_short = any(f.code == CONTEXT_TOO_SHORT for f in result.findings)
     return too_short, [f"check ({result.engine} {result.engine_version} rules): {len(result.findings)} finding(s), "
                        "no errors"]
+
+
+def _check_mtp_before_launch(request: LaunchRequest, engine_version: str | None) -> list[str]:
+    """``check mtp`` on a local target before launching its own MTP layers; an error refuses the launch."""
+    if not Path(request.target).is_dir():
+        return ["check skipped: the target is not a local folder (hub ids are not fetched)"]
+    result = check_mtp(request.target, request.engine, engine_version)
+    errors = [f for f in result.findings if f.severity == "error"]
+    if errors:
+        first = errors[0]
+        raise DraftlabError(f"check mtp found {len(errors)} error(s) for {request.engine} {result.engine_version}, "
+                            f"first {first.code} ({first.field}): {first.message}; {first.fix}, or pass --skip-check")
+    return [f"check mtp ({result.engine} {result.engine_version} rules): {len(result.findings)} finding(s), "
+            "no errors"]
 
 
 def _served_window(request: LaunchRequest) -> int | None:

@@ -17,6 +17,7 @@ from draftlab.checkpoint.layouts import layer_kind_of
 from draftlab.checkpoint.reader import Checkpoint, open_checkpoint
 from draftlab.checkpoint.variants import parallel_drafting, unknown_keys, unsupported
 from draftlab.engines import aux_layers, default_aux_layers
+from draftlab.engines.mtp import shipped_mtp
 from draftlab.engines.releases import release, target_family
 from draftlab.errors import DraftlabError
 
@@ -50,6 +51,9 @@ class TargetSummary(Summary):
     moe: dict[str, int | None] | None  # routed experts, per token, shared, expert width; None if dense
     rope_theta: float | None
     rope_scaling: dict[str, Any] | None
+    # the MTP layers it ships (engines/mtp.py ShippedMtp.describe(): layout, prefix, num_layers, count_key,
+    # stored_layers, num_tensors, num_parameters); None when it ships none
+    mtp: dict[str, Any] | None = None
 
 
 @dataclass
@@ -116,12 +120,14 @@ def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_laye
     moe = None if t.num_experts is None else {
         "num_experts": t.num_experts, "experts_per_token": t.experts_per_token,
         "num_shared_experts": t.num_shared_experts, "moe_intermediate_size": t.moe_intermediate_size}
+    shipped = shipped_mtp(ckpt.config, {name: info.numel for name, info in ckpt.tensors.items()})
     return TargetSummary(
         kind="target", layout="hf", architecture=t.architecture, **common, model_type=t.model_type,
         num_layers=t.num_layers, hidden_size=t.hidden_size, vocab_size=t.vocab_size,
         max_position_embeddings=t.max_position_embeddings, attention=t.attention,
         num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads, head_dim=t.head_dim,
-        moe=moe, rope_theta=t.rope.theta, rope_scaling=t.rope.scaling)
+        moe=moe, rope_theta=t.rope.theta, rope_scaling=t.rope.scaling,
+        mtp=None if shipped is None else shipped.describe())
 
 
 def _target(path: str | Path) -> TargetConfig:

@@ -50,6 +50,7 @@ import httpx
 import draftlab
 from draftlab.checkpoint.configs import DrafterConfig
 from draftlab.engines import ENGINES
+from draftlab.engines.mtp import MTP, sglang_mtp_args, target_support, vllm_mtp_config
 from draftlab.engines.schedule import LoadedSchedule, launch_args, schedule_steps
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags, resolve_spec_flags
 from draftlab.engines.synthetic import with_synthetic
@@ -127,6 +128,9 @@ def engine_command(request: LaunchRequest, *, context_too_short: bool = False) -
             raise DraftlabError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
     if request.drafter is None and any(v is not None for v in (request.steps, request.topk, request.num_draft_tokens)):
         raise DraftlabError("--steps/--topk/--num-draft-tokens need --drafter; leave them out for the baseline")
+    if request.drafter == MTP and request.engine == REFERENCE:
+        raise DraftlabError("--drafter mtp: the draftlab reference server serves EAGLE-3 drafters only; launch "
+                            "sglang or vllm, or measure the MTP head offline with draftlab generate --drafter mtp")
     port = request.port or DEFAULT_PORTS[request.engine]
     schedule_note = None
     if request.schedule is not None:
@@ -170,13 +174,19 @@ def _sglang(request: LaunchRequest, port: int, context_too_short: bool) -> Engin
     if request.drafter is not None:
         spec = resolve_spec_flags(request.steps, request.topk, request.num_draft_tokens,
                                   architecture=request.target_architecture)
-        argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", request.drafter,
-                 "--speculative-num-steps", str(spec.steps), "--speculative-eagle-topk", str(spec.topk),
+        if request.drafter == MTP:
+            mtp_argv, mtp_note = sglang_mtp_args(request.target, target_support(request.target, "sglang",
+                                                                                request.engine_version))
+            argv += mtp_argv
+            notes.append(mtp_note)
+        else:
+            argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", request.drafter]
+        argv += ["--speculative-num-steps", str(spec.steps), "--speculative-eagle-topk", str(spec.topk),
                  "--speculative-num-draft-tokens", str(spec.num_draft_tokens)]
         if spec.source != "explicit":  # auto (...) or rewritten (...): what SGLang would pick, made explicit
             notes.append(f"speculative flags: SGLang's choice, {spec.source}, written out")
         notes += [f"SGLang rule: {r}" for r in spec.rewrites]
-        window = trained_window(request.drafter)
+        window = None if request.drafter == MTP else trained_window(request.drafter)
         if window is not None and SGLANG_WINDOW_FLAG not in request.extra_args:
             argv += [SGLANG_WINDOW_FLAG, str(window)]
             notes.append(f"{SGLANG_WINDOW_FLAG} {window}: the drafter was trained with a sliding window of {window} "
@@ -201,8 +211,14 @@ def _vllm(request: LaunchRequest, port: int, context_too_short: bool) -> EngineC
     spec = None
     if request.drafter is not None:
         spec = _vllm_spec(request)
-        config = {"method": "eagle3", "model": request.drafter, "num_speculative_tokens": spec.steps,
-                  **request.extra_config}
+        if request.drafter == MTP:
+            config = {**vllm_mtp_config(spec.steps, target_support(request.target, "vllm", request.engine_version)),
+                      **request.extra_config}
+            notes.append("method mtp without a model: vLLM drafts with the target's own MTP layer, every step "
+                         "running it again (config/speculative.py); a chain of num_speculative_tokens")
+        else:
+            config = {"method": "eagle3", "model": request.drafter, "num_speculative_tokens": spec.steps,
+                      **request.extra_config}
         argv += ["--speculative-config", json.dumps(config)]
         if context_too_short:
             notes.append("the drafter's context is shorter than the target's and vLLM has no override: "

@@ -79,12 +79,23 @@ def render_inspect(result: InspectResult, console: Console) -> None:
             ("MoE", "dense" if moe is None else f"{moe['num_experts']} experts, {moe['experts_per_token']} per token, "
                                                 f"{moe['num_shared_experts'] or 0} shared, width {moe['moe_intermediate_size']}"),
             ("rope", f"theta {result.rope_theta}, scaling {result.rope_scaling}"),
+            ("MTP layers", _mtp_row(result.mtp)),
         ]
     for key, value in rows:
         table.add_row(key, str(value))
     console.print(table)
     if isinstance(result, DrafterSummary):
         console.print(f"aux ids {_aux_reading(result)}")
+
+
+def _mtp_row(mtp: dict[str, Any] | None) -> str:
+    """A target's MTP layers in one line (check mtp --target says which release serves them)."""
+    if mtp is None:
+        return "none"
+    declared = (f"{mtp['num_layers']} ({mtp['count_key']})" if mtp["count_key"] else
+                "[yellow]the config declares none[/]")
+    return (f"{declared}, {mtp['stored_layers']} stored at {mtp['prefix']}* ({mtp['layout']} layout): "
+            f"{mtp['num_tensors']} tensors, {human_count(mtp['num_parameters'])} parameters")
 
 
 def _aux_reading(result: DrafterSummary) -> str:
@@ -98,8 +109,12 @@ def _aux_reading(result: DrafterSummary) -> str:
 
 def render_check(result: CheckResult, console: Console) -> None:
     engine = f"{engine_loading(result.engine).name} {result.engine_version}"
-    console.print(f"[bold]{engine}[/] will capture the outputs of target layers "
-                  f"[bold]{result.aux_layers}[/] [dim](from {result.aux_source})[/]")
+    if str(result.drafter) == "mtp":
+        console.print(f"[bold]{engine}[/], drafting with the target's own MTP layers [dim](no aux layers: the "
+                      "head reads the target's final hidden state)[/]")
+    else:
+        console.print(f"[bold]{engine}[/] will capture the outputs of target layers "
+                      f"[bold]{result.aux_layers}[/] [dim](from {result.aux_source})[/]")
     if not result.findings:
         console.print("[green]No findings: this pair should load and run correctly.[/]")
         return
