@@ -1,0 +1,62 @@
+"""``check mtp --target T``, ``inspect T`` and ``launch ENGINE --target T --drafter mtp`` on the command line: exit
+codes, JSON and the pre-launch check (headers-only targets from tests/engines/mtp_targets.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
+from mtp_targets import mtp_target  # noqa: E402
+
+from draftlab.cli import main  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("mtp-cli")
+    return {"qwen3_5": mtp_target(root / "qwen3_5", "qwen3_5"), "llama": mtp_target(root / "llama", "llama"),
+            "deepseek-2": mtp_target(root / "deepseek-2", "deepseek", count=2, stored=2)}
+
+
+def test_check_mtp_exit_codes_and_json(targets, capsys):
+    assert main(["check", "mtp", "--target", str(targets["qwen3_5"]), "--engine", "vllm", "--engine-version", "0.20.0",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["engine"], doc["engine_version"], doc["drafter"]) == ("vllm", "0.20.0", "mtp")
+    assert [f["code"] for f in doc["findings"]] == ["mtp-served"] and doc["deployment"]["captured_layers"] is None
+    assert main(["check", "mtp", "--target", str(targets["deepseek-2"]), "--engine", "sglang"]) == 1
+    out = capsys.readouterr().out
+    assert "mtp-unserved" in out and "own MTP layers" in out
+    assert main(["check", "mtp", "--target", str(targets["llama"])]) == 1
+    assert main(["check", "mtp", "--target", str(targets["qwen3_5"]), "--fix", "out"]) == 2
+    assert "--fix" in capsys.readouterr().err
+
+
+def test_inspect_json_names_the_mtp_layers(targets, capsys):
+    assert main(["inspect", str(targets["qwen3_5"]), "--json"]) == 0
+    mtp = json.loads(capsys.readouterr().out)["mtp"]
+    assert (mtp["layout"], mtp["prefix"], mtp["num_layers"]) == ("qwen3_next", "mtp.", 1)
+    assert main(["inspect", str(targets["qwen3_5"])]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "MTP layers" in out and "mtp_num_hidden_layers" in out
+
+
+def test_launch_dry_run_writes_the_flags_and_checks_first(targets, capsys):
+    target = str(targets["qwen3_5"])
+    assert main(["launch", "sglang", "--target", target, "--drafter", "mtp", "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    argv = doc["argv"]
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NEXTN"
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == target
+    assert any(note.startswith("check mtp (sglang 0.5.23") for note in doc["notes"])
+    assert main(["launch", "vllm", "--target", target, "--drafter", "mtp", "--steps", "2", "--dry-run"]) == 0
+    assert '"method": "mtp"' in capsys.readouterr().out
+    # a target whose MTP layers the release does not serve is refused before anything starts
+    assert main(["launch", "sglang", "--target", str(targets["deepseek-2"]), "--drafter", "mtp", "--dry-run"]) == 2
+    assert "mtp-unserved" in capsys.readouterr().err
+    assert main(["launch", "vllm", "--target", str(targets["llama"]), "--drafter", "mtp", "--steps", "2",
+                 "--dry-run"]) == 2
