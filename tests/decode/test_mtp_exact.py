@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM
 from draftlab.cli import main
 from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.decode.generate import generate
+from draftlab.engines.mtp_head import MtpServing
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.mtp import load_mtp
 from draftlab.toy.mtp import LAYERS
@@ -91,7 +92,7 @@ def test_dropping_an_input_norm_changes_the_accept_lengths(mtp_toy, hf_targets, 
     """The decoder with the head's enorm (or hnorm) left out accepts differently; the reference with the same
     norm left out agrees with it, so the norm is what the head computes, not an accident of the toy."""
     flags = exact_spec_flags(3, 1, 4)
-    runner, head = load_mtp(mtp_toy.target_dir, "sglang")
+    runner, head = load_mtp(mtp_toy.target_dir, MtpServing())
     decoder = SpeculativeDecoder(runner, head, flags)
 
     def lengths() -> list[list[int]]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from draftlab.cli import main
+from draftlab.engines.mtp_head import MtpServing
 from draftlab.errors import DraftlabError
 from draftlab.models.mtp import load_mtp
 
@@ -19,7 +20,7 @@ TOKENS = torch.tensor(list(b"def keep(self, indices):\n    return"))
 
 @pytest.fixture(scope="module")
 def loaded(mtp_toy):
-    return {engine: load_mtp(mtp_toy.target_dir, engine) for engine in ("sglang", "vllm")}
+    return {engine: load_mtp(mtp_toy.target_dir, MtpServing(engine)) for engine in ("sglang", "vllm")}
 
 
 def _inputs(runner) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,7 +76,7 @@ def test_the_hidden_state_fed_back_is_each_engines(loaded):
 
 def test_a_target_without_an_mtp_layer_is_refused(toy_pair, tmp_path, capsys):
     with pytest.raises(DraftlabError, match="ships no MTP layer"):
-        load_mtp(toy_pair.target_dir, "sglang")
+        load_mtp(toy_pair.target_dir, MtpServing())
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"input_ids": [5, 6, 7]}) + "\n")
     code = main(["generate", "--target", str(toy_pair.target_dir), "--drafter", "mtp", "--prompts", str(prompts)])

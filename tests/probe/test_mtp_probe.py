@@ -1,7 +1,7 @@
 """``probe --drafter mtp`` (the target's own MTP head, on the toy DeepSeek-V3 and Qwen3-Next targets)
 gives ``generate``'s per-prompt accept lengths, on chains and trees, for either engine's rules; its JSON
-names the drafter kind and the head's layer; captured features, which hold no final hidden state, are
-refused in one line."""
+names the drafter kind and the head's layer; captured features, which hold no final hidden state, and a
+vLLM tree (vLLM drafts with the head as a chain) are refused in one line."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from draftlab.toy.mtp import LAYERS
 
 TEXTS = ["def __init__(self", "import os\nimport sys\n", "    return self._", "for i in range(len("]
 CONFIGS = [(3, 1, 4), (1, 1, 2), (3, 2, 6), (4, 3, 8)]
+# SGLang drafts chains and trees with the head, vLLM chains (engines/mtp.py)
+RUNS = [("sglang", c) for c in CONFIGS] + [("vllm", c) for c in CONFIGS if c[1] == 1]
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +28,9 @@ def prompts(tmp_path_factory) -> Path:
     return byte_prompts(tmp_path_factory.mktemp("p"), TEXTS)
 
 
-@pytest.mark.parametrize("engine", ["sglang", "vllm"])
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
+@pytest.mark.parametrize(("engine", "cfg"), RUNS, ids=[f"{e}-{'-'.join(map(str, c))}" for e, c in RUNS])
 @pytest.mark.parametrize("kind", ["deepseek", "qwen3_next"])
-def test_probe_equals_generate(mtp_toy, prompts, kind, cfg, engine):
+def test_probe_equals_generate(mtp_toy, prompts, kind, engine, cfg):
     steps, k, n = cfg
     folder = mtp_toy.target_dir if kind == "deepseek" else mtp_toy.qwen3_next_dir
     kw = {"steps": steps, "topk": k, "num_draft_tokens": n, "max_new_tokens": 24, "mtp": MtpServing(engine)}
@@ -52,3 +53,10 @@ def test_captured_features_are_refused(mtp_toy, tmp_path, capsys):
     code = main(["probe", "--target", str(mtp_toy.target_dir), "--drafter", "mtp", "--features", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--drafter mtp" in err[0] and "--prompts" in err[0]
+
+
+def test_a_vllm_tree_is_refused(mtp_toy, prompts, capsys):
+    code = main(["probe", "--target", str(mtp_toy.target_dir), "--drafter", "mtp", "--prompts", str(prompts),
+                 "--engine", "vllm", "--steps", "3", "--topk", "2", "--num-draft-tokens", "6"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--topk 2" in err[0] and "chain" in err[0]

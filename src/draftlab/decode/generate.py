@@ -103,8 +103,8 @@ def generate(
     compile = compile_pays(decode_steps(len(rows), batch_size, max_new_tokens, None if batched else flags),
                            torch.device(device or "cuda"))
     if mtp is not None:
-        runner, draft_model = load_mtp(target, mtp.engine, dtype=dtype, device=device, device_map=device_map,
-                                       cache=cache, max_len=max_len)
+        runner, draft_model = load_mtp(target, mtp, topk=flags.topk, dtype=dtype, device=device,
+                                       device_map=device_map, cache=cache, max_len=max_len)
         layers = None
     else:
         runner, draft_model, layers = _load(target, None if no_draft else drafter, deployment, dtype=dtype,

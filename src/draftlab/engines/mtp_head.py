@@ -13,8 +13,10 @@ drafts with ``spec_step_idx`` 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from draftlab.engines.mtp import target_support
 from draftlab.engines.releases import release
 from draftlab.errors import DraftlabError
 
@@ -60,6 +62,18 @@ class MtpServing:
 
     def rules(self, style: str) -> MtpRules:
         return mtp_rules(self.engine, style)
+
+    def refuse_unserved(self, target: str | Path, topk: int) -> None:
+        """Refuse in one line a target whose MTP layers this release does not serve, and a tree where it
+        drafts a chain (:func:`draftlab.engines.mtp.mtp_support`'s rules), before any weight loads."""
+        support = target_support(target, self.engine, self.asked_version)
+        if support is None:
+            return
+        if not support.served:
+            raise DraftlabError(f"{support.why_not} ({support.source})", path=Path(target))
+        if topk > 1 and not support.trees:
+            raise DraftlabError(f"--topk {topk}: {support.name} drafts with the MTP head as a chain "
+                                f"({support.source}); use --topk 1", path=Path(target))
 
     def describe(self) -> dict[str, Any]:
         """The engine fields a result carries (Deployment.describe()'s keys): nothing is captured for the head,

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from draftlab.checkpoint import open_checkpoint
-from draftlab.engines.mtp_head import MtpRules, mtp_rules
+from draftlab.engines.mtp_head import MtpRules, MtpServing, mtp_rules
 from draftlab.errors import DraftlabError
 from draftlab.models.attention import KV
 from draftlab.models.drafter import DraftStep
@@ -72,14 +72,17 @@ def names_mtp(drafter: str | Path | None) -> bool:
     return True
 
 
-def load_mtp(target: str | Path, engine: str, **placement: Any) -> tuple[TargetRunner, MtpDrafter]:
-    """The target handing out its final hidden state, and its MTP head as ``engine`` computes it.
+def load_mtp(target: str | Path, serving: MtpServing, *, topk: int = 1, **placement: Any
+             ) -> tuple[TargetRunner, MtpDrafter]:
+    """The target handing out its final hidden state, and its MTP head as ``serving``'s engine computes it.
     ``placement``: what :meth:`TargetRunner.load` takes (dtype, device, device_map, cache, max_len). A target
-    with no MTP layer is refused from its headers, before anything loads."""
+    with no MTP layer, one the release does not serve, or ``topk`` > 1 where it drafts a chain, is refused
+    from its headers, before anything loads."""
     ckpt = open_checkpoint(target)
     mtp_layout(ckpt.config, set(ckpt.tensors), ckpt.path)
+    serving.refuse_unserved(target, topk)
     runner = TargetRunner.load(target, final_hidden=True, **placement)
-    return runner, MtpDrafter.load(target, runner, engine)
+    return runner, MtpDrafter.load(target, runner, serving.engine)
 
 
 def mtp_layout(config: dict[str, Any], names: set[str], path: Path) -> tuple[str, str, int]:

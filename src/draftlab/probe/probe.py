@@ -170,7 +170,7 @@ def _probe_mtp(target: str | Path, prompts: str | Path | None, mtp: MtpServing, 
     check_room(prompts, target, target_cfg)
     clock = Clock()
     with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        runner, head = load_mtp(target, mtp.engine, dtype=dtype, device=device, device_map=device_map)
+        runner, head = load_mtp(target, mtp, topk=flags.topk, dtype=dtype, device=device, device_map=device_map)
         models = ProbeModels.live(runner, head, target_cfg)
         clock.lap("load_s")
         decoded = live_samples(models, options, target, prompts, bar)
