@@ -13,7 +13,7 @@ import torch
 from draftlab.cli import main
 from draftlab.engines.mtp_head import MtpServing
 from draftlab.errors import DraftlabError
-from draftlab.models.mtp import load_mtp
+from draftlab.models.mtp import load_mtp, mtp_layout, names_mtp
 
 TOKENS = torch.tensor(list(b"def keep(self, indices):\n    return"))
 
@@ -82,3 +82,19 @@ def test_a_target_without_an_mtp_layer_is_refused(toy_pair, tmp_path, capsys):
     code = main(["generate", "--target", str(toy_pair.target_dir), "--drafter", "mtp", "--prompts", str(prompts)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "ships no MTP layer" in err[0]
+
+
+def test_layouts_draftlab_does_not_compute_are_refused_by_name(tmp_path):
+    with pytest.raises(DraftlabError, match="MiMo-style"):
+        mtp_layout({"num_hidden_layers": 4}, {"model.mtp_layers.0.token_layernorm.weight"}, tmp_path)
+    with pytest.raises(DraftlabError, match="ships no MTP layer"):  # a count without the layer's tensors
+        mtp_layout({"num_hidden_layers": 4, "num_nextn_predict_layers": 1}, {"model.layers.3.mlp.gate.weight"},
+                   tmp_path)
+
+
+def test_a_folder_named_mtp_here_makes_the_name_ambiguous(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert names_mtp("mtp") and not names_mtp("mtp-drafter") and not names_mtp(None)
+    (tmp_path / "mtp").mkdir()
+    with pytest.raises(DraftlabError, match="also a folder"):
+        names_mtp("mtp")

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from draftlab.checkpoint import open_checkpoint
 from draftlab.engines.mtp_head import MtpRules, MtpServing, mtp_rules
@@ -90,6 +91,9 @@ def mtp_layout(config: dict[str, Any], names: set[str], path: Path) -> tuple[str
     names, or a DraftlabError saying it has none."""
     if "mtp.fc.weight" in names:
         return "qwen3_next", "mtp.", int(config.get("num_nextn_predict_layers") or 1)
+    if any(name.startswith("model.mtp_layers.") for name in names):
+        raise DraftlabError("ships MiMo-style MTP layers (model.mtp_layers.N.), which draftlab does not compute "
+                            "yet; draft with an EAGLE-3 drafter (--drafter)", path=path)
     count = int(config.get("num_nextn_predict_layers") or 0)
     first = f"model.layers.{config.get('num_hidden_layers')}."
     if count < 1 or f"{first}eh_proj.weight" not in names:
@@ -119,13 +123,13 @@ class MtpDrafter(nn.Module):
     max_len = None  # a growing cache
     windows = (None,)  # full attention
 
-    def __init__(self, model_config: Any, config: MtpConfig, rules: MtpRules, *, embed_tokens: nn.Module,
+    def __init__(self, target: PreTrainedModel, config: MtpConfig, rules: MtpRules, *, embed_tokens: nn.Module,
                  lm_head: nn.Module) -> None:
+        """The head of ``target`` (the transformers model whose layer classes it builds), uninitialised."""
         super().__init__()
         self.config, self.rules = config, rules
-        self.embed_norm, self.hidden_norm, self.final_norm, self.decoder, self.rotary = _modules(model_config,
-                                                                                                config.style)
-        hidden = model_config.hidden_size
+        self.embed_norm, self.hidden_norm, self.final_norm, self.decoder, self.rotary = _modules(target, config.style)
+        hidden = target.config.hidden_size
         self.proj = nn.Linear(2 * hidden, hidden, bias=False)
         self.embed_tokens, self.lm_head = embed_tokens, lm_head
         self._cache_arg = cache_keyword(self.decoder.forward)
@@ -148,7 +152,7 @@ class MtpDrafter(nn.Module):
         if rules.own_head:
             embed = _linear_like(nn.Embedding, own["embed"]) if "embed" in own else embed
             head = _linear_like(nn.Linear, own["head"]) if "head" in own else head
-        drafter = cls(runner.model.config, config, rules, embed_tokens=embed, lm_head=head)
+        drafter = cls(runner.model, config, rules, embed_tokens=embed, lm_head=head)
         drafter._load_tensors(tensors, ckpt.path)
         return drafter.to(runner.device, runner.dtype).eval()
 
@@ -262,28 +266,23 @@ class MtpDrafter(nn.Module):
         return logits, normed if self.rules.feeds_back_normed else y, [entries.new]
 
 
-def _modules(model_config: Any, style: str) -> tuple[nn.Module, ...]:
-    """(embed_norm, hidden_norm, final_norm, decoder layer, rotary) of the target family's own classes: the
-    MTP layer is a full-attention layer of the target's kind at index num_hidden_layers (DeepSeek: MoE past
-    first_k_dense_replace, as the engines build it), Qwen3-Next's a one-layer full-attention model's."""
-    if style == "deepseek":
-        from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
-            DeepseekV3DecoderLayer as Layer, DeepseekV3RMSNorm as Norm, DeepseekV3RotaryEmbedding as Rotary)
-
-        config, index = model_config, model_config.num_hidden_layers
-    else:
-        from transformers.models.qwen3_next.modeling_qwen3_next import (
-            Qwen3NextDecoderLayer as Layer, Qwen3NextRMSNorm as Norm, Qwen3NextRotaryEmbedding as Rotary)
-
-        # sglang models/qwen3_next_mtp.py builds its layer with num_hidden_layers 1, full attention
-        config, index = copy.deepcopy(model_config), 0
+def _modules(target: PreTrainedModel, style: str) -> tuple[nn.Module, ...]:
+    """(embed_norm, hidden_norm, final_norm, decoder layer, rotary) of the target's own classes: its decoder
+    layer class as layer num_hidden_layers (DeepSeek-V3/GLM: MoE past first_k_dense_replace, as the engines
+    build it), or for Qwen3-Next as a one-layer full-attention model's, as SGLang builds it
+    (models/qwen3_next_mtp.py); its final norm's class; its rotary embedding."""
+    decoder = target.get_decoder()
+    kinds = type(decoder.layers[0]), type(decoder.norm), type(decoder.rotary_emb)
+    config, index = target.config, target.config.num_hidden_layers
+    if style == "qwen3_next":
+        config, index = copy.deepcopy(config), 0
         config.layer_types, config.num_hidden_layers, config.mlp_only_layers = ["full_attention"], 1, []
     hidden, eps = config.hidden_size, config.rms_norm_eps
-    layer = Layer(config, index)
+    layer = kinds[0](config, index)
     for norm in ("q_a_layernorm", "kv_a_layernorm"):  # the engines' MLA latent norms use rms_norm_eps
         if getattr(getattr(layer, "self_attn", None), norm, None) is not None:
             getattr(layer.self_attn, norm).variance_epsilon = eps
-    return Norm(hidden, eps=eps), Norm(hidden, eps=eps), Norm(hidden, eps=eps), layer, Rotary(config)
+    return kinds[1](hidden, eps=eps), kinds[1](hidden, eps=eps), kinds[1](hidden, eps=eps), layer, kinds[2](config)
 
 
 def _linear_like(kind: type, weight: torch.Tensor) -> nn.Module:

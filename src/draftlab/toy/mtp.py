@@ -96,7 +96,7 @@ def _build(folder: Path, config: PretrainedConfig, head_config: MtpConfig, seed:
     windows = train.random_windows(tokens, FEATURE_WINDOWS, LENGTH, gen)
     feats, logits = train.target_features(runner, windows, quiet)
 
-    head = MtpDrafter(model.config, head_config, mtp_rules("sglang", head_config.style),
+    head = MtpDrafter(model, head_config, mtp_rules("sglang", head_config.style),
                       embed_tokens=runner.embed_tokens, lm_head=runner.lm_head)
     head.decoder.load_state_dict(model.model.layers[-1].state_dict())  # a warm start from the last layer
     with torch.no_grad():
