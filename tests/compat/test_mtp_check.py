@@ -1,18 +1,15 @@
 """``check mtp --target T``, ``inspect T`` and ``launch ENGINE --target T --drafter mtp`` on the command line: exit
-codes, JSON and the pre-launch check (headers-only targets from tests/engines/mtp_targets.py)."""
+codes, JSON and the pre-launch check (headers-only targets from tests/mtp_targets.py)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from mtp_targets import mtp_target
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
-from mtp_targets import mtp_target  # noqa: E402
-
-from draftlab.cli import main  # noqa: E402
+from draftlab.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Which releases serve a target's own MTP layers, and with which flags (engines/mtp.py): per engine, release and
-target family, from headers-only targets (tests/engines/mtp_targets.py); each rule names its engine file."""
+target family, from headers-only targets (tests/mtp_targets.py); each rule names its engine file."""
 
 from __future__ import annotations
 
@@ -120,3 +120,10 @@ def test_vllm_launch_flags(targets):
     with pytest.raises(DraftlabError, match="reference server"):
         engine_command(LaunchRequest("draftlab", str(targets["deepseek"]), "mtp", steps=3, topk=1,
                                      num_draft_tokens=4))
+
+
+def test_qwen35_mtp_is_served_where_sglang_serves_no_eagle3(targets):
+    # releases.py: SGLang serves EAGLE-3 on Qwen3.5/3.6 targets from 0.5.22; its MTP class before that too
+    before = check_mtp(targets["qwen3_5"], "sglang", "0.5.21")
+    assert before.ok and "serves no EAGLE-3 drafter" in before.findings[0].message
+    assert "EAGLE-3" not in check_mtp(targets["qwen3_5"], "sglang", "0.5.22").findings[0].message

@@ -64,5 +64,7 @@ def _served(support: MtpSupport, shipped: ShippedMtp) -> str:
     else:
         flags = f"--speculative-config {json.dumps({'method': MTP, 'num_speculative_tokens': 'K'})}"
         shape = "a chain only (no token tree for MTP)"
+    eagle3 = ("" if support.eagle3_unserved is None else
+              f"; it serves no EAGLE-3 drafter on this target ({support.eagle3_unserved}): MTP is its speculative path")
     return (f"{support.name} serves the target's MTP layer {shipped.prefix}* as {support.draft_class} "
-            f"({support.source}), each draft step running it again: {flags}; {shape}")
+            f"({support.source}), each draft step running it again: {flags}; {shape}{eagle3}")

@@ -63,8 +63,8 @@ def _check_mtp_before_launch(request: LaunchRequest, engine_version: str | None)
         first = errors[0]
         raise DraftlabError(f"check mtp found {len(errors)} error(s) for {request.engine} {result.engine_version}, "
                             f"first {first.code} ({first.field}): {first.message}; {first.fix}, or pass --skip-check")
-    return [f"check mtp ({result.engine} {result.engine_version} rules): {len(result.findings)} finding(s), "
-            "no errors"]
+    return [(f"check mtp ({result.engine} {result.engine_version} rules): {len(result.findings)} finding(s), "
+             "no errors")]
 
 
 def _served_window(request: LaunchRequest) -> int | None:

@@ -12,6 +12,9 @@ Command lines (``engine_command``):
   '{"method": "eagle3", "model": D, "num_speculative_tokens": S}'``. vLLM drafts a chain of
   ``num_speculative_tokens``; trees need its experimental ``speculative_token_tree``, which this
   does not translate, so topk > 1 is refused.
+- The target's own MTP layers (``--drafter mtp``): SGLang ``--speculative-algorithm NEXTN`` (with the target as
+  ``--speculative-draft-model-path`` where SGLang does not fill it in), vLLM ``{"method": "mtp",
+  "num_speculative_tokens": S}`` with no model; which releases serve which targets is ``engines/mtp.py``'s.
 - draftlab (the reference server, for laptops and tests): ``python -m draftlab serve --target T
   --host H --port N`` plus ``--drafter D --steps S --topk K --num-draft-tokens N``, run by this
   Python with this draftlab on ``PYTHONPATH``. It is not one of ``engines.ENGINES`` (those are the

@@ -35,6 +35,12 @@ predates the oldest of them):
   ("Ensure divisibility for MTP module reuse"); above 1 it warns that the same MTP layer runs several
   times. A chain only: the MTP proposer drafts ``num_speculative_tokens`` one after another (its
   ``speculative_token_tree`` is EAGLE's).
+
+Read in two snapshots of vLLM's ``config/speculative.py`` (an early-2026 one, commit f19b16d, and one after
+0.34.0, commit 002e77c) whose release boundaries could not be dated, so draftlab does not apply them per
+release: the older maps only ``qwen3_5``/``qwen3_5_moe`` (a text-only Qwen3.5 config, ``qwen3_5_text``, is
+mapped by the newer), and forces ``enforce_eager`` for DeepSeek-V3.2 MTP ("cudgraph with v32 MTP is not
+supported"); the newer builds ``DeepseekV32MTPModel`` for V3.2 and GLM-5 (the older ``DeepSeekMTPModel``).
 """
 
 from __future__ import annotations
@@ -182,6 +188,7 @@ class MtpSupport:
     source: str  # the engine file the rule comes from
     trees: bool  # topk > 1 (SGLang's EAGLE worker); vLLM drafts a chain
     n_predict: int  # MTP layers the release counts (vLLM: num_speculative_tokens above it must be a multiple)
+    eagle3_unserved: str | None = None  # why the release serves no EAGLE-3 drafter on this target (releases.py)
 
     @property
     def name(self) -> str:
@@ -215,7 +222,9 @@ def mtp_support(engine: str, version: str | None, config: Mapping[str, Any], shi
         why = (f"{family.count_key} is {declared}: SGLang's {family.sglang_file} asserts exactly 1 "
                "(num_nextn_predict_layers == 1)")
     n_predict = 1 if engine == "sglang" else max(declared, 1)
-    return MtpSupport(engine, rel.version, family, why is None, why, draft, source, trees, n_predict)
+    model_type = str(text_config(dict(config)).get("model_type") or config.get("model_type") or "")
+    return MtpSupport(engine, rel.version, family, why is None, why, draft, source, trees, n_predict,
+                      rel.unserved_because(model_type))
 
 
 def target_support(target: str | Path, engine: str, version: str | None) -> MtpSupport | None:
@@ -235,9 +244,9 @@ def sglang_mtp_args(target: str, support: MtpSupport | None) -> tuple[list[str],
         return argv, (f"--speculative-draft-model-path left out: SGLang sets it to the target itself for "
                       f"{family.name} targets (server_args.py)")
     return argv + ["--speculative-draft-model-path", target], (
-        "--speculative-draft-model-path is the target itself: SGLang loads its MTP layer as the draft model "
-        f"({family.sglang_class if family else 'configs/model_config.py'}) and fills the path in only for "
-        "DeepSeek-V3/V3.2 and GLM-4.5+ targets")
+        "--speculative-draft-model-path is the target itself: SGLang loads its MTP layer from it as the draft "
+        f"model ({family.sglang_class if family else 'configs/model_config.py'}); server_args.py fills the path in "
+        "for DeepSeek-V3/V3.2 and GLM-4.5+ architectures only")
 
 
 def vllm_mtp_config(steps: int, support: MtpSupport | None) -> dict[str, Any]:
