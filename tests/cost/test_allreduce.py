@@ -32,7 +32,8 @@ def test_two_gloo_processes_time_every_point():
     plan = make_plan(profile_from_dict(doc), [], grid=parse_grid("3/1/4:2.5"))
     ar = {(m.batch_size, m.tokens): m.median_ms for m in costs.points}
     assert plan.decode_ms[1] == pytest.approx(10.0 + 6 * ar[(1, 1)])
-    assert plan.best[1].allreduce_ms == pytest.approx(6 * ar[(1, 4)])  # verify of 4 tokens
+    # verify of 4 tokens: an all-reduce over more tokens costs at least what one over fewer measured
+    assert plan.best[1].allreduce_ms == pytest.approx(6 * max(ar[(1, 1)], ar[(1, 4)]))
 
 
 def test_needs_two_processes():
