@@ -237,7 +237,8 @@ class MtpDrafter(nn.Module):
 
     def describe(self) -> dict[str, Any]:
         """The JSON fields naming the head: its kind, the layer every step runs, and the layers shipped."""
-        return {"drafter_kind": MTP, "mtp_layer": "mtp.layers.0" if self.config.style == "qwen3_next" else self.config.layer.rstrip("."), "mtp_style": self.config.style,
+        layer = "mtp.layers.0" if self.config.style == "qwen3_next" else self.config.layer.rstrip(".")
+        return {"drafter_kind": MTP, "mtp_layer": layer, "mtp_style": self.config.style,
                 "mtp_num_layers": self.config.num_layers}
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
