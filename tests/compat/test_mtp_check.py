@@ -42,6 +42,20 @@ def test_inspect_json_names_the_mtp_layers(targets, capsys):
     assert "MTP layers" in out and "mtp_num_hidden_layers" in out
 
 
+def test_inspect_on_a_pair_names_the_targets_mtp_layers(targets, tmp_path, capsys):
+    from draftlab.checkpoint.configs import TargetConfig
+    from draftlab.checkpoint.synth import specforge_drafter_config, write_drafter
+
+    config = json.loads((targets["deepseek-2"] / "config.json").read_text())
+    drafter = write_drafter(tmp_path / "drafter", specforge_drafter_config(TargetConfig.from_dict(config),
+                                                                           draft_vocab_size=config["vocab_size"]))
+    assert main(["inspect", str(drafter), "--target", str(targets["deepseek-2"]), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "drafter" and doc["target_mtp"]["stored_layers"] == 2
+    assert main(["inspect", str(drafter), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target_mtp"] is None
+
+
 def test_launch_dry_run_writes_the_flags_and_checks_first(targets, capsys):
     target = str(targets["qwen3_5"])
     assert main(["launch", "sglang", "--target", target, "--drafter", "mtp", "--dry-run", "--json"]) == 0

@@ -96,6 +96,7 @@ class DrafterSummary(Summary):
     decoder_layer: str = "llama"  # the layer the weights are: "llama", "qwen3" (per-head q_norm/k_norm) or "mla"
     sliding_windows: list[int | None] = field(default_factory=list)  # trained, per layer (None: full attention)
     drafting: str = "autoregressive"  # or "parallel (P-EAGLE: <what says so>)"
+    target_mtp: dict[str, Any] | None = None  # with --target: the MTP layers the target ships (TargetSummary.mtp)
 
 
 InspectResult = TargetSummary | DrafterSummary
@@ -114,20 +115,28 @@ def inspect_checkpoint(path: str | Path, engine: str = "sglang", num_target_laye
     common = dict(path=Path(path), format=ckpt.format, num_parameters=ckpt.num_parameters, dtype=ckpt.dtype,
                   num_tensors=len(ckpt.tensors), size_on_disk=ckpt.size_on_disk)
     if is_drafter(ckpt):
-        return _drafter(ckpt, (engine, engine_version), num_target_layers, common,
-                        None if target is None else _target(target))
+        summary = _drafter(ckpt, (engine, engine_version), num_target_layers, common,
+                           None if target is None else _target(target))
+        if target is not None:
+            summary.target_mtp = _shipped(open_checkpoint(target))
+        return summary
     t = target_config(ckpt)
     moe = None if t.num_experts is None else {
         "num_experts": t.num_experts, "experts_per_token": t.experts_per_token,
         "num_shared_experts": t.num_shared_experts, "moe_intermediate_size": t.moe_intermediate_size}
-    shipped = shipped_mtp(ckpt.config, {name: info.numel for name, info in ckpt.tensors.items()})
     return TargetSummary(
         kind="target", layout="hf", architecture=t.architecture, **common, model_type=t.model_type,
         num_layers=t.num_layers, hidden_size=t.hidden_size, vocab_size=t.vocab_size,
         max_position_embeddings=t.max_position_embeddings, attention=t.attention,
         num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads, head_dim=t.head_dim,
         moe=moe, rope_theta=t.rope.theta, rope_scaling=t.rope.scaling,
-        mtp=None if shipped is None else shipped.describe())
+        mtp=_shipped(ckpt))
+
+
+def _shipped(ckpt: Checkpoint) -> dict[str, Any] | None:
+    """The MTP layers a target checkpoint ships (engines/mtp.py), as inspect's JSON names them."""
+    shipped = shipped_mtp(ckpt.config, {name: info.numel for name, info in ckpt.tensors.items()})
+    return None if shipped is None else shipped.describe()
 
 
 def _target(path: str | Path) -> TargetConfig:

@@ -65,6 +65,8 @@ def render_inspect(result: InspectResult, console: Console) -> None:
             ("attention window", ", ".join("full" if w is None else f"sliding {w}" for w in result.sliding_windows)),
             ("drafting", result.drafting),
         ]
+        if result.target_mtp is not None:
+            rows.append(("target's MTP layers", f"{_mtp_row(result.target_mtp)} [dim](check mtp --target)[/]"))
         rows += [("[red]d2t problem[/]", p) for p in result.d2t_problems]
         rows += [(f"[red]unsupported[/] [dim]{u['field']}[/]", u["message"]) for u in result.unsupported]
         if result.unknown_keys:
