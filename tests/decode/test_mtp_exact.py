@@ -1,8 +1,9 @@
 """The target's own MTP head (``--drafter mtp``) on the toy targets (DeepSeek-V3: MLA, MoE, one MTP layer;
 Qwen3-Next: gated attention, MoE, ``mtp.*``), exactly: ``generate``'s per-cycle accept lengths equal a
 plain greedy speculative loop over SGLang's tree drafted by the independent reference head
-(:mod:`mtp_reference`) and verified by the target's uncached HF forward, on a chain and a tree; dropping either input norm of the head changes what it accepts; the JSON
-names the drafter kind and the head's layer. (``probe`` == ``generate``: tests/probe/test_mtp_probe.py.)"""
+(:mod:`mtp_reference`) and verified by the target's uncached HF forward, on a chain and a tree; dropping
+either input norm of the head changes what it accepts; the JSON names the drafter kind and the head's
+layer. (``probe`` == ``generate``: tests/probe/test_mtp_probe.py.)"""
 
 from __future__ import annotations
 
