@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 from mtp_targets import mtp_target
 
+from draftlab.checkpoint.configs import TargetConfig
+from draftlab.checkpoint.synth import specforge_drafter_config, write_drafter
 from draftlab.cli import main
+from draftlab.compat import check_pair
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +45,14 @@ def test_inspect_json_names_the_mtp_layers(targets, capsys):
     assert "MTP layers" in out and "mtp_num_hidden_layers" in out
 
 
-def test_inspect_on_a_pair_names_the_targets_mtp_layers(targets, tmp_path, capsys):
-    from draftlab.checkpoint.configs import TargetConfig
-    from draftlab.checkpoint.synth import specforge_drafter_config, write_drafter
+def _drafter_for(target: Path, folder: Path) -> Path:
+    config = json.loads((target / "config.json").read_text())
+    return write_drafter(folder, specforge_drafter_config(TargetConfig.from_dict(config),
+                                                          draft_vocab_size=config["vocab_size"]))
 
-    config = json.loads((targets["deepseek-2"] / "config.json").read_text())
-    drafter = write_drafter(tmp_path / "drafter", specforge_drafter_config(TargetConfig.from_dict(config),
-                                                                           draft_vocab_size=config["vocab_size"]))
+
+def test_inspect_on_a_pair_names_the_targets_mtp_layers(targets, tmp_path, capsys):
+    drafter = _drafter_for(targets["deepseek-2"], tmp_path / "drafter")
     assert main(["inspect", str(drafter), "--target", str(targets["deepseek-2"]), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["kind"] == "drafter" and doc["target_mtp"]["stored_layers"] == 2
@@ -71,3 +75,14 @@ def test_launch_dry_run_writes_the_flags_and_checks_first(targets, capsys):
     assert "mtp-unserved" in capsys.readouterr().err
     assert main(["launch", "vllm", "--target", str(targets["llama"]), "--drafter", "mtp", "--steps", "2",
                  "--dry-run"]) == 2
+
+
+def test_a_drafters_check_names_the_mtp_alternative_where_the_release_serves_it(targets, tmp_path):
+    def codes(target: str, engine: str) -> list[str]:
+        drafter = _drafter_for(targets[target], tmp_path / f"{target}-{engine}")
+        return [f.code for f in check_pair(drafter, targets[target], engine).findings]
+
+    assert "mtp-available" in codes("qwen3_5", "sglang") and "mtp-available" in codes("qwen3_5", "vllm")
+    assert "mtp-available" in codes("deepseek-2", "vllm")
+    assert "mtp-available" not in codes("deepseek-2", "sglang")  # SGLang serves exactly one MTP layer
+    assert "mtp-available" not in codes("llama", "sglang")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from draftlab.checkpoint import drafter_config, is_drafter, open_checkpoint, target_config
 from draftlab.compat import (
-    architectures, aux, config_types, context, loading, numbers, shapes, variants, vocab, window,
+    architectures, aux, config_types, context, loading, mtp, numbers, shapes, variants, vocab, window,
 )
 from draftlab.compat.findings import CheckResult, sort_findings
 from draftlab.compat.pair import Pair
@@ -15,7 +15,7 @@ from draftlab.errors import DraftlabError
 
 # Each rule is a function Pair -> findings; grouped by concern.
 RULES = (shapes.RULES + vocab.RULES + aux.RULES + context.RULES + loading.RULES + variants.RULES
-         + architectures.RULES + numbers.RULES + config_types.RULES + window.RULES)
+         + architectures.RULES + numbers.RULES + config_types.RULES + window.RULES + mtp.RULES)
 
 
 def open_pair(drafter: str | Path, target: str | Path, engine: str, version: str | None = None,

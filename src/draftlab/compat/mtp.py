@@ -8,6 +8,7 @@ from pathlib import Path
 
 from draftlab.checkpoint import is_drafter, open_checkpoint
 from draftlab.compat.findings import CheckResult, Finding, sort_findings
+from draftlab.compat.pair import Pair
 from draftlab.engines.mtp import MTP, MtpSupport, ShippedMtp, mtp_support, shipped_mtp
 from draftlab.engines.mtp_head import MtpServing
 from draftlab.engines.releases import release
@@ -68,3 +69,19 @@ def _served(support: MtpSupport, shipped: ShippedMtp) -> str:
               f"; it serves no EAGLE-3 drafter on this target ({support.eagle3_unserved}): MTP is its speculative path")
     return (f"{support.name} serves the target's MTP layer {shipped.prefix}* as {support.draft_class} "
             f"({support.source}), each draft step running it again: {flags}; {shape}{eagle3}")
+
+
+def mtp_alternative(pair: Pair) -> list[Finding]:
+    """Beside a drafter: the target's own MTP layers, where the release serves them (the other candidate)."""
+    ckpt = pair.target_ckpt
+    shipped = shipped_mtp(ckpt.config, {name: info.numel for name, info in ckpt.tensors.items()})
+    support = mtp_support(pair.engine, pair.version, ckpt.config, shipped)
+    if shipped is None or not support.served:
+        return []
+    return [Finding("mtp-available", "info", shipped.prefix, (
+        f"the target ships {shipped.stored} MTP layer(s) that {support.name} serves as {support.draft_class} with no "
+        "drafter at all"), "compare both offline: draftlab probe --drafter mtp beside this drafter (or draftlab "
+        "assess); check mtp --target T for the flags")]
+
+
+RULES = (mtp_alternative,)
