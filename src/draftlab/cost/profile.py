@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from draftlab import jsonio
+from draftlab.cost.measurement import Measurement
 from draftlab.cost.model import CycleBreakdown, SpecConfig, cycle_breakdown
 from draftlab.cost.overhead import Overhead
-from draftlab.cost.measurement import Measurement
 from draftlab.cost.served import ServedCost
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
