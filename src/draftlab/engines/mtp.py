@@ -14,13 +14,15 @@ predates the oldest of them):
   draft model, and ``configs/model_config.py`` (``is_draft_model``) swaps the target's architecture for
   its MTP class: ``DeepseekV3ForCausalLM``/``DeepseekV32ForCausalLM`` -> ``DeepseekV3ForCausalLMNextN``
   (``models/deepseek_nextn.py``), ``Glm4MoeForCausalLM`` -> ``Glm4MoeForCausalLMNextN``
-  (``glm4_moe_nextn.py``), ``Glm4MoeLiteForCausalLM`` -> ``Glm4MoeLiteForCausalLMNextN``, ``GlmMoeDsa`` ->
-  ``GlmMoeDsaForCausalLMNextN``, ``MiMoForCausalLM`` -> ``MiMoMTP`` (``mimo_mtp.py``),
+  (``glm4_moe_nextn.py``), ``Glm4MoeLiteForCausalLM`` -> ``Glm4MoeLiteForCausalLMNextN``
+  (``glm4_moe_lite_nextn.py``), ``GlmMoeDsaForCausalLM`` -> ``GlmMoeDsaForCausalLMNextN`` (``glm4_moe.py``, a
+  ``DeepseekV3ForCausalLMNextN``), ``MiMoForCausalLM`` -> ``MiMoMTP`` (``mimo_mtp.py``),
   ``Qwen3NextForCausalLM`` -> ``Qwen3NextForCausalLMMTP`` (``qwen3_next_mtp.py``, which sets
   ``num_nextn_predict_layers = 1``), the Qwen3.5/3.6 classes -> ``Qwen3_5ForCausalLMMTP``
   (``qwen3_5_mtp.py``). For DeepSeek-V3/V3.2 and GLM-4.5+/4.7-Flash targets ``server_args.py`` sets the
   draft path to the target's own when it is not given; for the others it must be given (the target's
-  folder). ``deepseek_nextn.py`` asserts ``num_nextn_predict_layers == 1``. Every draft step runs that
+  folder). The DeepSeek NextN weight loader these classes load with asserts ``num_nextn_predict_layers == 1``
+  ("Only 1 nextn layer is supported": ``deepseek_nextn.py``, ``deepseek_v2.py`` with ``is_nextn``). Every draft step runs that
   one layer again; trees (``--speculative-eagle-topk`` > 1) are the EAGLE worker's, as for EAGLE-3.
 - vLLM: ``--speculative-config '{"method": "mtp", "num_speculative_tokens": K}'`` with no ``model``
   drafts with the target's own checkpoint (``config/speculative.py`` ``__post_init__``); the per-model
@@ -78,7 +80,7 @@ FAMILIES = (
               "DeepseekV3ForCausalLMNextN", "models/deepseek_nextn.py", "deepseek_mtp", "models/deepseek_mtp.py",
               "num_nextn_predict_layers", True),
     MtpFamily("GLM-5", ("GlmMoeDsaForCausalLM",), ("glm_moe_dsa",), "GlmMoeDsaForCausalLMNextN",
-              "models/glm4_moe_nextn.py", "deepseek_mtp", "models/deepseek_mtp.py", "num_nextn_predict_layers", False),
+              "models/glm4_moe.py", "deepseek_mtp", "models/deepseek_mtp.py", "num_nextn_predict_layers", False),
     MtpFamily("GLM-4.5+", ("Glm4MoeForCausalLM",), ("glm4_moe",), "Glm4MoeForCausalLMNextN", "models/glm4_moe_nextn.py",
               "glm4_moe_mtp", "models/glm4_moe_mtp.py", "num_nextn_predict_layers", True),
     MtpFamily("GLM-4.7-Flash", ("Glm4MoeLiteForCausalLM",), ("glm4_moe_lite",), "Glm4MoeLiteForCausalLMNextN",
@@ -219,8 +221,8 @@ def mtp_support(engine: str, version: str | None, config: Mapping[str, Any], shi
     elif declared == 0 and needs_count:
         why = f"the config sets no {family.count_key}, so {rel.name}'s {draft} builds no MTP layer ({server})"
     elif engine == "sglang" and shipped.layout == "deepseek" and declared != 1:
-        why = (f"{family.count_key} is {declared}: SGLang's {family.sglang_file} asserts exactly 1 "
-               "(num_nextn_predict_layers == 1)")
+        why = (f"{family.count_key} is {declared}: the DeepSeek NextN weight loader {family.sglang_class} loads with "
+               "asserts exactly 1 (models/deepseek_nextn.py: num_nextn_predict_layers == 1)")
     n_predict = 1 if engine == "sglang" else max(declared, 1)
     model_type = str(text_config(dict(config)).get("model_type") or config.get("model_type") or "")
     return MtpSupport(engine, rel.version, family, why is None, why, draft, source, trees, n_predict,
