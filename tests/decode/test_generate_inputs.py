@@ -7,6 +7,7 @@ import pytest
 from draftlab.checkpoint.configs import TargetConfig
 from draftlab.checkpoint.synth import write_drafter, write_target
 from draftlab.cli import main
+from draftlab.compat import fix_pair
 from draftlab.demo import reused_drafter_config, target_v2_config
 
 
@@ -20,6 +21,15 @@ def pair(tmp_path_factory):
     prompts = root / "ok.jsonl"
     prompts.write_text(json.dumps({"input_ids": [3, 4, 5]}) + "\n")
     return target, drafter, prompts
+
+
+@pytest.fixture(scope="module")
+def fixed(pair, tmp_path_factory):
+    """The same pair with the drafter as ``check --fix`` writes it: clean, so the inputs are what is refused."""
+    target, drafter, prompts = pair
+    out = tmp_path_factory.mktemp("fixed") / "drafter"
+    fix_pair(drafter, target, out)
+    return target, out, prompts
 
 
 def _cli(args, capsys):
@@ -41,8 +51,8 @@ def _assert_refused(result, message):
      (["--steps", "3"], "all three"),
      (["--steps", "0", "--topk", "1", "--num-draft-tokens", "1"], "--steps 0: must be a whole number >= 1")],
 )
-def test_flags_sglang_would_change_or_reject(pair, capsys, flags, message):
-    target, drafter, prompts = pair
+def test_flags_sglang_would_change_or_reject(fixed, capsys, flags, message):
+    target, drafter, prompts = fixed
     _assert_refused(_cli(["--target", str(target), "--drafter", str(drafter), "--prompts", str(prompts), *flags],
                          capsys), message)
 
@@ -51,11 +61,11 @@ def test_incompatible_drafter_is_refused_with_the_check_findings(pair, capsys):
     target, drafter, prompts = pair
     result = _cli(["--target", str(target), "--drafter", str(drafter), "--prompts", str(prompts)], capsys)
     _assert_refused(result, "aux-convention")
-    assert "context-too-short" in result[2]
+    assert "would not run this drafter" in result[2] and "2 more error(s)" in result[2]
 
 
-def test_bad_prompts_and_missing_drafter(pair, tmp_path, capsys):
-    target, drafter, _ = pair
+def test_bad_prompts_and_missing_drafter(fixed, tmp_path, capsys):
+    target, drafter, _ = fixed
     base = ["--target", str(target), "--drafter", str(drafter)]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
