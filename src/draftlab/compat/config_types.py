@@ -43,29 +43,27 @@ def _layer_types(value: Any) -> bool:
     return isinstance(value, list) and all(t in LAYER_TYPES for t in value)
 
 
-# key -> (accepts the value, what the field takes, whether null is accepted where the key is present)
-TYPES: dict[str, tuple[Any, str, bool]] = {
-    "tie_word_embeddings": (_bool, "a boolean", False),
-    "attention_bias": (_bool, "a boolean", False),
-    "mlp_bias": (_bool, "a boolean", False),
-    "use_cache": (_bool, "a boolean", False),
-    "max_position_embeddings": (_int, "an integer", False),
-    "intermediate_size": (_int, "an integer", False),
-    "rope_theta": (_number, "a number", False),
-    "rms_norm_eps": (_number, "a number", False),
-    "hidden_act": (lambda v: isinstance(v, str), "a string", False),
-    "initializer_range": (lambda v: _number(v) and 0 <= v <= 1, "a number from 0 to 1", False),
-    "bos_token_id": (_int, "an integer", True),
-    "pad_token_id": (_int, "an integer", True),
-    "eos_token_id": (_token_ids, "an integer or a list of integers", True),
-    "head_dim": (_int, "an integer", True),
-    "num_key_value_heads": (_int, "an integer", True),
-    "pretraining_tp": (_int, "an integer", True),
-    "rope_scaling": (_dict, "an object", True),
-    "rope_parameters": (_dict, "an object", True),
-    "attention_dropout": (_number, "a number", True),
-    "layer_types": (_layer_types, f"a list of {' or '.join(LAYER_TYPES)}, one per layer", True),
+BOOLEAN, INTEGER = (_bool, "a boolean"), (_int, "an integer")
+NUMBER, OBJECT = (_number, "a number"), (_dict, "an object")
+# key -> (accepts the value, what the field takes): null refused where the key is present ...
+NOT_NULL: dict[str, tuple[Any, str]] = {
+    **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_cache"), BOOLEAN),
+    **dict.fromkeys(("max_position_embeddings", "intermediate_size"), INTEGER),
+    **dict.fromkeys(("rope_theta", "rms_norm_eps"), NUMBER),
+    "hidden_act": (lambda v: isinstance(v, str), "a string"),
+    "initializer_range": (lambda v: _number(v) and 0 <= v <= 1, "a number from 0 to 1"),
 }
+# ... and null accepted
+NULLABLE: dict[str, tuple[Any, str]] = {
+    **dict.fromkeys(("bos_token_id", "pad_token_id", "head_dim", "num_key_value_heads", "pretraining_tp"), INTEGER),
+    "eos_token_id": (_token_ids, "an integer or a list of integers"),
+    **dict.fromkeys(("rope_scaling", "rope_parameters"), OBJECT),
+    "attention_dropout": NUMBER,
+    "layer_types": (_layer_types, f"a list of {' or '.join(LAYER_TYPES)}, one per layer"),
+}
+# key -> (accepts the value, what the field takes, whether null is accepted where the key is present)
+TYPES: dict[str, tuple[Any, str, bool]] = ({k: (*v, False) for k, v in NOT_NULL.items()}
+                                          | {k: (*v, True) for k, v in NULLABLE.items()})
 
 
 def _wrong(layer: dict[str, Any], key: str) -> bool:
@@ -86,7 +84,8 @@ def field_types(pair: Pair) -> Iterator[Finding]:
             field, wanted = pair.layer_field(key), TYPES[key][1]
             yield Finding("config-type", "error", field,
                           f"{field} is {layer[key]!r}, not {wanted}: building the drafter's layer config fails "
-                          "(transformers' typed LlamaConfig, which draftlab's runtime builds, and the engines' loaders)",
+                          "(transformers' typed LlamaConfig, which draftlab's runtime builds, and the engines' "
+                          "loaders)",
                           f"write {field} as {wanted}, as the drafter was trained")
 
 
@@ -96,8 +95,8 @@ def hidden_act(pair: Pair) -> Iterator[Finding]:
     if value is not None and value != "silu":
         field = pair.layer_field("hidden_act")
         yield Finding("hidden-act", "error", field,
-                      f"{field} is {value!r}; vLLM's and SGLang's drafter MLP (llama.py LlamaMLP) supports silu only and "
-                      "refuse the drafter at load", "use a drafter trained with silu (the EAGLE-3 drafters' MLP)")
+                      f"{field} is {value!r}; vLLM's and SGLang's drafter MLP (llama.py LlamaMLP) supports silu "
+                      "only and refuse the drafter at load", "use a drafter trained with silu (the EAGLE-3 drafters' MLP)")
 
 
 RULES = (field_types, hidden_act)
