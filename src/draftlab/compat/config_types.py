@@ -96,7 +96,8 @@ def hidden_act(pair: Pair) -> Iterator[Finding]:
         field = pair.layer_field("hidden_act")
         yield Finding("hidden-act", "error", field,
                       f"{field} is {value!r}; vLLM's and SGLang's drafter MLP (llama.py LlamaMLP) supports silu "
-                      "only and refuse the drafter at load", "use a drafter trained with silu (the EAGLE-3 drafters' MLP)")
+                      "only and refuse the drafter at load",
+                      "use a drafter trained with silu (the EAGLE-3 drafters' MLP)")
 
 
 RULES = (field_types, hidden_act)
