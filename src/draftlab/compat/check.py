@@ -22,14 +22,14 @@ def open_pair(drafter: str | Path, target: str | Path, engine: str, version: str
               draft_window: int | None = None) -> Pair:
     """Open both checkpoints (headers and configs only) and check each is what it claims to be;
     ``draft_window``: SGLang's --speculative-draft-window-size the pair is served with."""
-    version = release(engine, version).version  # refuse an unknown engine or release before touching files
+    asked, version = version, release(engine, version).version  # refuse an unknown one before touching files
     d_ckpt, t_ckpt = open_checkpoint(drafter), open_checkpoint(target)
     if not is_drafter(d_ckpt):
         raise DraftlabError("is not an EAGLE-3 drafter (no Eagle3 architecture, speculators config or fc + "
                             "midlayer weights)", path=drafter)
     if is_drafter(t_ckpt):
         raise DraftlabError("is an EAGLE-3 drafter; --target must be the target model", path=target)
-    return Pair(engine, d_ckpt, drafter_config(d_ckpt), t_ckpt, target_config(t_ckpt), version, draft_window)
+    return Pair(engine, d_ckpt, drafter_config(d_ckpt), t_ckpt, target_config(t_ckpt), version, draft_window, asked)
 
 
 def check_pair(drafter: str | Path, target: str | Path, engine: str = "sglang",

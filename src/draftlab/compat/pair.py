@@ -23,6 +23,7 @@ class Pair:
     target: TargetConfig
     version: str | None = None  # the engine release whose rules apply (None: the newest draftlab knows)
     draft_window: int | None = None  # SGLang's --speculative-draft-window-size the pair is served with
+    asked_version: str | None = None  # ``version`` as the user wrote it (``0.5.13.post1``), for the result
 
     @cached_property
     def release(self) -> Release:
@@ -68,7 +69,8 @@ class Pair:
     @cached_property
     def deployment(self) -> Deployment:
         """What the release serves for this pair (windows per layer; engines/deployment.py)."""
-        return Deployment.resolve(self.engine, self.release.version, self.drafter, self.target, self.draft_window)
+        asked = self.asked_version if self.asked_version is not None else self.version
+        return Deployment.resolve(self.engine, asked, self.drafter, self.target, self.draft_window)
 
 
 def layer_dict(config: dict[str, Any]) -> dict[str, Any]:
