@@ -166,14 +166,16 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
 def _plan_measured(costs: Path, probe: list[Path], profile: Path | None, grid: str | None, batch_sizes: str | None,
                    plot: Path | None, json_out: bool, wanted: ScheduleRequest | None) -> None:
     """``--costs PROFILE.json`` with accept lengths from ``--probe`` files, an acceptance ``--profile``
-    or ``--grid`` entries that assume them."""
+    or ``--grid`` entries that assume them; a probe of ``--drafter mtp`` plans the target's own MTP head."""
     entries = parse_grid(grid) if grid else None
     accepts = load_probes(probe)
     if profile is not None:
         configs = None if entries is None else [e.config for e in entries if e.accept_length is None]
         accepts += profile_accept_lengths(profile, configs, covered=[a.config for a in accepts])
-    result = make_plan(load_profile(costs), accepts, grid=entries,
-                       batch_sizes=None if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes))
+    heads = [a for a in accepts if a.method == "mtp"]  # the target's own MTP head: priced by its own passes
+    drafter = [a for a in accepts if a.method != "mtp"]
+    result = make_plan(load_profile(costs), drafter, grid=entries if entries is not None or drafter else [],
+                       batch_sizes=None if batch_sizes is None else parse_ints("--batch-sizes", batch_sizes), mtp=heads)
     _emit_plan(result, plot, json_out, schedule=wanted)
 
 

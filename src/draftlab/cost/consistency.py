@@ -18,8 +18,10 @@ from draftlab.cost.plan import Plan
 from draftlab.cost.profile import Profile
 
 TOLERANCE = 1.25  # a larger pass this many times faster than a smaller one contradicts it (less is noise)
-SECTIONS = {"verify": "verify", "draft_step": "draft step", "draft_extend": "draft-extend"}
-NOUNS = {"verify": "tokens", "draft_step": "rows", "draft_extend": "tokens"}
+SECTIONS = {"verify": "verify", "draft_step": "draft step", "draft_extend": "draft-extend",
+            "mtp_draft_step": "MTP draft step", "mtp_draft_extend": "MTP draft-extend"}
+NOUNS = {"verify": "tokens", "draft_step": "rows", "draft_extend": "tokens", "mtp_draft_step": "rows",
+         "mtp_draft_extend": "tokens"}
 
 
 @dataclass(frozen=True)

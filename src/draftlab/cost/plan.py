@@ -49,15 +49,18 @@ class ConfigPlan:
     verify_ms: float
     allreduce_ms: float
     overhead_ms: float
-    method: str = "eagle3"  # or a model-free method ("ngram", "suffix"): steps is then its k
+    method: str = "eagle3"  # "mtp" (the target's own MTP head), or a model-free method ("ngram", "suffix"): steps is
+    # then its k
     served_cycle_ms: float | None = None  # the cycle as draftlab serve runs it (profile from plan --served)
     served_tokens_per_second: float | None = None  # draftlab serve's output tok/s (draftlab.cost.served)
 
     @property
     def label(self) -> str:
-        if self.method != "eagle3":
-            return f"{self.method} k={self.steps}"
-        return f"{self.steps}/{self.topk}/{self.num_draft_tokens}"
+        """``3/1/4`` for the drafter, ``mtp 3/1/4`` for the target's own MTP head, ``ngram k=4``."""
+        shape = f"{self.steps}/{self.topk}/{self.num_draft_tokens}"
+        if self.method == "mtp":
+            return f"mtp {shape}"
+        return shape if self.method == "eagle3" else f"{self.method} k={self.steps}"
 
 
 @dataclass(frozen=True)
@@ -114,14 +117,19 @@ def make_plan(
     grid: list[GridEntry] | None = None,
     batch_sizes: list[int] | None = None,
     model_free: Sequence[ModelFreeEntry] = (),
+    mtp: Sequence[AcceptLength] = (),
 ) -> Plan:
     """Predict every grid config (default: the probed configs) at every batch size, and each
-    ``model_free`` candidate beside them."""
+    ``model_free`` candidate beside them, and each config ``mtp`` gives an accept length for drafted by
+    the target's own MTP head, at the profiled cost of its own passes (method "mtp")."""
     if not profile.verify:
         raise DraftlabError(
             "the profile has no target measurements; run draftlab profile with --target"
         )
-    _check_same_model(profile.model, probes)
+    _check_same_model(profile.model, [*probes, *mtp])
+    if mtp and not profile.mtp_draft_extend:
+        raise DraftlabError(f"{mtp[0].source} is the target's own MTP head, but the profile holds no MTP pass; "
+                            "profile it with draftlab profile --drafter mtp")
     measured = profile.batch_sizes
     batch_sizes = sorted(set(batch_sizes or measured))
     for b in batch_sizes:
@@ -138,7 +146,7 @@ def make_plan(
             )
     if grid is None:
         grid = [GridEntry(c) for c in dict.fromkeys(p.config for p in probes)]
-    if not grid:
+    if not grid and not mtp:
         raise DraftlabError(
             "nothing to plan: give --probe results or --grid configs with accept lengths"
         )
@@ -153,6 +161,10 @@ def make_plan(
         for b in batch_sizes
         for e in grid
     ] + [_predict_model_free(table, m, b, decode[b]) for b in batch_sizes for m in model_free]
+    if mtp:
+        heads = CostTable.of(profile, mtp=True)
+        rows += [_predict(heads, c, b, decode[b], *_accept_length(GridEntry(c), b, mtp), method="mtp")
+                 for b in batch_sizes for c in dict.fromkeys(p.config for p in mtp)]
     best = {b: max((r for r in rows if r.batch_size == b), key=lambda r: r.tokens_per_second)
             for b in batch_sizes}
     return Plan(
@@ -171,7 +183,8 @@ def make_plan(
 
 
 def _predict(
-    table: CostTable, config: SpecConfig, b: int, decode_ms: float, accept: float, source: str
+    table: CostTable, config: SpecConfig, b: int, decode_ms: float, accept: float, source: str,
+    method: str = "eagle3",
 ) -> ConfigPlan:
     cycle = table.cycle(b, config, accept)
     tps = model.tokens_per_second(b, accept, cycle.total_ms)
@@ -191,6 +204,7 @@ def _predict(
         verify_ms=cycle.verify_ms,
         allreduce_ms=cycle.allreduce_ms,
         overhead_ms=cycle.overhead_ms,
+        method=method,
         **_served(table, b, accept, cycle.total_ms, decode_ms),
     )
 

@@ -4,7 +4,9 @@ A probe file holds one probe result (a JSON object) or a list of them, one per s
 Each result needs ``config`` (``steps``, ``topk``, ``num_draft_tokens``) and ``mean_accept_length``;
 ``draftlab generate --json`` output has both and is accepted too. Optional keys the planner checks:
 ``batch_size`` (the result then applies to that batch size only) and ``target`` (an object with any
-of ``model_type``, ``hidden_size``, ``num_layers``, ``vocab_size``, compared with the profile's).
+of ``model_type``, ``hidden_size``, ``num_layers``, ``vocab_size``, compared with the profile's). A result
+whose ``config`` has ``drafter_kind`` "mtp" (``probe --drafter mtp``) is the target's own MTP head's: the
+planner prices it with the profile's MTP passes (``profile --drafter mtp``).
 
 An acceptance profile (``probe --profile-out``, ModelOpt's ``speculation_profile.json``) gives accept
 lengths too: :func:`profile_accept_lengths` maps it onto the configs to plan
@@ -36,6 +38,7 @@ class AcceptLength:
     source: str  # a probe file (with its index in a list) or "--grid"
     batch_size: int | None = None  # None: valid at every batch size
     target: dict[str, Any] | None = None
+    method: str = "eagle3"  # "mtp": drafted by the target's own MTP head (the probe's drafter_kind)
 
 
 def load_probes(paths: list[str | Path]) -> list[AcceptLength]:
@@ -43,9 +46,9 @@ def load_probes(paths: list[str | Path]) -> list[AcceptLength]:
     out: list[AcceptLength] = []
     for path in paths:
         out.extend(_load_one(Path(path)))
-    seen: dict[tuple[SpecConfig, int | None], str] = {}
+    seen: dict[tuple[SpecConfig, int | None, str], str] = {}
     for r in out:
-        key = (r.config, r.batch_size)
+        key = (r.config, r.batch_size, r.method)
         if key in seen:
             raise DraftlabError(
                 f"config {r.config.label} has two probe results ({seen[key]} and {r.source}); "
@@ -94,6 +97,7 @@ def _result(item: Any, source: str) -> AcceptLength:
         source=source,
         batch_size=batch,
         target=target if isinstance(target, dict) else None,
+        method="mtp" if cfg.get("drafter_kind") == "mtp" else "eagle3",
     )
 
 

@@ -15,6 +15,11 @@
      "verify": [point...],           # target forward, tokens = tokens per sequence (1 = decode)
      "draft_step": [point...],       # one drafter pass, tokens = rows per sequence (topk)
      "draft_extend": [point...],     # drafter over accepted tokens, tokens per sequence
+     "mtp_draft_step": [point...],   # the target's own MTP head: one draft pass (rows per sequence) and its
+     "mtp_draft_extend": [point...], # extend over the accepted tokens (absent or [] unless profiled)
+     "deployment": null | {...},     # the engine fields of what was profiled (engine, engine_version,
+                                     # captured_layers, ...: Deployment.describe(), or MtpServing.describe())
+     "mtp": null | {...},            # the MTP head profiled: its engine fields and layer (drafter_kind, mtp_layer)
      "allreduce": null | {"tp": int, "backend": str, "dtype": str, "hidden_size": int,
                           "calls_per_forward": int,   # 2 per target layer (attention, MLP)
                           "points": [point...]},      # one all-reduce of batch x tokens x hidden
@@ -46,7 +51,7 @@ from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
 
 FORMAT = "draftlab-profile/1"
-SECTIONS = ("verify", "draft_step", "draft_extend")
+SECTIONS = ("verify", "draft_step", "draft_extend", "mtp_draft_step", "mtp_draft_extend")
 _POINT_TIMES = ("median_ms", "p10_ms", "p90_ms", "min_ms", "max_ms")
 
 
@@ -89,6 +94,10 @@ class Profile:
     overhead_ms: float = 0.0
     overhead: list[Overhead] = field(default_factory=list)
     served: list[ServedCost] = field(default_factory=list)
+    mtp_draft_step: list[Measurement] = field(default_factory=list)  # the target's own MTP head's passes
+    mtp_draft_extend: list[Measurement] = field(default_factory=list)
+    deployment: dict[str, Any] | None = None  # the engine fields of the drafter profiled
+    mtp: dict[str, Any] | None = None  # the MTP head profiled (engine fields, layer), with its passes
     context_tokens: int = 0
     timer: str = "perf_counter"
     warmup: int = 0
@@ -151,14 +160,18 @@ class CostTable:
     served: dict[int, ServedCost] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, profile: Profile) -> CostTable:
+    def of(cls, profile: Profile, *, mtp: bool = False) -> CostTable:
+        """The curves of ``profile``; with ``mtp`` the drafter's are the target's own MTP head's."""
         hint = "re-run draftlab profile with the missing size"
-        drafter_hint = "run draftlab profile with --drafter and the sizes needed"
+        drafter_hint = f"run draftlab profile with --drafter {'mtp ' if mtp else ''}and the sizes needed"
         ar = profile.allreduce
+        step, extend = (profile.mtp_draft_step, profile.mtp_draft_extend) if mtp else \
+            (profile.draft_step, profile.draft_extend)
+        which = "MTP " if mtp else ""
         return cls(
             verify=CostCurve("verify", profile.verify, hint=hint),
-            draft_step=CostCurve("draft step", profile.draft_step, hint=drafter_hint),
-            draft_extend=CostCurve("draft-extend", profile.draft_extend, hint=drafter_hint),
+            draft_step=CostCurve(f"{which}draft step", step, hint=drafter_hint),
+            draft_extend=CostCurve(f"{which}draft-extend", extend, hint=drafter_hint),
             allreduce=None if ar is None else CostCurve("all-reduce", ar.points, hint=hint),
             allreduce_calls=0 if ar is None else ar.calls_per_forward,
             overhead_ms=profile.overhead_ms,
@@ -246,6 +259,10 @@ def profile_from_dict(doc: Any, *, source: str | Path = "profile") -> Profile:
         verify=sections["verify"],
         draft_step=sections["draft_step"],
         draft_extend=sections["draft_extend"],
+        mtp_draft_step=sections["mtp_draft_step"],
+        mtp_draft_extend=sections["mtp_draft_extend"],
+        deployment=_object(doc["deployment"], "deployment", source) if doc.get("deployment") is not None else None,
+        mtp=_object(doc["mtp"], "mtp", source) if doc.get("mtp") is not None else None,
         allreduce=allreduce,
         overhead_ms=float(overhead),
         overhead=_overheads(doc.get("overhead") or [], source),

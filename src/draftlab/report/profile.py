@@ -16,7 +16,8 @@ def render_profile(result: Profile, console: Console, out: Path) -> None:
     for col in ("pass", "batch", "tokens", "median", "p10", "p90"):
         table.add_column(col, justify="left" if col == "pass" else "right")
     sections = [("verify", result.verify), ("draft step", result.draft_step),
-                ("draft-extend", result.draft_extend)]
+                ("draft-extend", result.draft_extend), ("MTP draft step", result.mtp_draft_step),
+                ("MTP draft-extend", result.mtp_draft_extend)]
     if result.allreduce is not None:
         sections.append((f"all-reduce x{result.allreduce.calls_per_forward}", result.allreduce.points))
     for name, points in sections:
@@ -24,5 +25,10 @@ def render_profile(result: Profile, console: Console, out: Path) -> None:
             table.add_row(name, str(m.batch_size), str(m.tokens), f"{m.median_ms:.3f}",
                           f"{m.p10_ms:.3f}", f"{m.p90_ms:.3f}")
     console.print(table)
+    engine = result.mtp or result.deployment
+    if engine:
+        console.print(f"for {engine.get('engine')} {engine.get('engine_version')}"
+                      + (f": the MTP head {result.mtp['mtp_layer']}" if result.mtp and result.mtp.get("mtp_layer") else "")
+                      + (f", captured layers {engine['captured_layers']}" if engine.get("captured_layers") else ""))
     env = result.environment
     console.print(f"torch {env.get('torch')}, {env.get('gpus') or env.get('cpu')}; written to {out}")

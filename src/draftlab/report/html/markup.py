@@ -83,7 +83,9 @@ def figure(svg: str, caption: str, name: str) -> str:
 
 def config_label(doc: dict[str, Any]) -> str:
     """``steps/topk/num_draft_tokens`` as SGLang's flags name them, e.g. ``3/1/4``; a model-free
-    candidate as its method and draft count, e.g. ``ngram k=5``."""
+    candidate as its method and draft count, e.g. ``ngram k=5``; the target's own MTP head as ``mtp 3/1/4``."""
+    if doc.get("method") == "mtp":
+        return f"mtp {doc['steps']}/{doc['topk']}/{doc['num_draft_tokens']}"
     if doc.get("method", "eagle3") != "eagle3":
         return f"{doc['method']} k={doc['steps']}"
     return f"{doc['steps']}/{doc['topk']}/{doc['num_draft_tokens']}"

@@ -1,0 +1,89 @@
+"""``plan`` prices the target's own MTP head with the profiled cost of its own passes (profile --drafter mtp),
+beside the drafter's configs, on a made-up profile whose cycles are computed by hand (see cost_fixtures)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cost_fixtures import point, profile_doc, write_json
+
+from draftlab.cli import main
+from draftlab.cost.consistency import check_timings
+from draftlab.cost.plan import make_plan
+from draftlab.cost.probes import load_probes
+from draftlab.cost.profile import load_profile, profile_from_dict
+
+
+def mtp_profile() -> dict:
+    """profile_doc's passes, plus an MTP head whose passes cost 3x the drafter's (an MLA + MoE layer)."""
+    doc = profile_doc()
+    doc["mtp_draft_step"] = [point(1, 1, 3.0), point(1, 4, 4.5), point(8, 1, 3.6), point(8, 4, 9.0)]
+    doc["mtp_draft_extend"] = [point(1, 1, 6.0), point(1, 4, 7.8), point(8, 1, 7.5), point(8, 4, 12.0)]
+    doc["mtp"] = {"engine": "sglang", "engine_version": "0.5.22", "drafter_kind": "mtp", "mtp_layer": "model.layers.4"}
+    return doc
+
+
+def mtp_probe(tmp_path, steps: int, topk: int, tokens: int, accept: float, name: str = "mtp.json"):
+    """A probe --drafter mtp --json result (its config names the drafter kind)."""
+    return write_json(tmp_path / name, {"config": {"steps": steps, "topk": topk, "num_draft_tokens": tokens,
+                                                   "drafter": "mtp", "drafter_kind": "mtp"},
+                                        "mean_accept_length": accept})
+
+
+def test_mtp_configs_are_priced_by_the_heads_own_passes(tmp_path, probe_file):
+    costs = write_json(tmp_path / "profile.json", mtp_profile())
+    probes = load_probes([probe_file, mtp_probe(tmp_path, 3, 1, 4, 3.2)])
+    assert [p.method for p in probes] == ["eagle3", "mtp"]
+    plan = make_plan(load_profile(costs), [p for p in probes if p.method == "eagle3"],
+                     mtp=[p for p in probes if p.method == "mtp"])
+    rows = {(r.label, r.batch_size): r for r in plan.configs}
+    # mtp 3/1/4, batch 1, accept 3.2: extend at 3.2 tokens = 6.0 + 1.8 * 2.2/3 = 7.32; 2 passes x 3.0;
+    # verify(4) = 12; overhead 0.5 -> 25.82 ms
+    head = rows[("mtp 3/1/4", 1)]
+    assert head.method == "mtp"
+    assert (head.draft_extend_ms, head.draft_steps_ms, head.verify_ms) == pytest.approx((7.32, 6.0, 12.0))
+    assert head.cycle_ms == pytest.approx(25.82)
+    assert head.tokens_per_second == pytest.approx(3200 / 25.82)
+    # the drafter's 3/1/4 at 2.5 keeps its own passes (16.8 ms, as test_plan computes): cheaper per cycle, yet
+    # the head's longer accept length wins at batch 1
+    assert rows[("3/1/4", 1)].cycle_ms == pytest.approx(16.8)
+    assert 3200 / 25.82 < 2500 / 16.8 and plan.best[1].label == "3/1/4"
+    # batch 8: 7.5 + 4.5 * 2.2/3 + 2 x 3.6 + 30 + 0.5
+    assert rows[("mtp 3/1/4", 8)].cycle_ms == pytest.approx(7.5 + 3.3 + 7.2 + 30.0 + 0.5)
+
+
+def test_a_tree_of_the_head_is_priced_by_its_step_over_the_trees_rows(tmp_path):
+    costs = write_json(tmp_path / "profile.json", mtp_profile())
+    plan = make_plan(load_profile(costs), [], grid=[], mtp=load_probes([mtp_probe(tmp_path, 2, 4, 8, 2.5)]))
+    row = {(r.label, r.batch_size): r for r in plan.configs}[("mtp 2/4/8", 1)]
+    assert row.draft_steps_ms == pytest.approx(4.5)  # one pass over 4 rows
+    assert row.verify_ms == pytest.approx(16.0)
+
+
+def test_plan_cli_prices_an_mtp_probe_and_names_it(tmp_path, capsys, probe_file):
+    costs = write_json(tmp_path / "profile.json", mtp_profile())
+    head = mtp_probe(tmp_path, 3, 1, 4, 4.0)
+    assert main(["plan", "--costs", str(costs), "--probe", str(probe_file), "--probe", str(head), "--json"]) in (0, None)
+    doc = json.loads(capsys.readouterr().out)
+    methods = {(r["method"], r["batch_size"]) for r in doc["configs"]}
+    assert methods == {("eagle3", 1), ("eagle3", 8), ("mtp", 1), ("mtp", 8)}
+    assert doc["best"]["1"]["method"] == "mtp"  # 4 tokens per 26.3 ms beat 2.5 per 16.8
+    assert "mtp 3/1/4 is best" in doc["verdict"]
+
+
+def test_an_mtp_probe_without_the_heads_passes_is_one_line(tmp_path, capsys):
+    costs = write_json(tmp_path / "profile.json", profile_doc())
+    head = mtp_probe(tmp_path, 3, 1, 4, 3.2)
+    assert main(["plan", "--costs", str(costs), "--probe", str(head)]) == 2
+    err = capsys.readouterr().err
+    assert "MTP head" in err and "profile --drafter mtp" in err and "Traceback" not in err
+
+
+def test_the_heads_passes_round_trip_and_are_checked_like_the_drafters(tmp_path):
+    doc = mtp_profile()
+    doc["mtp_draft_step"][1] = point(1, 4, 0.5)  # 4 rows 6x faster than 1: a contradiction
+    profile = profile_from_dict(doc)
+    assert profile.mtp == doc["mtp"] and len(profile.mtp_draft_extend) == 4
+    found = check_timings(profile).contradictions
+    assert len(found) == 1 and found[0].startswith("MTP draft step over 1 row at batch 1")
