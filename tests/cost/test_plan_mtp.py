@@ -87,3 +87,22 @@ def test_the_heads_passes_round_trip_and_are_checked_like_the_drafters(tmp_path)
     assert profile.mtp == doc["mtp"] and len(profile.mtp_draft_extend) == 4
     found = check_timings(profile).contradictions
     assert len(found) == 1 and found[0].startswith("MTP draft step over 1 row at batch 1")
+
+
+def test_profile_drafter_mtp_times_the_heads_passes_and_names_its_engine(mtp_toy, tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    code = main(["profile", "--target", str(mtp_toy.target_dir), "--drafter", "mtp", "--engine", "vllm",
+                 "--device", "cpu", "--dtype", "float32", "--verify-tokens", "1,2", "--draft-rows", "1,2",
+                 "--extend-tokens", "1,2", "--batch-sizes", "1,2", "--context", "8", "--warmup", "0", "--repeats",
+                 "1", "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    doc = json.loads(captured.out)
+    # vLLM drafts the head as a chain: its draft step over one row only
+    assert [(p["batch_size"], p["tokens"]) for p in doc["mtp_draft_step"]] == [(1, 1), (2, 1)]
+    assert [(p["batch_size"], p["tokens"]) for p in doc["mtp_draft_extend"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert doc["draft_step"] == [] and doc["draft_extend"] == []
+    assert doc["mtp"]["engine"] == doc["deployment"]["engine"] == "vllm"
+    assert doc["mtp"]["mtp_layer"] == "model.layers.4" and doc["deployment"]["captured_layers"] is None
+    assert doc["model"]["drafter"] == "mtp"
+    assert load_profile(out).mtp_draft_extend[0].median_ms == doc["mtp_draft_extend"][0]["median_ms"]

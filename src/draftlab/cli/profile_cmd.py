@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def profile(
     out: Annotated[Path, typer.Option(help="Where to write PROFILE.json.")],
     target: Annotated[Optional[Path], typer.Option(help="Target model folder (Hugging Face layout).")] = None,
-    drafter: Annotated[Optional[Path], typer.Option(help="EAGLE-3 drafter folder: adds draft-step and draft-extend costs.")] = None,
+    drafter: Annotated[Optional[Path], typer.Option(help="EAGLE-3 drafter folder: adds draft-step and draft-extend costs; mtp: the target's own MTP head's, as --engine serves it.")] = None,
     batch_sizes: Annotated[str, typer.Option(help="Batch sizes, e.g. 1,8,32.")] = "1",
     verify_tokens: Annotated[str, typer.Option(help="Tokens per sequence of a verify (1 = decode step).")] = "1,2,4,8,16,32,64",
     draft_rows: Annotated[str, typer.Option(help="Rows per sequence of a draft step (the topk values to plan).")] = "1,2,4,8",
@@ -49,8 +49,12 @@ def profile(
     threads: ThreadsOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Time decode, verify, draft steps and draft-extend (and the TP all-reduce) on this machine."""
-    refuse_overlap(out, {"--target": target, "--drafter": drafter})
+    """Time decode, verify, draft steps and draft-extend (and the TP all-reduce) on this machine.
+    --drafter mtp times the target's own MTP head's passes instead (what plan prices MTP configs by)."""
+    from draftlab.models.mtp import names_mtp
+
+    mtp = names_mtp(drafter)
+    refuse_overlap(out, {"--target": target, **({} if mtp else {"--drafter": drafter})})
     batches = parse_ints("--batch-sizes", batch_sizes)
     tokens = parse_ints("--verify-tokens", verify_tokens)
     if target is None and tp < 2:
@@ -63,11 +67,15 @@ def profile(
             from draftlab.models.devices import default_dtype
 
             where = replace(where, dtype=where.dtype or default_dtype(where.device))
-            deployment = None if drafter is None else asked.resolve(target, drafter)
-            result = _time_pair(target, drafter, deployment, where, context, batch_sizes=batches, verify_tokens=tokens,
-                                draft_rows=parse_ints("--draft-rows", draft_rows),
-                                extend_tokens=parse_ints("--extend-tokens", extend_tokens),
-                                warmup=warmup, repeats=repeats, overhead_ms=overhead_ms)
+            timing = {"batch_sizes": batches, "verify_tokens": tokens, "draft_rows": parse_ints("--draft-rows", draft_rows),
+                      "extend_tokens": parse_ints("--extend-tokens", extend_tokens), "warmup": warmup,
+                      "repeats": repeats, "overhead_ms": overhead_ms}
+            if mtp:
+                result = _time_mtp(target, asked, where, context, **timing)
+            else:
+                deployment = None if drafter is None else asked.resolve(target, drafter)
+                result = replace(_time_pair(target, drafter, deployment, where, context, **timing),
+                                 deployment=asked.describe() if deployment is None else deployment.describe())
             hidden_size, num_layers = result.model.hidden_size, result.model.num_layers
         if tp >= 2:
             if hidden_size is None or num_layers is None:
@@ -94,6 +102,26 @@ def _time_pair(target: Path, drafter: Path | None, deployment: Deployment | None
     workload = runtime_workload(runner, draft, context_tokens=context,
                                 target_name=str(target), drafter_name=drafter and str(drafter))
     return profile_costs(workload, **timing)
+
+
+def _time_mtp(target: Path, asked: EngineChoice, where: Placement, context: int, **timing: Any) -> Profile:
+    """The target (handing out its final hidden state) and its own MTP head as ``asked``'s release serves it,
+    their passes timed; a release that drafts the head as a chain (vLLM) has draft steps over one row only."""
+    from draftlab.cost.profiler import profile_costs
+    from draftlab.cost.runtime_workload import runtime_workload
+    from draftlab.engines.mtp import target_support
+    from draftlab.engines.mtp_head import MtpServing
+    from draftlab.models.mtp import MTP, load_mtp
+
+    serving = MtpServing(asked.engine, asked.version)
+    runner, head = load_mtp(target, serving, dtype=where.dtype, device=where.device)
+    support = target_support(target, asked.engine, asked.version)
+    if support is not None and not support.trees:
+        timing["draft_rows"] = [1]
+    workload = runtime_workload(runner, None, context_tokens=context, target_name=str(target), drafter_name=MTP,
+                                mtp=(runner, head))
+    engine = serving.describe()
+    return replace(profile_costs(workload, **timing), deployment=engine, mtp={**engine, **head.describe()})
 
 
 def _add_allreduce(result: Profile, model: ModelInfo, tp: int, batches: list[int], tokens: list[int], warmup: int,

@@ -36,14 +36,17 @@ PassFactory = Callable[[int, int], Callable[[], object]]
 
 @dataclass(frozen=True)
 class Workload:
-    """The passes to time. ``draft_step`` gets rows per sequence (topk), the others tokens;
-    ``cycles`` runs the decoder's real cycles, to measure its overhead beyond the passes."""
+    """The passes to time. ``draft_step`` (and ``mtp_draft_step``, the target's own MTP head's) gets rows per
+    sequence (topk), the others tokens; ``cycles`` runs the decoder's real cycles, to measure its overhead
+    beyond the passes."""
 
     model: ModelInfo
     device: torch.device
     verify: PassFactory
     draft_step: PassFactory | None = None
     draft_extend: PassFactory | None = None
+    mtp_draft_step: PassFactory | None = None
+    mtp_draft_extend: PassFactory | None = None
     context_tokens: int = 0
     cycles: CycleRunner | None = None
 
@@ -83,6 +86,8 @@ def profile_costs(
         ("verify", workload.verify, verify_tokens),
         ("draft_step", workload.draft_step, draft_rows),
         ("draft_extend", workload.draft_extend, extend_tokens),
+        ("mtp_draft_step", workload.mtp_draft_step, draft_rows),
+        ("mtp_draft_extend", workload.mtp_draft_extend, extend_tokens),
     ]
     jobs = [
         Job(name, b, t, _bind(factory, b, t))
@@ -97,6 +102,8 @@ def profile_costs(
         verify=measured.get("verify", []),
         draft_step=measured.get("draft_step", []),
         draft_extend=measured.get("draft_extend", []),
+        mtp_draft_step=measured.get("mtp_draft_step", []),
+        mtp_draft_extend=measured.get("mtp_draft_extend", []),
         allreduce=allreduce,
         overhead_ms=overhead_ms,
         context_tokens=workload.context_tokens,

@@ -6,7 +6,12 @@ so every timed call sees the same cache length:
 - verify (and decode, at 1 token): ``TargetRunner.forward`` over ``tokens`` new tokens, causal;
 - draft step: ``Eagle3Drafter.forward`` over ``rows`` frontier nodes that see only themselves
   (the tree mask of one draft step), with the drafter's own hidden states;
-- draft-extend: ``Eagle3Drafter.forward`` over ``tokens`` accepted tokens with target features.
+- draft-extend: ``Eagle3Drafter.forward`` over ``tokens`` accepted tokens with target features;
+- with the target's own MTP head (:class:`~draftlab.models.mtp.MtpDrafter`): its draft step (``rows``
+  frontier nodes with the head's own output as hidden state) and its extend (``tokens`` accepted tokens with
+  the target's final hidden state), each one pass of the head (the projection, one decoder layer of the
+  target's kind, the shared head) after ``context_tokens`` of its own cache, at every batch size through the
+  head's batched computation (``forward_masked``, which its one-prompt ``forward`` runs too).
 
 Batch size 1 times the passes ``generate`` runs one prompt at a time with (the runner's own cache,
 static on CUDA); a larger batch B times the batched passes of
@@ -38,6 +43,8 @@ from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.devices import synchronize
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
+from draftlab.models.masks import attention_mask
+from draftlab.models.mtp import MtpDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
 
@@ -53,8 +60,10 @@ def runtime_workload(
     target_name: str | None = None,
     drafter_name: str | None = None,
     seed: int = 0,
+    mtp: tuple[TargetRunner, MtpDrafter] | None = None,
 ) -> Workload:
-    """Wrap a loaded target (and drafter) as a :class:`~draftlab.cost.profiler.Workload`."""
+    """Wrap a loaded target (and drafter) as a :class:`~draftlab.cost.profiler.Workload`; ``mtp``: the target's
+    own MTP head and the runner handing it the final hidden state, whose passes are timed too."""
     cfg = target.config
     gen = torch.Generator().manual_seed(seed)
     device = target.device
@@ -113,6 +122,8 @@ def runtime_workload(
         verify=verify,
         draft_step=None if drafter is None else drafter_pass(own_hidden=True),
         draft_extend=None if drafter is None else drafter_pass(own_hidden=False),
+        mtp_draft_step=None if mtp is None else _mtp_pass(*mtp, context, gen, own_hidden=True),
+        mtp_draft_extend=None if mtp is None else _mtp_pass(*mtp, context, gen, own_hidden=False),
         context_tokens=context_tokens,
         cycles=cycles,
     )
@@ -190,3 +201,32 @@ def _batched_drafter_pass(drafter: Eagle3Drafter, batch_size: int, tokens: int, 
         runner.forward(new, hidden, new_positions, tree_mask=mask)
         runner.keep(drop)
     return run
+
+
+def _mtp_pass(runner: TargetRunner, head: MtpDrafter, context: torch.Tensor, gen: torch.Generator, *,
+              own_hidden: bool) -> Callable[[int, int], Callable[[], object]]:
+    """The MTP head's pass over ``tokens`` new entries per sequence of a batch, after the head's cache of the
+    context (computed once per size): frontier nodes that see the prefix and themselves with the head's own
+    output as hidden state (a draft step), or accepted tokens with the target's final hidden state, causal."""
+    features = runner.forward(context).aux  # the final norm's output [context, hidden]
+    runner.reset()
+    device, n = context.device, context.numel()
+
+    def factory(batch_size: int, tokens: int) -> Callable[[], object]:
+        rows = context.repeat(batch_size, 1)
+        positions = torch.arange(n, device=device).repeat(batch_size, 1)
+        with torch.inference_mode():
+            _, _, past = head.forward_masked(rows, features.repeat(batch_size, 1, 1), positions,
+                                             attention_mask(0, None, n, device)[None])
+        new = rows[:, -tokens:]
+        new_positions = n + torch.arange(tokens, device=device).repeat(batch_size, 1)
+        if own_hidden:
+            hidden = torch.randn(batch_size, tokens, features.shape[-1], generator=gen).to(device, features.dtype)
+            mask = attention_mask(n, torch.eye(tokens, dtype=torch.bool, device=device), tokens, device)[None]
+        else:
+            hidden, mask = features[-tokens:].repeat(batch_size, 1, 1), attention_mask(n, None, tokens, device)[None]
+
+        def run() -> None:
+            head.forward_masked(new, hidden, new_positions, mask, past)
+        return run
+    return factory
