@@ -26,6 +26,8 @@ Pairs:
   required (bf16 ties).
 - ``llama-3.1-8b:eagle3.1``: the same with an EAGLE-3.1 drafter (``fc_norm`` + ``norm_output``, its
   ``fc_norm.{i}`` weights drawn around one).
+- ``toy:window``, ``toy:qwen3``, ``toy:mtp``: the drafters trained today and the target's own MTP head, on
+  their toys (:func:`smoke_variant_pairs`), probe == generate per prompt required in float32.
 - ``deepseek-v3-5l:mla``: a DeepSeek-V3-shaped target (real dimensions and YaRN, 5 layers, dense MLPs,
   random bf16 weights) and an MLA drafter (``Eagle3DeepseekV2ForCausalLM``) with random weights.
 
@@ -76,6 +78,7 @@ SHAPES["deepseek-v3-5l"] = dict(vocab_size=129280, hidden_size=7168, intermediat
                                               "original_max_position_embeddings": 4096},
                                 tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
 DRAFT_VOCAB = {"llama-3.1-8b": 32000, "tiny": 256, "deepseek-v3-5l": 32000}
+VARIANT_PAIRS = ("toy:window", "toy:qwen3", "toy:mtp")  # smoke_variant_pairs: the toys' variants, exact
 TOY_TEXTS = ["def __init__(self, name", "import os\nimport sys\n\n", "    for key, value in self.",
              "return self._", "class Config:\n    ", "    if not isinstance(", "# Copyright", "with open("]
 
@@ -487,6 +490,56 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         smoke.records[-1].update(sections=len(doc["sections"]), of=len(reported))
 
 
+def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str) -> None:
+    """The drafters trained today and the target's own MTP head, on their toys, exact in float32 on ``device``:
+    ``toy:window`` (the toy drafter trained with an 8-token window: vLLM serves the window from the config,
+    SGLang only with --draft-window, which launch writes as --speculative-draft-window-size), ``toy:qwen3``
+    (speculators' --draft-arch qwen3 layer, q/k norms; vLLM >= 0.24) and ``toy:mtp`` (the toy DeepSeek-V3
+    target's own MTP layer, ``--drafter mtp``; a chain on vLLM, a tree on SGLang)."""
+    from draftlab.toy import cached_toy_pair
+    from draftlab.toy.mtp import cached_mtp_toy
+    from draftlab.toy.variants import WINDOW, cached_variant_drafter
+
+    prompts = work / "prompts.jsonl"
+    rows = write_prompts(prompts, "toy")
+    exact = ["--device", device, "--dtype", "float32", "--max-new-tokens", "64", "--json"]
+    chain, tree = ["--steps", "3", "--topk", "1", "--num-draft-tokens", "4"], ["--steps", "3", "--topk", "2",
+                                                                              "--num-draft-tokens", "6"]
+    if pair == "toy:mtp":
+        target, drafter = str(cached_mtp_toy().target_dir), "mtp"
+        smoke.run(pair, "inspect (MTP layers)", ["inspect", target, "--json"])
+        smoke.run(pair, "check mtp", ["check", "mtp", "--target", target, "--json"])
+        for engine, steps in (("sglang", []), ("vllm", ["--steps", "3"])):  # vLLM has no automatic choice
+            smoke.run(pair, f"launch {engine} --drafter mtp --dry-run",
+                      ["launch", engine, "--target", target, "--drafter", "mtp", *steps, "--dry-run"])
+        cases = [("vllm", chain, []), ("sglang", chain, []), ("sglang", tree, [])]
+    else:
+        toy = cached_toy_pair()
+        variant = {"toy:window": "sliding-window", "toy:qwen3": "qwen3"}[pair]
+        target, drafter = str(toy.target_dir), str(cached_variant_drafter(toy, variant))
+        smoke.run(pair, "check vllm", ["check", drafter, "--target", target, "--engine", "vllm", "--json"])
+        if pair == "toy:window":
+            window = ["--draft-window", str(WINDOW)]
+            doc = smoke.run(pair, "check sglang", ["check", drafter, "--target", target, "--json"])
+            smoke.record(pair, "check sglang names --speculative-draft-window-size",
+                         doc is not None and "--speculative-draft-window-size" in json.dumps(doc), 0.0)
+            smoke.run(pair, "launch sglang --dry-run (adds the window flag)",
+                      ["launch", "sglang", "--target", target, "--drafter", drafter, "--dry-run"])
+            cases = [("vllm", chain, []), ("vllm", tree, []), ("sglang", chain, window)]
+        else:
+            cases = [("vllm", chain, []), ("vllm", tree, [])]
+    given = ["--target", target, "--drafter", drafter, "--prompts", str(prompts)]
+    for engine, flags, extra in cases:
+        name = f"{engine} {'/'.join(flags[1::2])}"
+        argv = [*given, "--engine", engine, *extra, *flags, *exact]
+        gen = smoke.run(pair, f"generate {name}", ["generate", *argv])
+        got = smoke.run(pair, f"probe {name}", ["probe", *argv])
+        if gen is not None and got is not None:
+            same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
+            smoke.record(pair, f"probe == generate per prompt, {name} (float32)", same == len(rows), 0.0,
+                         matching=f"{same}/{len(rows)}", mean_accept_length=gen["mean_accept_length"])
+
+
 def table(records: list[dict]) -> str:
     lines = ["| pair | command | result | seconds | note |", "|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: r["_order"]):
@@ -504,7 +557,8 @@ def table(records: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--toy", help="folder with the toy pair's target/ and drafter/ (default: train it)")
-    parser.add_argument("--pairs", default="toy,llama-3.1-8b,llama-3.1-8b:eagle3.1,deepseek-v3-5l:mla")
+    parser.add_argument("--pairs", default="toy,toy:window,toy:qwen3,toy:mtp,llama-3.1-8b,llama-3.1-8b:eagle3.1,"
+                                           "deepseek-v3-5l:mla")
     parser.add_argument("--workdir", help="where the pairs' folders go (default: a temporary folder)")
     parser.add_argument("--out", help="write the records as JSON here")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: check the script itself")
@@ -527,9 +581,13 @@ def main() -> int:
         work = root / pair
         work.mkdir(parents=True)
         start = time.perf_counter()
-        target, drafter = toy_pair(args.toy) if pair == "toy" else write_random_pair(pair, work / "models", args.device)
-        smoke.record(pair, "build pair", True, time.perf_counter() - start)
         try:
+            if pair in VARIANT_PAIRS:
+                smoke_variant_pairs(smoke, pair, work, args.device)
+                continue
+            target, drafter = (toy_pair(args.toy) if pair == "toy"
+                               else write_random_pair(pair, work / "models", args.device))
+            smoke.record(pair, "build pair", True, time.perf_counter() - start)
             smoke_pair(smoke, pair, target, drafter, work, args.device, args.workers,
                        set(args.only.split(",")) if args.only else None)
         except Exception as exc:  # record and go on to the next pair: the table is the point
