@@ -12,9 +12,11 @@ def point(batch_size: int, tokens: int, ms: float) -> dict:
             "min_ms": ms, "max_ms": ms, "repeats": 5}
 
 
-def toy_profile(path: Path, *, verify_ms: float = 10.0, per_token_ms: float = 0.05, draft_ms: float = 0.6) -> Path:
+def toy_profile(path: Path, *, verify_ms: float = 10.0, per_token_ms: float = 0.05, draft_ms: float = 0.6,
+                mtp_ms: float | None = None) -> Path:
     """Verify ``verify_ms + per_token_ms * tokens`` at batch 1 (8x the slope at batch 8), a drafter pass
-    of ``draft_ms``: a memory-bound target, where a decent accept length pays."""
+    of ``draft_ms``: a memory-bound target, where a decent accept length pays. ``mtp_ms``: the target's own
+    MTP head's passes too, shaped like the drafter's."""
     import json
 
     from draftlab.toy.pair import HIDDEN, LAYERS
@@ -30,5 +32,9 @@ def toy_profile(path: Path, *, verify_ms: float = 10.0, per_token_ms: float = 0.
         "allreduce": None,
         "overhead_ms": 0.3,
     }
+    if mtp_ms is not None:
+        doc["mtp_draft_step"] = [point(b, r, mtp_ms * (1 if b == 1 else 1.5)) for b in (1, 8) for r in (1, 4, 8)]
+        doc["mtp_draft_extend"] = [point(b, t, mtp_ms * 1.2 * (1 if b == 1 else 1.5)) for b in (1, 8)
+                                   for t in range(1, 8)]
     path.write_text(json.dumps(doc))
     return path

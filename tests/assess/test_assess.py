@@ -385,3 +385,10 @@ def test_sigint_during_the_profile_keeps_the_probes(inputs, tmp_path):
     assert doc["partial"] and doc["verdict"] is None and doc["missing"] == ["profile"]
     assert doc["finished"] == ["probe", "old"] and doc["probes"] and doc["old_probes"] and doc["drift"]
     assert not (out / "report.html").exists() and (out / "continuations.jsonl").exists()
+
+
+def test_a_target_without_an_mtp_head_changes_nothing(drifted):
+    """The toy Llama target ships no MTP head: no candidate, no comparison, nothing said of it."""
+    assert drifted["mtp"] is None and drifted["mtp_probes"] is None and drifted["mtp_note"] is None
+    assert drifted["verdict"]["versus"] is None
+

@@ -21,7 +21,7 @@ from draftlab.errors import DraftlabError
 
 PARTS = ("probe", "old", "profile")  # in the order they run
 HOLDS = {  # the AssessResult fields each part fills
-    "probe": ("coverage", "probes", "model_free", "slices", "repetition"),
+    "probe": ("coverage", "probes", "model_free", "slices", "repetition", "mtp_probes", "mtp"),
     "old": ("drift", "old_probes", "slices"),
     "profile": ("profile",),
 }

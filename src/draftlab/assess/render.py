@@ -1,5 +1,6 @@
-"""Terminal rendering of ``assess``: the answer about the drafter and its reasons, then the serving part, the
-timings' checks, the candidates (each column naming its target) and where DIR is."""
+"""Terminal rendering of ``assess``: the answer about the drafter and its reasons, the drafter against the
+target's own MTP head, then the serving part, the timings' checks, the candidates (each column naming its
+target) and where DIR is."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def render_assess(result: AssessResult, console: Console) -> None:
     console.print(f"[bold]{v.headline}[/bold]  ({v.kind})")
     for r in v.reasons:
         console.print(f"  • [bold]{r.rule}[/bold]: {r.text}")
+    if v.versus is not None:
+        console.print(f"[bold]Drafter or MTP head[/bold]: {v.versus.text}")
+    elif result.mtp_note:
+        console.print(f"[bold]MTP head[/bold]: {result.mtp_note}")
     if v.serving is not None:
         console.print(f"[bold]Serving[/bold]: {v.serving.text}")
         if v.serving.model_free_note:
@@ -36,6 +41,8 @@ def render_assess(result: AssessResult, console: Console) -> None:
         for r in result.probes:
             label = _label(r.config)
             table.add_row(label, f"{r.mean_accept_length:.3f}", *([f"{old[label]:.3f}"] if old else []))
+        for r in result.mtp_probes or []:
+            table.add_row(f"mtp {_label(r.config)}", f"{r.mean_accept_length:.3f}", *(["—"] if old else []))
         for m in result.model_free:
             table.add_row(f"{m.method} k={m.options['num_speculative_tokens']}", f"{m.mean_accept_length:.3f}",
                           *(["—"] if old else []))

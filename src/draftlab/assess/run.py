@@ -2,9 +2,10 @@
 
     inspect + check (--fix into DIR/fixed when fixable) -> load the pair once -> the target's own
     continuations, decoded once -> vocabulary coverage of them, the exact probe of every grid config,
-    the model-free baselines (:mod:`draftlab.probe.modelfree`) on them -> with OLD: drift and the probe
-    on OLD (the ceiling) -> profile the pair -> plan, with the model-free methods as candidates ->
-    :func:`draftlab.assess.verdict.decide`.
+    the model-free baselines (:mod:`draftlab.probe.modelfree`) on them, and the target's own MTP head where
+    the release serves one (:mod:`draftlab.assess.mtp`) -> with OLD: drift and the probe on OLD (the
+    ceiling) -> profile the pair (and the head's passes) -> plan, with the model-free methods and the MTP
+    head as candidates -> :func:`draftlab.assess.verdict.decide`.
 
 It runs in parts (:data:`draftlab.assess.partial.PARTS`: the probes, OLD, the profile); Ctrl-C once the
 first has finished leaves DIR with what finished and ``--resume`` runs the rest. Progress goes to
@@ -26,13 +27,14 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from draftlab.acceptance.profile import write_profile
+from draftlab.assess.mtp import MtpCandidate, load_head, mtp_candidate
 from draftlab.assess.partial import PARTS, read_partial
 from draftlab.assess.repetition import repetition
 from draftlab.assess.slices import Cycles, Slice, slices
@@ -126,6 +128,9 @@ class AssessResult:
     timing: TimingCheck | None = None  # the profile's and the plan's timings checked against each other
     measured_checks: list[dict[str, Any]] = field(default_factory=list)  # the plan held against a real decode
     repetition: float | None = None  # share of continuation tokens repeating earlier text (assess.repetition)
+    mtp_probes: list[ProbeResult] | None = None  # the target's own MTP head on the same continuations, per config
+    mtp: dict[str, Any] | None = None  # that head as the release serves it (engine fields, layer, engine file)
+    mtp_note: str | None = None  # why the target's MTP head is no candidate, or not priced, where it ships one
 
 
 def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: str | Path, *,
@@ -178,6 +183,8 @@ def assess(drafter: str | Path, target: str | Path, prompts: str | Path, out: st
             _write(result, tmp, run.out)
             return result
 
+        candidate, result.mtp_note = mtp_candidate(run.target, run.engine, run.engine_version, run.configs)
+        run = replace(run, mtp=candidate)
         for name, value in kept.items():
             setattr(result, name, value)
         if "profile" in kept_parts:
@@ -218,6 +225,7 @@ class _Run:
     repeats: int
     warmup: int
     progress: bool
+    mtp: MtpCandidate | None = None  # the target's own MTP head, where the release serves it
 
     @property
     def lookahead(self) -> int:
@@ -284,11 +292,12 @@ def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Ca
     deployment = open_pair(drafter, run.target, run.engine, run.engine_version, run.draft_window).deployment
     result.config.update(deployment.describe())
     pair = load_pair(run.target, drafter, deployment, dtype=run.dtype, device=run.device)
+    head = None if run.mtp is None else _head(pair, run.mtp, run, result)
     clock.lap("load_s")
     flags = [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in run.configs]
-    parts = {"probe": lambda: _probe_part(result, run, pair, drafter, flags, deployment, tmp, step),
+    parts = {"probe": lambda: _probe_part(result, run, pair, drafter, flags, deployment, tmp, step, head),
              "old": lambda: _on_old(result, run, pair, drafter, flags, tmp, step),
-             "profile": lambda: _profile_part(result, run, pair, drafter, step)}
+             "profile": lambda: _profile_part(result, run, pair, drafter, step, head)}
     needed = {"old": run.old_target is not None, "profile": run.engine_estimate is None and run.given_costs is None}
     result.finished = list(kept)
     result.missing = [p for p in PARTS if p not in kept and needed.get(p, True)]
@@ -307,10 +316,20 @@ def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Ca
         _write(result, tmp, run.out)
 
 
+def _head(pair: LoadedPair, candidate: MtpCandidate, run: _Run, result: AssessResult) -> LoadedPair:
+    """The target's own MTP head over the pair's target model, as a pair of its own (the runner handing it the
+    final hidden state); ``result.mtp`` names it."""
+    final, head = load_head(pair.target, run.target, run.engine)
+    result.mtp = {**candidate.serving.describe(), **head.describe(), "source": candidate.source,
+                  "grid": [c.label for c in candidate.configs]}
+    return LoadedPair(final, head, [], pair.deployment)  # type: ignore[arg-type]  # the drafter interface
+
+
 def _probe_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, flags: list[SpecFlags],
-                deployment: Deployment, tmp: Path, step: Callable[[str], None]) -> None:
-    """The target's continuations, decoded once; coverage, every grid config's probe and the model-free
-    baselines on them, their slices and how repetitive the text is. DIR gets the continuations and the counts."""
+                deployment: Deployment, tmp: Path, step: Callable[[str], None], head: LoadedPair | None) -> None:
+    """The target's continuations, decoded once; coverage, every grid config's probe, the MTP head's and the
+    model-free baselines on them, their slices and how repetitive the text is. DIR gets the continuations and
+    the counts."""
     step("decoding the target's continuations")
     decoded = decode_continuations(pair, run.target, run.prompts, flags, max_new_tokens=run.max_new_tokens,
                                    lookahead=run.lookahead, progress=run.progress)
@@ -327,15 +346,26 @@ def _probe_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path
                                                                             decoded.max_new_tokens)])
     lens = {s.index: s.prompt_len for s in decoded.samples}
     result.slices = _slices(run.configs, result.probes, None, free_cycles, lens, categories)
+    if head is not None and run.mtp is not None:
+        mine = [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in run.mtp.configs]
+        result.mtp_probes = probe_configs(head, run.target, run.prompts, mine, max_new_tokens=run.max_new_tokens,
+                                          decoded=decoded)
+        for probed in result.mtp_probes:
+            probed.config.update({**(result.mtp or {}), "drafter": "mtp", "aux_layers": None})
+        result.slices.update({f"mtp {label}": s for label, s in _slices(run.mtp.configs, result.mtp_probes, None, {},
+                                                                         lens, categories).items()})
     counts.save(tmp / "vocab-counts.json")
     rows = [json.dumps({"input_ids": p, "response_ids": c[:n], "category": categories.get(i), "prompt_index": i})
             for i, p, c, n in zip(decoded.indices, decoded.prompts, decoded.continuations, decoded.max_new_tokens)]
     (tmp / "continuations.jsonl").write_text("\n".join(rows) + "\n")
 
 
-def _profile_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, step: Callable[[str], None]) -> None:
-    step(f"profiling the pair ({run.repeats} timed calls per pass, interleaved)")
-    result.profile = _profile(run, pair, drafter, _free_entries(result))
+def _profile_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, step: Callable[[str], None],
+                  head: LoadedPair | None) -> None:
+    step(f"profiling the pair{' and the MTP head' if head else ''} ({run.repeats} timed calls per pass, interleaved)")
+    result.profile = _profile(run, pair, drafter, _free_entries(result), head)
+    result.profile = replace(result.profile, deployment=pair.deployment.describe(),
+                             mtp=result.mtp if head is not None else None)
 
 
 def _conclude(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path, step: Callable[[str], None],
@@ -467,11 +497,25 @@ def _plan(result: AssessResult, run: _Run) -> None:
     accept = [probe_accept_length(c, r, run.prompts) for c, r in zip(configs, result.probes or [])]
     entries = [GridEntry(c) for c in configs]
     result.plan = make_plan(result.profile, accept, grid=entries, batch_sizes=list(batch_sizes),
-                            model_free=[m for m in free if _in_range(result.profile, m, batch_sizes)])
+                            model_free=[m for m in free if _in_range(result.profile, m, batch_sizes)],
+                            mtp=_mtp_accept(result, run))
     if result.old_probes is not None:
         old = [AcceptLength(c, r.mean_accept_length, source=f"probe {c.label} on OLD")
                for c, r in zip(configs, result.old_probes)]
         result.old_plan = make_plan(result.profile, old, grid=entries, batch_sizes=list(batch_sizes))
+
+
+def _mtp_accept(result: AssessResult, run: _Run) -> list[AcceptLength]:
+    """The MTP head's accept lengths for the plan, where the profile priced its passes (a given one may not)."""
+    if not result.mtp_probes or run.mtp is None:
+        return []
+    assert result.profile is not None
+    if not result.profile.mtp_draft_extend:
+        result.mtp_note = (f"the MTP head was probed but not priced: {run.costs} holds no MTP pass; profile it "
+                           "with draftlab profile --drafter mtp and give that profile as --costs")
+        return []
+    return [AcceptLength(c, r.mean_accept_length, source=f"assess: probe of mtp {c.label}", method="mtp")
+            for c, r in zip(run.mtp.configs, result.mtp_probes)]
 
 
 def _schedule(result: AssessResult, engine: str, version: str | None) -> None:
@@ -565,13 +609,15 @@ def _drift(old: LoadedPair, new: LoadedPair, run: _Run) -> DriftResult:
         layers=layers, next_token_agreement=tokens.agreement, kl=tokens.kl, num_positions=tokens.n)
 
 
-def _profile(run: _Run, pair: LoadedPair, drafter: Path, free: list[ModelFreeEntry]) -> Profile:
+def _profile(run: _Run, pair: LoadedPair, drafter: Path, free: list[ModelFreeEntry], head: LoadedPair | None
+             ) -> Profile:
     """What ``plan --target`` measures, plus the verify sizes the model-free candidates need (the bonus position
-    and the tokens they propose on average, rounded up)."""
+    and the tokens they propose on average, rounded up) and the MTP head's passes."""
     verify, rows, extend = profile_sizes(run.configs)
     verify = sorted({*verify, *(math.ceil(1 + m.drafted) for m in free)})
     workload = runtime_workload(pair.target, pair.drafter, context_tokens=run.context_tokens,
-                                target_name=str(run.target), drafter_name=str(drafter))
+                                target_name=str(run.target), drafter_name=str(drafter),
+                                mtp=None if head is None else (head.target, head.drafter))  # type: ignore[arg-type]
     return profile_costs(workload, batch_sizes=sorted(set(run.batch_sizes)), verify_tokens=verify, draft_rows=rows,
                          extend_tokens=extend, warmup=run.warmup, repeats=run.repeats, progress=run.progress)
 
@@ -606,7 +652,8 @@ def _write(result: AssessResult, tmp: Path, out: Path) -> None:
     named: dict[str, Any] = {
         "inspect.json": result.inspect, "check.json": result.check, "fix.json": result.fix,
         "vocab-coverage.json": result.coverage, "probe.json": result.probes, "probe-old.json": result.old_probes,
-        "drift.json": result.drift, "profile.json": result.profile, "plan.json": result.plan or result.engine_estimate,
+        "probe-mtp.json": result.mtp_probes, "drift.json": result.drift, "profile.json": result.profile,
+        "plan.json": result.plan or result.engine_estimate,
     }
     parts = {name: obj for name, obj in named.items() if obj is not None}
     page = [] if result.verdict is None else ["report.html"]

@@ -2,9 +2,11 @@
 
 The verdict has two parts. The headline answers the question asked, about the drafter: serve it as
 is, fix its config, fine-tune it, train a new one, or turn it off. The serving part follows: which
-method to run at each batch size (the drafter as it is now, or a model-free method where one is
-predicted faster, with why it wins on this data) and the engine's schedule. Both read the same plan,
-so they cannot contradict each other. Timings are checked first (:mod:`draftlab.cost.consistency`):
+method to run at each batch size (the drafter as it is now, the target's own MTP head, or a model-free
+method where one is predicted faster, with why it wins on this data) and the engine's schedule. Where
+the target ships an MTP head the release serves, one comparison names the better of the two drafting
+models (:class:`Versus`: both accept lengths and predicted speeds). All read the same plan, so they
+cannot contradict each other. Timings are checked first (:mod:`draftlab.cost.consistency`):
 where they contradict each other no speed figure is used, the verdict says so and names them.
 
 The headline's rules run in this order and the first that holds is the verdict; every rule that was
@@ -29,6 +31,7 @@ checked adds a reason citing the figure behind it (README "assess: the rules"):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,12 +68,26 @@ class Serving:
 
 
 @dataclass(frozen=True)
+class Versus:
+    """The EAGLE-3 drafter against the target's own MTP head, each at its fastest config at the smallest batch
+    size planned: the better one by predicted speed (None when the timings contradict each other)."""
+
+    better: str | None  # "drafter" | "mtp"; None: no speed verdict
+    batch_size: int
+    text: str
+    drafter: dict[str, Any]  # config, accept_length, tokens_per_second, speedup
+    mtp: dict[str, Any]
+    other_batches: list[int] = field(default_factory=list)  # planned batch sizes where the other one is faster
+
+
+@dataclass(frozen=True)
 class Verdict:
     kind: str  # one of KINDS
     headline: str
     reasons: list[Reason]
     serve: dict[str, Any] | None = None  # per batch size: the method to run, or "off" (the serving part's choice)
     serving: Serving | None = None
+    versus: Versus | None = None  # the drafter against the target's own MTP head, where both were planned
 
 
 @dataclass(frozen=True)
@@ -113,14 +130,14 @@ def decide(e: Evidence) -> Verdict:
     if e.timing:
         reasons.append(_too_noisy(e.timing))
     kind, headline = _headline(e, reasons, serving)
-    return Verdict(kind, headline, reasons, serving.per_batch or None, serving)
+    return Verdict(kind, headline, reasons, serving.per_batch or None, serving, _versus(e.plan, serving.decided))
 
 
 def _headline(e: Evidence, reasons: list[Reason], serving: Serving) -> tuple[str, str]:
     """The answer about the drafter: its kind and headline, adding the reasons behind it."""
     assert e.plan is not None
-    drafter_now = _best(e.plan, drafter=True)
-    ceiling = _best(e.old_plan, drafter=True) if e.old_plan is not None else drafter_now
+    drafter_now = _best(e.plan, _drafter)
+    ceiling = _best(e.old_plan, _drafter) if e.old_plan is not None else drafter_now
     b0 = min(drafter_now)
     label = drafter_now[b0].label
     al_new = _row(e.plan, label, b0).accept_length
@@ -165,10 +182,10 @@ def _headline(e: Evidence, reasons: list[Reason], serving: Serving) -> tuple[str
 
 
 def _serving(e: Evidence) -> Serving:
-    """The fastest method per batch size as things are now: the drafter's best config or a model-free
-    method, "off" where none beats plain decoding; why a model-free method wins, when one does."""
+    """The fastest method per batch size as things are now: the drafter's best config, the MTP head's or a
+    model-free method, "off" where none beats plain decoding; why a model-free method wins, when one does."""
     assert e.plan is not None
-    drafter_now, free = _best(e.plan, drafter=True), _best(e.plan, drafter=False)
+    drafter_now, free = _best(e.plan, _drafter), _best(e.plan, lambda r: not _drafter(r))
     per_batch, parts, wins = {}, [], []
     for b, mine in drafter_now.items():
         theirs = free.get(b)
@@ -178,13 +195,44 @@ def _serving(e: Evidence) -> Serving:
             parts.append(f"batch {b}: off (the best, {best.label}, {best.speedup:.2f}x)")
             continue
         per_batch[str(b)] = best.label
-        parts.append(f"batch {b}: {best.label} ({best.speedup:.2f}x" + (f"; the drafter's {mine.label} {mine.speedup:.2f}x)"
-                                                                         if best is not mine else ")"))
-        if best is not mine:
+        parts.append(f"batch {b}: {best.label} ({best.speedup:.2f}x"
+                     + (f"; the drafter's {mine.label} {mine.speedup:.2f}x)" if best is not mine else ")"))
+        if best is not mine and best.method != "mtp":
             wins.append(best)
     note = _why_model_free(wins, e.repetition) if wins else None
     text = "Fastest per batch size with the drafter as it is now: " + "; ".join(parts)
     return Serving(True, text, per_batch, note)
+
+
+def _versus(plan: Plan, decided: bool) -> Versus | None:
+    """The drafter against the target's own MTP head at the smallest batch size both were planned at, each at
+    its fastest config there (by timings that contradict each other: no speed verdict, the accept lengths only)."""
+    drafter, head = _best(plan, _drafter), _best(plan, lambda r: r.method == "mtp")
+    common = sorted(set(drafter) & set(head))
+    if not common:
+        return None
+    b = common[0]
+    d, m = drafter[b], head[b]
+    both = (f"the EAGLE-3 drafter's {d.label} accepts {d.accept_length:.2f} tokens per cycle, the target's own MTP "
+            f"head ({m.label}) {m.accept_length:.2f}")
+    if not decided:
+        return Versus(None, b, f"{both}; no speed verdict: this machine's timings contradict each other",
+                      _figures(d, speed=False), _figures(m, speed=False))
+    better = "mtp" if m.tokens_per_second > d.tokens_per_second else "drafter"
+    other = [x for x in common[1:] if (head[x].tokens_per_second > drafter[x].tokens_per_second) != (better == "mtp")]
+    name = "The target's own MTP head" if better == "mtp" else "The EAGLE-3 drafter"
+    text = (f"{name} is the better candidate at batch {b}: {both}; predicted {d.tokens_per_second:.1f} tok/s "
+            f"({d.speedup:.2f}x plain decoding) against {m.tokens_per_second:.1f} ({m.speedup:.2f}x)"
+            + (f"; the other one is faster at batch {_join(other)}" if other else ""))
+    return Versus(better, b, text, _figures(d), _figures(m), other)
+
+
+def _figures(row: ConfigPlan, *, speed: bool = True) -> dict[str, Any]:
+    """A candidate's figures in :class:`Versus` (its predicted speed only where the timings decide)."""
+    figures: dict[str, Any] = {"config": row.label, "accept_length": row.accept_length}
+    if speed:
+        figures.update(tokens_per_second=row.tokens_per_second, speedup=row.speedup, cycle_ms=row.cycle_ms)
+    return figures
 
 
 def _why_model_free(wins: list[ConfigPlan], repetition: float | None) -> str:
@@ -288,14 +336,17 @@ def _refit(e: Evidence, label: str | None, al_new: float, al_old: float, reasons
                          f"{al_old:.2f} on {old}, the target it was trained for")
 
 
-def _best(plan: Plan | None, *, drafter: bool) -> dict[int, ConfigPlan]:
-    """The fastest row per batch size among the drafter's configs (or the model-free candidates)."""
+def _best(plan: Plan | None, keep: Callable[[ConfigPlan], bool]) -> dict[int, ConfigPlan]:
+    """The fastest row per batch size among the rows ``keep`` keeps (the drafter's configs, say)."""
     out: dict[int, ConfigPlan] = {}
     for r in (plan.configs if plan is not None else []):
-        if (r.method == "eagle3") == drafter and (r.batch_size not in out
-                                                  or r.tokens_per_second > out[r.batch_size].tokens_per_second):
+        if keep(r) and (r.batch_size not in out or r.tokens_per_second > out[r.batch_size].tokens_per_second):
             out[r.batch_size] = r
     return dict(sorted(out.items()))
+
+
+def _drafter(row: ConfigPlan) -> bool:
+    return row.method == "eagle3"
 
 
 def _row(plan: Plan, label: str, batch_size: int) -> ConfigPlan:

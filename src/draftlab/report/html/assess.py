@@ -1,6 +1,7 @@
 """The section for ``assess``: the answer about the drafter first, with the reasons and the figures they cite;
-then the serving part (the method per batch size, why a model-free one wins, the schedule); how far the
-timings can be trusted; the accept lengths, each column naming its target; the slices."""
+the drafter and the target's own MTP head side by side, where the target ships one the release serves; then
+the serving part (the method per batch size, why a model-free one wins, the schedule); how far the timings
+can be trusted; the accept lengths, each column naming its target; the slices."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def assess_section(doc: dict[str, Any]) -> Section:
         section = Section("assess", verdict["headline"])
         section.body.append("<ol class=\"reasons\">" + "".join(f"<li><b>{esc(r['rule'])}</b>: {esc(r['text'])}</li>"
                                                              for r in verdict["reasons"]) + "</ol>")
+        section.body += _versus(doc)
         section.body += _serving(doc)
     section.body += _timings(doc)
     candidates = _candidates(doc)
@@ -44,6 +46,26 @@ def assess_section(doc: dict[str, Any]) -> Section:
         section.body.append(para("Phases: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in timings.items()
                                                         if k.endswith("_s"))))
     return section
+
+
+def _versus(doc: dict[str, Any]) -> list[str]:
+    """The EAGLE-3 drafter and the target's own MTP head side by side, with the one the verdict names better;
+    or why the head is no candidate here."""
+    versus = doc["verdict"].get("versus")
+    if not versus:
+        note = doc.get("mtp_note")
+        return ["<h3>The drafter or the target's own MTP head</h3>", para(f"No comparison: {note}.")] if note else []
+    rows = [("config", "config"), ("accept length (bonus included)", "accept_length"),
+            (f"predicted tok/s at batch {versus['batch_size']}", "tokens_per_second"),
+            ("against plain decoding", "speedup"), ("cycle, ms", "cycle_ms")]
+    sides = (versus["drafter"], versus["mtp"])
+    shown = [(name, *(side[key] if key == "config" else num(side[key]) for side in sides))
+             for name, key in rows if key in versus["drafter"]]
+    better = {"drafter": "the EAGLE-3 drafter", "mtp": "the MTP head"}.get(versus["better"] or "", "not decided")
+    return ["<h3>The drafter or the target's own MTP head</h3>", para(versus["text"][0].upper() + versus["text"][1:]
+                                                                      + "."),
+            table(["", "EAGLE-3 drafter", f"MTP head ({(doc.get('mtp') or {}).get('mtp_layer', 'mtp')})"], shown,
+                  numeric=[False, True, True], caption=f"Side by side on the same prompts; better: {better}")]
 
 
 def _serving(doc: dict[str, Any]) -> list[str]:
@@ -94,6 +116,7 @@ def _name(doc: dict[str, Any], key: str) -> str:
 def _candidates(doc: dict[str, Any]) -> list[tuple[str, float, float | None]]:
     old = {_label(r["config"]): r["mean_accept_length"] for r in doc.get("old_probes") or []}
     rows = [(_label(r["config"]), r["mean_accept_length"], old.get(_label(r["config"]))) for r in doc.get("probes") or []]
+    rows += [(f"mtp {_label(r['config'])}", r["mean_accept_length"], None) for r in doc.get("mtp_probes") or []]
     rows += [(f"{m['method']} k={m['options']['num_speculative_tokens']}", m["mean_accept_length"], None)
              for m in doc.get("model_free") or []]
     return rows
@@ -116,5 +139,5 @@ def _accept_figure(rows: list[tuple[str, float, float | None]], here: str, old: 
         figures.legend(ax)
         svg = figures.to_svg(fig)
     return figure(svg, f"Accept length per candidate: the drafter's configs on {here} and on {old} (OLD), the "
-                       "model-free methods.",
+                       "target's own MTP head's where it ships one, the model-free methods.",
                   "assess-accept")
