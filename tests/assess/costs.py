@@ -38,3 +38,16 @@ def toy_profile(path: Path, *, verify_ms: float = 10.0, per_token_ms: float = 0.
                                    for t in range(1, 8)]
     path.write_text(json.dumps(doc))
     return path
+
+
+def noisy_profile(costs: Path, path: Path) -> Path:
+    """``costs`` with a 1-token verify at batch 1 measured slower than a 5-token one (the issue's 64.5 ms
+    against 13.2 ms): timings that contradict each other, written to ``path``."""
+    import json
+
+    doc = json.loads(costs.read_text())
+    for point in doc["verify"]:
+        if point["tokens"] == 1 and point["batch_size"] == 1:
+            point.update(median_ms=64.5, p10_ms=1.8, p90_ms=144.8)
+    path.write_text(json.dumps(doc))
+    return path

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from costs import toy_profile
+from costs import noisy_profile, toy_profile
 from mtp_pair import cached_mtp_target_drafter
 from test_assess import TEXTS, run
 
@@ -96,13 +96,7 @@ def test_the_serving_part_runs_the_fastest_method_mtp_among_them(both):
 
 def test_contradicting_timings_compare_accept_lengths_only(mtp_inputs):
     i = mtp_inputs
-    costs = json.loads(i["costs"].read_text())
-    for point in costs["verify"]:
-        if point["tokens"] == 1 and point["batch_size"] == 1:
-            point.update(median_ms=64.5, p10_ms=1.8, p90_ms=144.8)
-    noisy = i["tmp"] / "noisy.json"
-    noisy.write_text(json.dumps(costs))
-    versus = assess_mtp(i, "noisy", noisy)["verdict"]["versus"]
+    versus = assess_mtp(i, "noisy", noisy_profile(i["costs"], i["tmp"] / "noisy.json"))["verdict"]["versus"]
     assert versus["better"] is None and "no speed verdict" in versus["text"]
     assert "tokens_per_second" not in versus["drafter"] and "tok/s" not in versus["text"]
     assert versus["mtp"]["accept_length"] > 1

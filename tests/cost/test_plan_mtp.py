@@ -106,3 +106,10 @@ def test_profile_drafter_mtp_times_the_heads_passes_and_names_its_engine(mtp_toy
     assert doc["mtp"]["mtp_layer"] == "model.layers.4" and doc["deployment"]["captured_layers"] is None
     assert doc["model"]["drafter"] == "mtp"
     assert load_profile(out).mtp_draft_extend[0].median_ms == doc["mtp_draft_extend"][0]["median_ms"]
+
+
+def test_plan_from_a_pair_with_drafter_mtp_points_to_the_measurements(mtp_toy, tmp_path, capsys):
+    prompts = write_json(tmp_path / "p.jsonl", {"prompt": "import os"})
+    code = main(["plan", "--target", str(mtp_toy.target_dir), "--drafter", "mtp", "--prompts", str(prompts)])
+    err = capsys.readouterr().err
+    assert code == 2 and "profile --drafter mtp" in err and "probe --drafter mtp" in err and "Traceback" not in err

@@ -139,6 +139,12 @@ def _plan_pair(target: Path | None, drafter: Path | None, prompts: Path | None, 
     missing = [name for name, v in (("--target", target), ("--drafter", drafter), ("--prompts", prompts)) if v is None]
     if missing:
         raise DraftlabError(f"planning from a pair needs --target, --drafter and --prompts; add {missing[0]}")
+    from draftlab.models.mtp import names_mtp
+
+    if names_mtp(drafter):
+        raise DraftlabError("--drafter mtp: plan the target's own MTP head from its measurements: draftlab profile "
+                            "--drafter mtp and probe --drafter mtp --json, then plan --costs PROFILE --probe PROBE "
+                            "(or assess a drafter: it adds the head as a candidate)")
     entries = parse_grid(grid) if grid else None
     assumed = next((e for e in entries or [] if e.accept_length is not None), None)
     if assumed is not None:
