@@ -126,3 +126,6 @@ def test_measured_here_the_profile_holds_the_heads_own_passes(mtp_inputs):
     head = next(r for r in result.plan.configs if r.method == "mtp")
     assert head.draft_steps_ms == pytest.approx(2 * profile.mtp_draft_step[0].median_ms)
     assert result.verdict.versus is not None and result.verdict.versus.mtp["config"] == "mtp 3/1/4"
+    # the plan held against a real decode of each: the drafter's config and the head's
+    assert [c["what"].split(",")[0] for c in result.measured_checks] == ["a real decode of 3/1/4 here",
+                                                                          "a real decode of mtp 3/1/4 here"]

@@ -1,15 +1,21 @@
-"""assess's small parts: how repetitive the continuations are, --model-free's names, and reading a partial
-result back into the classes it was written from."""
+"""assess's small parts: how repetitive the continuations are, --model-free's names, reading a partial
+result back into the classes it was written from, and the verdict's rules on a made-up plan."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pytest
+from costs import toy_profile
 
 from draftlab.assess.partial import from_jsonable
 from draftlab.assess.repetition import repetition
 from draftlab.assess.run import parse_model_free
+from draftlab.assess.verdict import Evidence, decide
+from draftlab.cost.model import SpecConfig
+from draftlab.cost.plan import make_plan
+from draftlab.cost.probes import AcceptLength
+from draftlab.cost.profile import load_profile
 from draftlab.documents import to_jsonable
 
 
@@ -44,3 +50,19 @@ class _Outer:
 def test_a_written_result_reads_back_equal():
     value = _Outer({1: _Inner([1, 2], 0.5), 8: _Inner([], None)}, [_Inner([3], 2.0)], "x")
     assert from_jsonable(_Outer, to_jsonable(value)) == value
+
+
+def test_a_head_that_pays_off_means_the_drafter_is_not_system_bound(tmp_path):
+    """A drafter that accepts yet never pays off is system-bound, unless the target's own MTP head, accepting
+    more at a cheaper pass, pays off on the same verify: then the drafter is not worth serving, the head is."""
+    profile = load_profile(toy_profile(tmp_path / "costs.json", draft_ms=6.0, mtp_ms=0.6))
+    chain = SpecConfig(3, 1, 4)
+    drafter = [AcceptLength(chain, 1.6, "probe 3/1/4")]
+    alone = decide(Evidence([], [], plan=make_plan(profile, drafter, batch_sizes=[1])))
+    assert alone.kind == "system-bound" and alone.versus is None
+    head = [AcceptLength(chain, 3.0, "probe mtp 3/1/4", method="mtp")]
+    both = decide(Evidence([], [], plan=make_plan(profile, drafter, batch_sizes=[1], mtp=head)))
+    assert both.kind == "speculation-off" and both.headline.startswith("Do not serve this drafter")
+    assert both.versus is not None and both.versus.better == "mtp" and both.serve == {"1": "mtp 3/1/4"}
+    assert (both.versus.drafter["accept_length"], both.versus.mtp["accept_length"]) == (1.6, 3.0)
+    assert both.versus.drafter["speedup"] < 1 < both.versus.mtp["speedup"]

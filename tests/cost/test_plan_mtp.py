@@ -64,7 +64,8 @@ def test_a_tree_of_the_head_is_priced_by_its_step_over_the_trees_rows(tmp_path):
 def test_plan_cli_prices_an_mtp_probe_and_names_it(tmp_path, capsys, probe_file):
     costs = write_json(tmp_path / "profile.json", mtp_profile())
     head = mtp_probe(tmp_path, 3, 1, 4, 4.0)
-    assert main(["plan", "--costs", str(costs), "--probe", str(probe_file), "--probe", str(head), "--json"]) in (0, None)
+    code = main(["plan", "--costs", str(costs), "--probe", str(probe_file), "--probe", str(head), "--json"])
+    assert code in (0, None)
     doc = json.loads(capsys.readouterr().out)
     methods = {(r["method"], r["batch_size"]) for r in doc["configs"]}
     assert methods == {("eagle3", 1), ("eagle3", 8), ("mtp", 1), ("mtp", 8)}

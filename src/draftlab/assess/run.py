@@ -50,7 +50,7 @@ from draftlab.cost.consistency import TimingCheck, check_timings
 from draftlab.cost.crosscheck import check_sentence, held_against
 from draftlab.cost.engine_numbers import EngineEstimate, estimate_from_engine
 from draftlab.cost.model import SpecConfig, tokens_per_second
-from draftlab.cost.plan import GridEntry, ModelFreeEntry, Plan, make_plan
+from draftlab.cost.plan import ConfigPlan, GridEntry, ModelFreeEntry, Plan, make_plan
 from draftlab.cost.probes import AcceptLength
 from draftlab.cost.profile import FORMAT as PROFILE_FORMAT
 from draftlab.cost.profile import Profile, load_profile
@@ -307,7 +307,7 @@ def _measure(result: AssessResult, run: _Run, drafter: Path, tmp: Path, step: Ca
             result.missing.remove(name)
             result.finished.append(name)
             clock.lap(f"{name}_s")
-        _conclude(result, run, pair, tmp, step, clock)
+        _conclude(result, run, pair, tmp, step, clock, head)
     except KeyboardInterrupt:
         if "probe" in result.missing:
             raise  # nothing finished: nothing to keep
@@ -369,7 +369,7 @@ def _profile_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Pa
 
 
 def _conclude(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path, step: Callable[[str], None],
-              clock: Clock) -> None:
+              clock: Clock, head: LoadedPair | None) -> None:
     """The plan, its timings checked (and held against a real decode when measured here), the schedule,
     the verdict; DIR written."""
     if run.engine_estimate is not None:
@@ -380,7 +380,7 @@ def _conclude(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path, step
         assert result.profile is not None and result.plan is not None
         result.timing = check_timings(result.profile, result.plan)
         if run.given_costs is None:
-            result.measured_checks = _cross_check(result, run, pair, tmp)
+            result.measured_checks = _cross_check(result, run, {"eagle3": pair, "mtp": head}, tmp)
         if _contradictions(result):
             result.schedule_note = "the timings contradict each other, so no schedule is chosen from them"
         else:
@@ -394,31 +394,45 @@ def _conclude(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path, step
     _write(result, tmp, run.out)
 
 
-def _cross_check(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path) -> list[dict[str, Any]]:
-    """``plan``'s cross-check: the config that would serve at batch 1 decoded for real on a few prompts, its
-    tok/s held against the plan's prediction at the accept length that decode reached."""
+def _cross_check(result: AssessResult, run: _Run, models: dict[str, LoadedPair | None], tmp: Path
+                 ) -> list[dict[str, Any]]:
+    """``plan``'s cross-check: the config that would serve at batch 1, the drafter's and the MTP head's (the
+    ``models`` by plan method), decoded for real on a few prompts, its tok/s held against the plan's
+    prediction at the accept length that decode reached."""
     assert result.plan is not None
-    if 1 not in result.plan.decode_ms:
-        return []
-    row = max((r for r in result.plan.configs if r.method == "eagle3" and r.batch_size == 1),
-              key=lambda r: r.tokens_per_second)
-    decoder = SpeculativeDecoder(pair.target, pair.drafter, exact_spec_flags(row.steps, row.topk, row.num_draft_tokens))
     prompts = list(_prompt_ids(tmp).values())[:CHECK_PROMPTS]
-    if not prompts:
+    if 1 not in result.plan.decode_ms or not prompts:
         return []
-    for _ in decoder.stream(prompts[0], max_new_tokens=8):  # untimed: the decoder's first cycles set it up
+    checks = []
+    for method, pair in models.items():
+        rows = [r for r in result.plan.configs if r.method == method and r.batch_size == 1]
+        if pair is None or not rows:
+            continue
+        row = max(rows, key=lambda r: r.tokens_per_second)
+        measured = _real_decode(pair, row, prompts, run.max_new_tokens)
+        if measured is not None:
+            predicted = tokens_per_second(1, measured[0], row.cycle_ms)
+            checks.append(held_against(f"a real decode of {row.label} here, tok/s at batch 1", predicted, measured[1]))
+    return checks
+
+
+def _real_decode(pair: LoadedPair, row: ConfigPlan, prompts: list[list[int]], max_new_tokens: int
+                 ) -> tuple[float, float] | None:
+    """The mean accept length and tok/s of ``generate``'s decoder on ``prompts`` with ``row``'s config, after
+    an untimed start (its first cycles set it up); None when no cycle ran."""
+    decoder = SpeculativeDecoder(pair.target, pair.drafter, exact_spec_flags(row.steps, row.topk, row.num_draft_tokens))
+    for _ in decoder.stream(prompts[0], max_new_tokens=8):
         pass
     tokens, lengths, elapsed = 0, [], 0.0
     for ids in prompts:
         start = time.perf_counter()
-        for commit in decoder.stream(ids, max_new_tokens=run.max_new_tokens):
+        for commit in decoder.stream(ids, max_new_tokens=max_new_tokens):
             tokens += len(commit.tokens)
             lengths += [commit.accept_length] if commit.accept_length is not None else []
         elapsed += time.perf_counter() - start
     if not lengths or elapsed <= 0:
-        return []
-    predicted = tokens_per_second(1, sum(lengths) / len(lengths), row.cycle_ms)
-    return [held_against(f"a real decode of {row.label} here, tok/s at batch 1", predicted, tokens / elapsed)]
+        return None
+    return sum(lengths) / len(lengths), tokens / elapsed
 
 
 def _contradictions(result: AssessResult) -> list[str]:

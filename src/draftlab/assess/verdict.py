@@ -24,8 +24,10 @@ checked adds a reason citing the figure behind it (README "assess: the rules"):
 3. **speed-undecided**: the timings contradict each other: no speed verdict.
 4. **system-bound**: the drafter accepts (over :data:`NEVER_ACCEPTS`), yet no config pays off at any
    batch size even at its best accept length (on OLD when given): the verify cycle costs more than
-   the accepted tokens buy; the reasons give the break-even and where the cycle's time goes.
-5. **speculation-off**: no config pays off at any batch size (the drafter barely accepts).
+   the accepted tokens buy; the reasons give the break-even and where the cycle's time goes. Not where
+   the target's own MTP head pays off: a drafting model that accepts more does win the cycle back.
+5. **speculation-off**: no config pays off at any batch size (the drafter barely accepts, or accepts
+   too little where the MTP head pays off).
 6. **serve**: the drafter pays off as it is (with its fixed config, when ``check --fix`` fixed one).
 """
 
@@ -158,7 +160,8 @@ def _headline(e: Evidence, reasons: list[Reason], serving: Serving) -> tuple[str
     if not serving.decided:
         return "speed-undecided", (f"No speed verdict: this machine's timings contradict each other; {label} "
                                    f"accepts {al_new:.2f} tokens per cycle")
-    if _accepts(ceiling) and not ceiling_pays:
+    head_pays = any(r.speedup > 1 for r in _best(e.plan, _head).values())
+    if _accepts(ceiling) and not ceiling_pays and not head_pays:
         _system_bound(e, ceiling, reasons)
         return "system-bound", "System-bound: the verify step costs more than a better drafter could win back"
     pays_now = {b: r for b, r in drafter_now.items() if r.speedup > 1}
@@ -207,7 +210,7 @@ def _serving(e: Evidence) -> Serving:
 def _versus(plan: Plan, decided: bool) -> Versus | None:
     """The drafter against the target's own MTP head at the smallest batch size both were planned at, each at
     its fastest config there (by timings that contradict each other: no speed verdict, the accept lengths only)."""
-    drafter, head = _best(plan, _drafter), _best(plan, lambda r: r.method == "mtp")
+    drafter, head = _best(plan, _drafter), _best(plan, _head)
     common = sorted(set(drafter) & set(head))
     if not common:
         return None
@@ -347,6 +350,11 @@ def _best(plan: Plan | None, keep: Callable[[ConfigPlan], bool]) -> dict[int, Co
 
 def _drafter(row: ConfigPlan) -> bool:
     return row.method == "eagle3"
+
+
+def _head(row: ConfigPlan) -> bool:
+    """A row of the target's own MTP head."""
+    return row.method == "mtp"
 
 
 def _row(plan: Plan, label: str, batch_size: int) -> ConfigPlan:

@@ -67,7 +67,8 @@ def profile(
             from draftlab.models.devices import default_dtype
 
             where = replace(where, dtype=where.dtype or default_dtype(where.device))
-            timing = {"batch_sizes": batches, "verify_tokens": tokens, "draft_rows": parse_ints("--draft-rows", draft_rows),
+            timing = {"batch_sizes": batches, "verify_tokens": tokens,
+                      "draft_rows": parse_ints("--draft-rows", draft_rows),
                       "extend_tokens": parse_ints("--extend-tokens", extend_tokens), "warmup": warmup,
                       "repeats": repeats, "overhead_ms": overhead_ms}
             if mtp:

@@ -27,8 +27,9 @@ def render_profile(result: Profile, console: Console, out: Path) -> None:
     console.print(table)
     engine = result.mtp or result.deployment
     if engine:
+        head = (result.mtp or {}).get("mtp_layer")
         console.print(f"for {engine.get('engine')} {engine.get('engine_version')}"
-                      + (f": the MTP head {result.mtp['mtp_layer']}" if result.mtp and result.mtp.get("mtp_layer") else "")
+                      + (f": the MTP head {head}" if head else "")
                       + (f", captured layers {engine['captured_layers']}" if engine.get("captured_layers") else ""))
     env = result.environment
     console.print(f"torch {env.get('torch')}, {env.get('gpus') or env.get('cpu')}; written to {out}")
