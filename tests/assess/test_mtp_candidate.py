@@ -129,3 +129,24 @@ def test_measured_here_the_profile_holds_the_heads_own_passes(mtp_inputs):
     # the plan held against a real decode of each: the drafter's config and the head's
     assert [c["what"].split(",")[0] for c in result.measured_checks] == ["a real decode of 3/1/4 here",
                                                                           "a real decode of mtp 3/1/4 here"]
+
+
+def test_assess_drafter_mtp_says_the_head_is_a_candidate_beside_a_drafter(mtp_inputs, tmp_path):
+    i = mtp_inputs
+    code, _, err = run(["assess", "--drafter", "mtp", "--target", str(i["target"]), "--prompts", str(i["prompts"]),
+                        "--out", str(tmp_path / "out")])
+    assert code == 2 and "joins it as a candidate" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_head_config_the_given_costs_cannot_price_is_probed_and_named(mtp_inputs, both):
+    i = mtp_inputs
+    doc = json.loads(i["costs"].read_text())
+    doc["mtp_draft_extend"] = [p for p in doc["mtp_draft_extend"] if p["tokens"] <= 3]
+    short = i["tmp"] / "short.json"
+    short.write_text(json.dumps(doc))
+    heads = {p["config"]["steps"]: p["mean_accept_length"] for p in both["mtp_probes"]}
+    assert heads[3] <= 3 < heads[6]  # 6/1/7's extend reaches past the 3 tokens measured
+    got = assess_mtp(i, "short", short)
+    assert {r["steps"] for r in got["plan"]["configs"] if r["method"] == "mtp"} == {3}
+    assert got["mtp_note"].startswith("mtp 6/1/7 probed but not priced") and got["verdict"]["versus"] is not None

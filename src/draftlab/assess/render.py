@@ -22,7 +22,7 @@ def render_assess(result: AssessResult, console: Console) -> None:
         console.print(f"  • [bold]{r.rule}[/bold]: {r.text}")
     if v.versus is not None:
         console.print(f"[bold]Drafter or MTP head[/bold]: {v.versus.text}")
-    elif result.mtp_note:
+    if result.mtp_note:
         console.print(f"[bold]MTP head[/bold]: {result.mtp_note}")
     if v.serving is not None:
         console.print(f"[bold]Serving[/bold]: {v.serving.text}")

@@ -53,7 +53,7 @@ from draftlab.cost.model import SpecConfig, tokens_per_second
 from draftlab.cost.plan import ConfigPlan, GridEntry, ModelFreeEntry, Plan, make_plan
 from draftlab.cost.probes import AcceptLength
 from draftlab.cost.profile import FORMAT as PROFILE_FORMAT
-from draftlab.cost.profile import Profile, load_profile
+from draftlab.cost.profile import CostTable, Profile, load_profile
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.cost.schedule import engine_schedule
@@ -528,8 +528,20 @@ def _mtp_accept(result: AssessResult, run: _Run) -> list[AcceptLength]:
         result.mtp_note = (f"the MTP head was probed but not priced: {run.costs} holds no MTP pass; profile it "
                            "with draftlab profile --drafter mtp and give that profile as --costs")
         return []
-    return [AcceptLength(c, r.mean_accept_length, source=f"assess: probe of mtp {c.label}", method="mtp")
-            for c, r in zip(run.mtp.configs, result.mtp_probes)]
+    heads = CostTable.of(result.profile, mtp=True)
+    priced, unpriced = [], []
+    for c, r in zip(run.mtp.configs, result.mtp_probes):
+        try:  # a given profile may not reach every size the head's configs need
+            for b in run.batch_sizes:
+                heads.cycle(b, c, r.mean_accept_length)
+        except DraftlabError:
+            unpriced.append(c.label)
+            continue
+        priced.append(AcceptLength(c, r.mean_accept_length, source=f"assess: probe of mtp {c.label}", method="mtp"))
+    if unpriced:
+        result.mtp_note = (f"mtp {', '.join(unpriced)} probed but not priced: {run.costs} did not measure the MTP "
+                           "head's passes at the sizes they need (profile --drafter mtp with them)")
+    return priced
 
 
 def _schedule(result: AssessResult, engine: str, version: str | None) -> None:

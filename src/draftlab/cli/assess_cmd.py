@@ -61,7 +61,13 @@ def assess_command(
     threads: ThreadsOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Inspect, check (and fix), probe, compare with OLD and model-free methods, plan: then say what to do."""
+    """Inspect, check (and fix), probe, compare with OLD, the model-free methods and the target's own MTP head
+    (where the release serves one), plan: then say what to do."""
+    from draftlab.models.mtp import MTP
+
+    if str(drafter) == MTP and not drafter.is_dir():
+        raise DraftlabError("--drafter mtp: assess weighs an EAGLE-3 drafter; the target's own MTP head joins it as a "
+                            "candidate wherever the release serves one (probe --drafter mtp measures the head alone)")
     refuse_overlap(out, {"--drafter": drafter, "--target": target, "--prompts": prompts, "--old-target": old_target,
                          "--costs": costs}, folder=True)
     if out.exists() and not resume:

@@ -51,9 +51,8 @@ def assess_section(doc: dict[str, Any]) -> Section:
 def _versus(doc: dict[str, Any]) -> list[str]:
     """The EAGLE-3 drafter and the target's own MTP head side by side, with the one the verdict names better;
     or why the head is no candidate here."""
-    versus = doc["verdict"].get("versus")
+    versus, note = doc["verdict"].get("versus"), doc.get("mtp_note")
     if not versus:
-        note = doc.get("mtp_note")
         return ["<h3>The drafter or the target's own MTP head</h3>", para(f"No comparison: {note}.")] if note else []
     rows = [("config", "config"), ("accept length (bonus included)", "accept_length"),
             (f"predicted tok/s at batch {versus['batch_size']}", "tokens_per_second"),
@@ -65,7 +64,8 @@ def _versus(doc: dict[str, Any]) -> list[str]:
     return ["<h3>The drafter or the target's own MTP head</h3>", para(versus["text"][0].upper() + versus["text"][1:]
                                                                       + "."),
             table(["", "EAGLE-3 drafter", f"MTP head ({(doc.get('mtp') or {}).get('mtp_layer', 'mtp')})"], shown,
-                  numeric=[False, True, True], caption=f"Side by side on the same prompts; better: {better}")]
+                  numeric=[False, True, True], caption=f"Side by side on the same prompts; better: {better}"),
+            *([para(f"Also: {note}.")] if note else [])]
 
 
 def _serving(doc: dict[str, Any]) -> list[str]:
