@@ -150,3 +150,13 @@ def test_a_head_config_the_given_costs_cannot_price_is_probed_and_named(mtp_inpu
     got = assess_mtp(i, "short", short)
     assert {r["steps"] for r in got["plan"]["configs"] if r["method"] == "mtp"} == {3}
     assert got["mtp_note"].startswith("mtp 6/1/7 probed but not priced") and got["verdict"]["versus"] is not None
+
+
+def test_engine_numbers_leave_the_head_probed_and_say_so(mtp_inputs):
+    i = mtp_inputs
+    code, doc, err = run(["assess", "--drafter", str(i["drafter"]), "--target", str(i["target"]), "--prompts",
+                          str(i["prompts"]), "--grid", "3/1/4", "--engine", "vllm", "--max-new-tokens", "20",
+                          "--baseline-tps", "100", "--spec-tps", "150", "--accept-length", "2.0",
+                          "--out", str(i["tmp"] / "engine"), "--json"])
+    assert code == 0, err
+    assert doc["mtp_probes"] and doc["verdict"]["versus"] is None and "not priced" in doc["mtp_note"]

@@ -374,6 +374,9 @@ def _conclude(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path, step
     the verdict; DIR written."""
     if run.engine_estimate is not None:
         result.engine_estimate = run.engine_estimate
+        if result.mtp_probes:
+            result.mtp_note = ("engine numbers price the one config of the drafter they were measured with: the MTP "
+                               "head is probed (probe-mtp.json), not priced")
     else:
         step("planning and checking the timings")
         _plan(result, run)
