@@ -21,7 +21,8 @@ def plan_section(doc: dict[str, Any]) -> Section:
         if best is None or best["speedup"] <= 1:
             findings.append(f"nothing pays off at batch {b}")
         else:
-            findings.append(f"{config_label(best)} pays off at batch {b}: {best['speedup']:.2f}x")
+            who = f"the MTP head ({config_label(best)})" if best.get("method") == "mtp" else config_label(best)
+            findings.append(f"{who} pays off at batch {b}: {best['speedup']:.2f}x")
     heading = "; ".join(findings)
     off = [c for c in doc.get("measured_checks") or [] if not c["agrees"]]
     if off:  # the prediction was held against a measurement and failed: say that, not the prediction
