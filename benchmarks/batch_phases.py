@@ -25,16 +25,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 from multi_gpu import PredictableWeights, build_drafter, split_target
 from runtime_speed import SHAPES
+from torch.profiler import ProfilerActivity, profile
 
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.devices import synchronize
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
-from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
 
 SPENT: dict[str, float] = defaultdict(float)
 

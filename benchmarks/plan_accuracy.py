@@ -38,17 +38,17 @@ import torch
 from multi_gpu import PredictableWeights, build_drafter, split_target
 from runtime_speed import SHAPES, build
 
-from draftlab.cost.plan import GridEntry, make_plan
 from draftlab.cost.model import SpecConfig
+from draftlab.cost.plan import GridEntry, make_plan
 from draftlab.cost.probes import AcceptLength
 from draftlab.cost.profiler import profile_costs
 from draftlab.cost.runtime_workload import runtime_workload
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.devices import synchronize
 from draftlab.models.target import TargetRunner
 from draftlab.probe.probe import probe_sequences
-from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
-from draftlab.decode.decoder import SpeculativeDecoder
 
 CONFIGS = "2/1/3,3/1/4,5/1/6,6/1/7,3/4/8,5/4/8"  # none of them the overhead's calibration chains
 

@@ -41,8 +41,8 @@ import traceback
 from pathlib import Path
 
 import torch
-
 import train_speed
+
 from draftlab.models.devices import synchronize
 from draftlab.train.trainer import make_optimizer
 from draftlab.train.ttt import TTTBatch, TTTKernels, make_batch, shift_left, teacher_from_logits, ttt_loss

@@ -14,6 +14,7 @@ from draftlab.checkpoint import open_checkpoint
 from draftlab.checkpoint.arrays import from_float32, read_arrays, save_arrays, tensor_array, to_float32
 from draftlab.checkpoint.safetensors_header import read_header
 
+
 def float32_cases() -> np.ndarray:
     """Random bit patterns (every class: normal, subnormal, inf, NaN) plus exact bf16 ties and edges."""
     rng = np.random.default_rng(0)

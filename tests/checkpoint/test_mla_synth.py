@@ -6,9 +6,9 @@ from __future__ import annotations
 from builders import tiny_target_config
 
 from draftlab.checkpoint import DrafterConfig, open_checkpoint
-from draftlab.compat.summary import inspect_checkpoint
 from draftlab.checkpoint.synth import drafter_specs, mla_drafter_config, write_drafter, write_target
 from draftlab.checkpoint.variants import read_variant, unsupported
+from draftlab.compat.summary import inspect_checkpoint
 from draftlab.models.drafter import Eagle3Drafter
 
 # TorchSpec's configs/draft_models/kimi_k25_eagle3_mla.json (reference/drafter-variants.md section 4a)

@@ -10,7 +10,6 @@ from builders import DROP, SEEN_AUX, as_speculators, folder_hash, make_pair, sto
 from draftlab.cli import main
 from draftlab.compat import check_pair, fix_pair
 
-
 BROKEN = dict(max_position_embeddings=1024, architectures=["Eagle3LlamaForCausalLM"], eagle_config=DROP,
               rope_theta=1e6, eos_token_id=9)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from builders import DROP, SEEN_AUX, TINY_TARGETS, make_pair
 
-from draftlab.checkpoint.synth import drafter_specs, write_safetensors
 from draftlab.checkpoint.configs import DrafterConfig
+from draftlab.checkpoint.synth import drafter_specs, write_safetensors
 from draftlab.compat import check_pair, fix_pair
 
 

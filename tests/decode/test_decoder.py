@@ -2,15 +2,15 @@
 
 import pytest
 import torch
-from spec_fakes import make_pair, greedy_reference
+from spec_fakes import greedy_reference, make_pair
 from stats import chi_square_p
 
 import draftlab.decode.verify as verify_mod
-from draftlab.engines.sglang_flags import resolve_spec_flags
-from draftlab.errors import DraftlabError
 from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.decode.metrics import accept_stats
 from draftlab.decode.verify import Walk
+from draftlab.engines.sglang_flags import resolve_spec_flags
+from draftlab.errors import DraftlabError
 
 PROMPTS = [[1, 2, 3], [5], [7, 7, 0, 1], [4, 6]]
 CONFIGS = [(3, 1, 4), (2, 2, 4), (4, 4, 8), (5, 4, 8), (1, 1, 2)]

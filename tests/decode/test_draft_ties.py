@@ -15,17 +15,17 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+from spec_fakes import greedy_reference, make_pair  # noqa: E402
 from tiny_drafters import drafter_tensors, tied_head, write_specforge  # noqa: E402
 from tiny_targets import tiny_target  # noqa: E402
 
 import draftlab.decode.decoder as decoder_mod  # noqa: E402
 import draftlab.decode.verify as verify_mod  # noqa: E402
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder  # noqa: E402
+from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
 from draftlab.engines.sglang_flags import resolve_spec_flags  # noqa: E402
 from draftlab.models.drafter import Eagle3Drafter  # noqa: E402
 from draftlab.models.target import TargetRunner  # noqa: E402
-from draftlab.decode.batch_decoder import BatchSpeculativeDecoder  # noqa: E402
-from draftlab.decode.decoder import SpeculativeDecoder  # noqa: E402
-from spec_fakes import greedy_reference, make_pair  # noqa: E402
 
 T0 = 64  # the tiny llama target's greedy output after [1, 2, 3] starts 64 64 64 4 and has a run of 15 64s
 PROMPTS = [[1, 2, 3], [5], [7, 7, 0, 1]]

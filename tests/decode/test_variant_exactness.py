@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
+from variant_reference import Reference
 
-from draftlab.probe.probe import probe
 from draftlab.decode.generate import generate
+from draftlab.probe.probe import probe
 from draftlab.toy.pair import AUX_LAYERS
 from draftlab.toy.variants import VARIANT_FLAGS, cached_variant_drafter
-from variant_reference import Reference
 
 PROMPTS = [b"def __init__(self", b"import os\nimport sys\n", b"    return self._", b"for i in range(len(",
            b"class Foo:\n    ", b"if __name__ == "]

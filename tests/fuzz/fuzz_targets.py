@@ -257,7 +257,8 @@ def mutated_bytes(blob: bytes) -> st.SearchStrategy[bytes]:
 
 
 def _features(folder: Path, named: tuple[str, bytes]) -> Any:
-    from draftlab.probe.features import feature_files as files, read_sample
+    from draftlab.probe.features import feature_files as files
+    from draftlab.probe.features import read_sample
 
     name, blob = named
     _write(folder, name, blob)
@@ -319,9 +320,9 @@ VALID_ACCEPTANCE = {"schema_version": "1.0", "measured": True, "num_speculative_
 
 def _acceptance(folder: Path, text: str) -> Any:
     """speculation_profile.json as plan --profile and --synthetic-acceptance read it, mapped onto a few configs."""
+    from draftlab.acceptance.synthetic import parse_synthetic
     from draftlab.cost.model import SpecConfig
     from draftlab.cost.probes import profile_accept_lengths
-    from draftlab.acceptance.synthetic import parse_synthetic
 
     path = _write(folder, "speculation_profile.json", text)
     synthetic = parse_synthetic(str(path))

@@ -13,8 +13,19 @@ import struct
 import fuzz_targets
 import pytest
 from fuzz_profiles import FUZZ
-from fuzz_targets import (BY_NAME, TARGET_CONFIG, VALID_DATA, VALID_HEADER, VALID_INDEX,
-                          VALID_ACCEPTANCE, VALID_PROBE, VALID_PROFILE, deep, run_target, safetensors_bytes)
+from fuzz_targets import (
+    BY_NAME,
+    TARGET_CONFIG,
+    VALID_ACCEPTANCE,
+    VALID_DATA,
+    VALID_HEADER,
+    VALID_INDEX,
+    VALID_PROBE,
+    VALID_PROFILE,
+    deep,
+    run_target,
+    safetensors_bytes,
+)
 from hypothesis import example, given
 
 from draftlab.errors import DraftlabError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_drafters import DRAFT_VOCAB, H, VOCAB, drafter_tensors, reference, write_specforge, write_speculators
+from tiny_drafters import DRAFT_VOCAB, VOCAB, H, drafter_tensors, reference, write_specforge, write_speculators
 from tiny_targets import tiny_target
 
 from draftlab.errors import DraftlabError

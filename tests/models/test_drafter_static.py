@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_drafters import H, VOCAB, drafter_tensors, write_specforge
+from tiny_drafters import VOCAB, H, drafter_tensors, write_specforge
 
 from draftlab.errors import DraftlabError
 from draftlab.models.drafter import Eagle3Drafter

@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from test_drafter_static import _script
 from mla_reference import hf_attention, run_hf_attention
-from tiny_drafters import H, VOCAB
+from test_drafter_static import _script
+from tiny_drafters import VOCAB, H
 from tiny_mla import EPS, NOPE, Q_RANK, ROPE, YARN, mla_config, mla_tensors, reference, write_mla
 
 from draftlab.checkpoint import DrafterConfig

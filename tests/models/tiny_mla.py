@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from mla_reference import MlaReference
 from safetensors.torch import save_file
-from tiny_drafters import DRAFT_VOCAB, H, VOCAB
+from tiny_drafters import DRAFT_VOCAB, VOCAB, H
 
 HEADS, INTER, THETA, EPS = 4, 48, 10000.0, 1e-5
 NOPE, ROPE, V, KV_RANK, Q_RANK = 16, 8, 12, 16, 24

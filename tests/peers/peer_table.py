@@ -16,7 +16,14 @@ import tempfile
 from pathlib import Path
 
 from peer_kinds import (
-    KINDS, PEER_VERSIONS, SPECULATORS, draftlab_logits, inputs, make_target, peer_import_error, peer_load,
+    KINDS,
+    PEER_VERSIONS,
+    SPECULATORS,
+    draftlab_logits,
+    inputs,
+    make_target,
+    peer_import_error,
+    peer_load,
 )
 
 

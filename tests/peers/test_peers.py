@@ -18,8 +18,22 @@ from pathlib import Path
 import pytest
 import torch
 from peer_kinds import (
-    AUX, DRAFT_IDS, FLAT, KINDS, SPECULATORS, VOCAB, _quiet, draftlab_logits, inputs, make_target,
-    peer_import_error, peer_load, skip_reason, speculators_convert, speculators_step, variant_tensors,
+    AUX,
+    DRAFT_IDS,
+    FLAT,
+    KINDS,
+    SPECULATORS,
+    VOCAB,
+    _quiet,
+    draftlab_logits,
+    inputs,
+    make_target,
+    peer_import_error,
+    peer_load,
+    skip_reason,
+    speculators_convert,
+    speculators_step,
+    variant_tensors,
     write_flat_drafter,
 )
 

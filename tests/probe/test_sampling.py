@@ -6,10 +6,10 @@ import statistics
 import pytest
 import torch
 
-from draftlab.probe.probe import probe
-from draftlab.probe.sampling import expected_accept_length, expected_by_step, expected_histogram, reach_by_depth
 from draftlab.decode.generate import generate
 from draftlab.decode.tree import PoolChunk
+from draftlab.probe.probe import probe
+from draftlab.probe.sampling import expected_accept_length, expected_by_step, expected_histogram, reach_by_depth
 
 
 def test_closed_forms_for_a_constant_acceptance_rate():

@@ -126,9 +126,9 @@ def test_no_legend_covers_data_in_the_commands_pngs(tmp_path, monkeypatch):
     from draftlab.bench.sweep_plot import plot_sweep
     from draftlab.cost.model import SpecConfig
     from draftlab.cost.plan import make_plan
+    from draftlab.cost.plot import plot_plan
     from draftlab.cost.probes import AcceptLength
     from draftlab.cost.profile import load_profile
-    from draftlab.cost.plot import plot_plan
     from draftlab.train.plot import plot_training
 
     made, covered = [], []

@@ -179,8 +179,9 @@ def test_input_ids_rows_need_no_tokenizer(toy_pair, tmp_path, capsys):
 def test_training_curve_equals_the_dense_formulation(toy_pair, data, tmp_path, monkeypatch):
     """The memory-bounded TTT kernels train as the n x n formulation they replaced: the same loss and
     per-step accuracy at every step of a fine-tuning run, up to float32 rounding."""
-    from draftlab.train import trainer
     from ttt_reference import dense_ttt_loss
+
+    from draftlab.train import trainer
 
     rows, _ = data
     new = train(_options(toy_pair, rows, tmp_path / "new", init=toy_pair.drafter_dir, ttt_length=4))

@@ -8,10 +8,9 @@ import types
 
 import pytest
 import torch
+from helpers import DRAFT_VOCAB, MLA_FIELDS, random_rows, tiny_drafter
 
 from draftlab.train.ttt import TTTBatch, shift_left, teacher_from_logits, ttt_loss
-
-from helpers import DRAFT_VOCAB, MLA_FIELDS, random_rows, tiny_drafter
 
 B, N, LENGTH = 2, 7, 3
 
@@ -123,9 +122,8 @@ def test_loss_and_gradients_equal_specforge_on_one_batch(monkeypatch):
     if imported is None:
         pytest.skip("SpecForge's wheel does not import here (pip install --no-deps specforge)")
     model, reference_loss, draft_cls = imported
-    from transformers import LlamaConfig
-
     from helpers import drafter_config
+    from transformers import LlamaConfig
 
     class _ReferenceLoss:  # SpecForge's own reference for its triton kernel, which needs a GPU
         apply = staticmethod(reference_loss)

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import DRAFT_VOCAB, MLA_FIELDS, random_rows, tiny_drafter
 from torch._dynamo.utils import counters
+from ttt_reference import dense_ttt_loss
 
 from draftlab.toy.variants import VARIANT_FLAGS
 from draftlab.train import soft_ce, ttt, ttt_attention
 from draftlab.train.soft_ce import soft_cross_entropy
 from draftlab.train.ttt import TTTBatch, TTTKernels, shift_left, teacher_from_logits, ttt_loss
 from draftlab.train.ttt_attention import BLOCK, TTTLayout, block_lists, compiled_flex, mask_mod_for
-
-from helpers import DRAFT_VOCAB, MLA_FIELDS, random_rows, tiny_drafter
-from ttt_reference import dense_ttt_loss
 
 LENGTHS = [1, 5, 128, 130, 300]  # one row, a few, one block exactly, two that straddle flex's 128-row blocks
 

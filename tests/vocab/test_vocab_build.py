@@ -5,8 +5,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
-import pytest
 import numpy as np
+import pytest
 import torch
 from safetensors.torch import load_file
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from draftlab.errors import DraftlabError
 from draftlab.checkpoint.d2t import validate_d2t
+from draftlab.errors import DraftlabError
 from draftlab.vocab import VocabMapping, load_mapping
 
 from .helpers import make_drafter

@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftlab.acceptance.synthetic import SyntheticAcceptance
 from draftlab.bench.client import BenchConfig, RequestRecord
 from draftlab.bench.grid import SweepEntry
 from draftlab.bench.predicted import Predictions
 from draftlab.bench.result import BenchResult
 from draftlab.bench.run import check_bench_config, run_bench
 from draftlab.bench.workload import Prompt, load_prompts
+from draftlab.compat.prelaunch import check_before_launch
+from draftlab.documents import document
 from draftlab.engines.launch import (
     BENCH_API,
     REFERENCE,
@@ -37,12 +40,9 @@ from draftlab.engines.launch import (
     engine_command,
     local_architecture,
 )
-from draftlab.compat.prelaunch import check_before_launch
-from draftlab.documents import document
 from draftlab.engines.schedule import LoadedSchedule, check_for_engine
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import write_json_atomic
-from draftlab.acceptance.synthetic import SyntheticAcceptance
 
 SUMMARY_NAME = "sweep.json"
 PLOT_NAME = "sweep.png"

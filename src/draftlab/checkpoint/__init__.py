@@ -1,7 +1,12 @@
 """Checkpoint reading from headers and configs only: see :func:`open_checkpoint`."""
 
 from draftlab.checkpoint.configs import (
-    DrafterConfig, TargetConfig, drafter_config, is_drafter, target_config, text_config,
+    DrafterConfig,
+    TargetConfig,
+    drafter_config,
+    is_drafter,
+    target_config,
+    text_config,
 )
 from draftlab.checkpoint.reader import Checkpoint, open_checkpoint, read_json
 from draftlab.checkpoint.rope import Rope

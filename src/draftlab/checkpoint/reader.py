@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import stat
 import sys
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from array import array
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 

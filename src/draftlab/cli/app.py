@@ -22,20 +22,22 @@ def _root() -> None:
 # Command modules register themselves on `app` when imported (one line each, below). They import torch,
 # transformers and the modules that load them only inside the commands that load a model, so --help and
 # every other command start at once (tests/cli/test_start_imports.py).
-from draftlab.cli import compat_cmds  # noqa: E402,F401
-from draftlab.cli import convert_cmd  # noqa: E402,F401
-from draftlab.cli import plan_cmd  # noqa: E402,F401
-from draftlab.cli import profile_cmd  # noqa: E402,F401
-from draftlab.cli import vocab_cmd  # noqa: E402,F401
-from draftlab.cli import generate_cmd  # noqa: E402,F401
-from draftlab.cli import bench_cmd  # noqa: E402,F401
-from draftlab.cli import launch_cmd  # noqa: E402,F401
-from draftlab.cli import serve_cmd  # noqa: E402,F401
-from draftlab.cli import probe_cmd  # noqa: E402,F401
-from draftlab.cli import drift_cmd  # noqa: E402,F401
-from draftlab.cli import sweep_cmd  # noqa: E402,F401
-from draftlab.cli import train_cmd  # noqa: E402,F401
-from draftlab.cli import capture_cmd  # noqa: E402,F401
-from draftlab.cli import regenerate_cmd  # noqa: E402,F401
-from draftlab.cli import report_cmd  # noqa: E402,F401
-from draftlab.cli import assess_cmd  # noqa: E402,F401
+from draftlab.cli import (
+    assess_cmd,  # noqa: E402,F401
+    bench_cmd,  # noqa: E402,F401
+    capture_cmd,  # noqa: E402,F401
+    compat_cmds,  # noqa: E402,F401
+    convert_cmd,  # noqa: E402,F401
+    drift_cmd,  # noqa: E402,F401
+    generate_cmd,  # noqa: E402,F401
+    launch_cmd,  # noqa: E402,F401
+    plan_cmd,  # noqa: E402,F401
+    probe_cmd,  # noqa: E402,F401
+    profile_cmd,  # noqa: E402,F401
+    regenerate_cmd,  # noqa: E402,F401
+    report_cmd,  # noqa: E402,F401
+    serve_cmd,  # noqa: E402,F401
+    sweep_cmd,  # noqa: E402,F401
+    train_cmd,  # noqa: E402,F401
+    vocab_cmd,  # noqa: E402,F401
+)

@@ -16,7 +16,6 @@ from draftlab.errors import DraftlabError
 from draftlab.threads import use_threads
 
 
-
 @app.command()
 def inspect(
     path: Annotated[Path, typer.Argument(help="Checkpoint folder, or a weights file beside its config.json.")],

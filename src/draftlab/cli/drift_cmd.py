@@ -10,9 +10,9 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one
 from draftlab.cli.common import lower_on_oom
-from draftlab.cli.options import NumDraftTokensOption, StepsOption, TopkOption
 from draftlab.cli.deployed import EngineChoice, engine_choice
 from draftlab.cli.groups import grouped
+from draftlab.cli.options import NumDraftTokensOption, StepsOption, TopkOption
 from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.errors import DraftlabError

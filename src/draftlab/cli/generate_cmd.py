@@ -13,7 +13,13 @@ from draftlab.cli.common import lower_on_oom
 from draftlab.cli.deployed import EngineChoice, engine_choice
 from draftlab.cli.groups import grouped
 from draftlab.cli.options import (
-    DrafterOption, NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TemperatureOption, TopkOption,
+    DrafterOption,
+    NumDraftTokensOption,
+    SamplingSeedOption,
+    StepsOption,
+    TargetOption,
+    TemperatureOption,
+    TopkOption,
 )
 from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import Placement, ThreadsOption, placement
@@ -49,8 +55,8 @@ def generate_command(
 
     mtp = MtpServing(asked.engine, asked.version) if names_mtp(drafter) and not no_draft else None
     deployment = None if drafter is None or no_draft or mtp else asked.resolve(target, drafter)
-    from draftlab.report.generate import render_generate
     from draftlab.decode.generate import generate
+    from draftlab.report.generate import render_generate
 
     with lower_on_oom(batch_size=batch_size, max_new_tokens=max_new_tokens):
         result = generate(

@@ -11,8 +11,18 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.deployed import InstalledVersionOption
 from draftlab.cli.options import (
-    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, NumDraftTokensOption, PortOption, SkipCheckOption,
-    StepsOption, SyntheticAcceptanceOption, TargetIdOption, TopkOption, TpOption,
+    DrafterIdOption,
+    DryRunOption,
+    HealthTimeoutOption,
+    HostOption,
+    NumDraftTokensOption,
+    PortOption,
+    SkipCheckOption,
+    StepsOption,
+    SyntheticAcceptanceOption,
+    TargetIdOption,
+    TopkOption,
+    TpOption,
 )
 from draftlab.cli.output import emit_json
 from draftlab.console import console, err_console

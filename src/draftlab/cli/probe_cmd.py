@@ -13,7 +13,14 @@ from draftlab.cli.checks import at_least_one, non_negative
 from draftlab.cli.common import lower_on_oom, main_process
 from draftlab.cli.deployed import EngineChoice, engine_choice
 from draftlab.cli.groups import grouped
-from draftlab.cli.options import DrafterOption, NumDraftTokensOption, SamplingSeedOption, StepsOption, TargetOption, TopkOption
+from draftlab.cli.options import (
+    DrafterOption,
+    NumDraftTokensOption,
+    SamplingSeedOption,
+    StepsOption,
+    TargetOption,
+    TopkOption,
+)
 from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import Placement, ThreadsOption, placement
 from draftlab.console import err_console
@@ -60,8 +67,8 @@ def probe_command(
     --drafter mtp probes the target's own MTP layer, as --engine serves it."""
     categories = None
     if profile_out is not None:
-        from draftlab.fsutil import local_inputs, refuse_overlap
         from draftlab.decode.prompts import read_categories
+        from draftlab.fsutil import local_inputs, refuse_overlap
 
         refuse_overlap(profile_out, {**local_inputs(target=target, drafter=drafter, features=features),
                                      "--prompts": prompts})

@@ -14,8 +14,18 @@ from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one
 from draftlab.cli.groups import grouped
 from draftlab.cli.options import (
-    DrafterIdOption, DryRunOption, HealthTimeoutOption, HostOption, PortOption, PromptsOption, SkipCheckOption,
-    SyntheticAcceptanceOption, TargetIdOption, TimeoutOption, TpOption, request_options,
+    DrafterIdOption,
+    DryRunOption,
+    HealthTimeoutOption,
+    HostOption,
+    PortOption,
+    PromptsOption,
+    SkipCheckOption,
+    SyntheticAcceptanceOption,
+    TargetIdOption,
+    TimeoutOption,
+    TpOption,
+    request_options,
 )
 from draftlab.cli.output import emit_json, show
 from draftlab.console import console, err_console
@@ -65,8 +75,8 @@ def sweep(
         "--json", help="Print the summary (or, with --dry-run, the commands) as JSON.")] = False,
 ) -> int:
     """Bench every batch,steps,topk,draft-tokens entry on its own engine launch; extra engine args go after --."""
-    from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep
     from draftlab.acceptance.synthetic import parse_synthetic
+    from draftlab.bench.sweep import SUMMARY_NAME, SweepOptions, plan_sweep
 
     synthetic = None if synthetic_acceptance is None else parse_synthetic(synthetic_acceptance)
     if out is not None and not dry_run:

@@ -10,9 +10,9 @@ import typer
 from draftlab.cli.app import app
 from draftlab.cli.checks import at_least_one, non_negative, positive
 from draftlab.cli.common import lower_on_oom, main_process, parse_layer_ids
-from draftlab.cli.options import NumDraftTokensOption, StepsOption, TargetOption, TopkOption
 from draftlab.cli.deployed import EngineChoice, engine_choice
 from draftlab.cli.groups import OptionGroup, grouped, option
+from draftlab.cli.options import NumDraftTokensOption, StepsOption, TargetOption, TopkOption
 from draftlab.cli.output import JsonOption, show
 from draftlab.cli.placement import Placement, ThreadsOption, placement
 

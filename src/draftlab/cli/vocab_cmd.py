@@ -16,7 +16,11 @@ from draftlab.console import err_console
 from draftlab.documents import to_jsonable
 from draftlab.fsutil import refuse_overlap
 from draftlab.report.vocab import (
-    render_vocab_build, render_vocab_compare, render_vocab_count, render_vocab_coverage, render_vocab_remap,
+    render_vocab_build,
+    render_vocab_compare,
+    render_vocab_count,
+    render_vocab_coverage,
+    render_vocab_remap,
 )
 
 vocab_app = typer.Typer(name="vocab", no_args_is_help=True,

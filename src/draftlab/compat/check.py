@@ -6,7 +6,17 @@ from pathlib import Path
 
 from draftlab.checkpoint import drafter_config, is_drafter, open_checkpoint, target_config
 from draftlab.compat import (
-    architectures, aux, config_types, context, loading, mtp, numbers, shapes, variants, vocab, window,
+    architectures,
+    aux,
+    config_types,
+    context,
+    loading,
+    mtp,
+    numbers,
+    shapes,
+    variants,
+    vocab,
+    window,
 )
 from draftlab.compat.findings import CheckResult, sort_findings
 from draftlab.compat.pair import Pair

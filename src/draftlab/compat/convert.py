@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from draftlab.checkpoint import (
-    Checkpoint, DrafterConfig, TargetConfig, drafter_config, is_drafter, open_checkpoint, target_config,
+    Checkpoint,
+    DrafterConfig,
+    TargetConfig,
+    drafter_config,
+    is_drafter,
+    open_checkpoint,
+    target_config,
 )
 from draftlab.checkpoint.layouts import flatten_speculators, layer_kind_of, layer_renames, nest_speculators
 from draftlab.checkpoint.variants import FLAGS, unsupported

@@ -8,7 +8,13 @@ from draftlab.checkpoint.reader import INDEX_NAMES
 from draftlab.compat.findings import Finding
 from draftlab.compat.pair import Pair
 from draftlab.engines.loading import (
-    bound_name, drafter_class, engine_loading, fixed_architecture, recognises, replaces_embedding, supports_target,
+    bound_name,
+    drafter_class,
+    engine_loading,
+    fixed_architecture,
+    recognises,
+    replaces_embedding,
+    supports_target,
     weight_fate,
 )
 from draftlab.engines.releases import MLA_CLASS, first_mla_release, first_serving

@@ -22,8 +22,8 @@ import torch.multiprocessing as mp
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from draftlab.cost.profile import AllReduceCosts
 from draftlab.cost.measurement import Measurement, Timing
+from draftlab.cost.profile import AllReduceCosts
 from draftlab.errors import DraftlabError
 
 ALLREDUCES_PER_LAYER = 2  # attention output and MLP output, Megatron-style tensor parallelism

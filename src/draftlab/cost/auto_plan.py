@@ -30,9 +30,9 @@ from draftlab.cost.served import ServedCost, measure_served
 from draftlab.engines.deployment import Deployment
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 from draftlab.models.pair import load_pair
 from draftlab.probe.probe import Clock, ProbeResult, probe_configs
+from draftlab.readable import regular_file
 
 MAX_NEW_TOKENS = 128  # the probe's continuation tokens per prompt, by default
 

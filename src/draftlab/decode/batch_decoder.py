@@ -33,6 +33,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from draftlab.decode.decoder import max_cache_len, pick_token, trim_commit
+from draftlab.decode.plain_decode import plain_decode
+from draftlab.decode.tree import DraftTree, draft_top_k, organize_draft_results, select_top_k
+from draftlab.decode.verify import Walk, walk_trees
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.models.batch_slots import left_pad
@@ -40,10 +44,6 @@ from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
-from draftlab.decode.decoder import max_cache_len, pick_token, trim_commit
-from draftlab.decode.plain_decode import plain_decode
-from draftlab.decode.tree import DraftTree, draft_top_k, organize_draft_results, select_top_k
-from draftlab.decode.verify import Walk, walk_trees
 
 
 def batch_cache_slots(width: int, max_new_tokens: int, flags: SpecFlags | None) -> int:

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from draftlab.decode.pipeline import DraftState, PipelinedCycles
+from draftlab.decode.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
+from draftlab.decode.verify import Walk, walk_tree
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.errors import DraftlabError
 from draftlab.models.graphs import BUCKETS, GraphSteps
 from draftlab.models.kernels import pipelined_chosen
-from draftlab.decode.pipeline import DraftState, PipelinedCycles
-from draftlab.decode.tree import DraftTree, build_tree, draft_top_k, organize_draft_results, select_top_k
-from draftlab.decode.verify import Walk, walk_tree
 
 if TYPE_CHECKING:
     from draftlab.models.drafter import DraftStep, Eagle3Drafter

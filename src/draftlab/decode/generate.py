@@ -24,6 +24,10 @@ from rich.progress import Progress
 
 from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.compat.loadable import refuse_unloadable
+from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
+from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
+from draftlab.decode.metrics import accept_stats
+from draftlab.decode.prompts import Prompt, read_prompts
 from draftlab.engines.deployment import Deployment
 from draftlab.engines.mtp_head import MtpServing
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
@@ -34,10 +38,6 @@ from draftlab.models.mtp import load_mtp, names_mtp
 from draftlab.models.pair import NO_DEPLOYMENT, deployment_for, load_pair
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import compile_pays
-from draftlab.decode.batch_decoder import BatchSpeculativeDecoder
-from draftlab.decode.decoder import SpeculativeDecoder, max_cache_len
-from draftlab.decode.metrics import accept_stats
-from draftlab.decode.prompts import Prompt, read_prompts
 
 
 @dataclass

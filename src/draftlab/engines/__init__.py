@@ -7,8 +7,18 @@ a drafter's ids into the layers a release captures and back, ``loading.py`` what
 """
 
 from draftlab.engines.aux_ids import (
-    AUX_FIELDS, ENGINES, NATIVE_ENGINE, AuxLayers, aux_field, aux_layers, capturable, configured_aux_layers,
-    default_aux_layers, first_nameable, intended_aux_layers, written_aux_ids,
+    AUX_FIELDS,
+    ENGINES,
+    NATIVE_ENGINE,
+    AuxLayers,
+    aux_field,
+    aux_layers,
+    capturable,
+    configured_aux_layers,
+    default_aux_layers,
+    first_nameable,
+    intended_aux_layers,
+    written_aux_ids,
 )
 
 __all__ = ["AUX_FIELDS", "ENGINES", "NATIVE_ENGINE", "AuxLayers", "aux_field", "aux_layers", "capturable",

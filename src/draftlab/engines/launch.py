@@ -51,6 +51,7 @@ from typing import Any
 import httpx
 
 import draftlab
+from draftlab.acceptance.synthetic import SyntheticAcceptance
 from draftlab.checkpoint.configs import DrafterConfig
 from draftlab.engines import ENGINES
 from draftlab.engines.mtp import MTP, sglang_mtp_args, target_support, vllm_mtp_config
@@ -59,7 +60,6 @@ from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags, resolve_s
 from draftlab.engines.synthetic import with_synthetic
 from draftlab.engines.window import SGLANG_WINDOW_FLAG
 from draftlab.errors import DraftlabError
-from draftlab.acceptance.synthetic import SyntheticAcceptance
 
 SGLANG_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 REFERENCE = "draftlab"  # the reference server, a launch target next to the real engines

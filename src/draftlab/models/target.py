@@ -29,16 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
 from transformers import DynamicCache, PreTrainedModel
 
 from draftlab.checkpoint import TargetConfig
 from draftlab.engines import default_aux_layers
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import model_devices, offloaded, parse_device, parse_dtype
+from draftlab.models.fused_layer import fusable
 from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import apply_window, attention_mask, new_token_mask, to_additive
-from draftlab.models.fused_layer import fusable
 from draftlab.models.target_static import LayerWalk, StaticTarget, cache_keyword, supports
 
 CACHES = ("auto", "dynamic", "static")

@@ -43,7 +43,6 @@ from draftlab.models.static_kv import BatchKV
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_static import LayerWalk, static_attention, supports
 
-
 COMPILE_PAYS_AFTER = 3000
 """Decode steps from which torch.compile's layer parts pay for their set-up. On an H200 the probe's
 compile and capture took 5.9 s against 1.0 s uncompiled on the 8B shape (3.4 s more on the toy pair,

@@ -25,10 +25,10 @@ from collections.abc import Iterator
 
 import torch
 
+from draftlab.decode.tree import Frontier, PoolChunk, draft_top_k, kept_pool_mask, select_top_k
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.models.attention import KV
 from draftlab.models.drafter import Eagle3Drafter
-from draftlab.decode.tree import Frontier, PoolChunk, draft_top_k, kept_pool_mask, select_top_k
 
 
 @torch.no_grad()

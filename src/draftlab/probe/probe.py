@@ -24,12 +24,13 @@ from rich.console import Console
 from rich.progress import Progress
 
 from draftlab.acceptance.by_context import accept_length_by_context
-from draftlab.probe.by_context import context_limits
 from draftlab.checkpoint import TargetConfig, open_checkpoint
+from draftlab.decode.metrics import accept_stats
+from draftlab.decode.prompts import read_prompts
+from draftlab.distributed import World, gather, init_world
 from draftlab.engines.deployment import Deployment
 from draftlab.engines.mtp_head import MtpServing
 from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
-from draftlab.distributed import World, gather, init_world
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement
 from draftlab.models.drafter import Eagle3Drafter
@@ -37,14 +38,13 @@ from draftlab.models.graphs import captures
 from draftlab.models.mtp import MTP, load_mtp, names_mtp
 from draftlab.models.pair import LoadedPair, deployment_for
 from draftlab.models.target import TargetRunner
+from draftlab.probe.by_context import context_limits
 from draftlab.probe.drafts import accepted_drafts, drafted_trees
 from draftlab.probe.heads import TargetHeads
 from draftlab.probe.options import ProbeModels, ProbeOptions, check_run
 from draftlab.probe.samples import Decoded, Sample, feature_samples, live_samples, no_room
 from draftlab.probe.sampling import expected_accept_length, expected_by_step, expected_histogram, reach_by_depth
 from draftlab.probe.walk import acceptance_by_step, cycle_roots, decoder_walk, histogram_list, per_position_lengths
-from draftlab.decode.metrics import accept_stats
-from draftlab.decode.prompts import read_prompts
 
 
 @dataclass

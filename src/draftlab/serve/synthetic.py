@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from draftlab.errors import DraftlabError
-from draftlab.decode.decoder import SpeculativeDecoder, pick_token
 from draftlab.acceptance.synthetic import OPTION, SyntheticAcceptance, accepted_drafts, forced_conditionals
+from draftlab.decode.decoder import SpeculativeDecoder, pick_token
 from draftlab.decode.verify import Walk
+from draftlab.errors import DraftlabError
 
 if TYPE_CHECKING:
+    from draftlab.decode.tree import DraftTree
     from draftlab.engines.sglang_flags import SpecFlags
     from draftlab.models.drafter import Eagle3Drafter
     from draftlab.models.target import TargetRunner
-    from draftlab.decode.tree import DraftTree
 
 
 def check_forceable(synthetic: SyntheticAcceptance, flags: SpecFlags) -> None:

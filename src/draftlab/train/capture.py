@@ -19,13 +19,13 @@ from pathlib import Path
 import torch
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
+from draftlab.distributed import barrier, close_world, init_world
 from draftlab.engines import first_nameable
 from draftlab.engines.deployment import Deployment
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import atomic_path, refuse_overlap, write_json_atomic
 from draftlab.train.data import pad_batch, target_tokenizer, tokenized_rows
 from draftlab.train.setup import scratch_aux_layers
-from draftlab.distributed import barrier, close_world, init_world
 
 MANIFEST = "capture.json"
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from draftlab.distributed import World, barrier, close_world, init_world
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 from draftlab.fsutil import refuse_overlap, write_text_atomic
+from draftlab.readable import regular_file
 from draftlab.vocab.rows import BadRow, parse_row
 
 

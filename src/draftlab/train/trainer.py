@@ -32,9 +32,10 @@ from torch import nn
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.checkpoint.variants import NEW_DRAFTER_FLAGS
+from draftlab.distributed import World, all_sum, barrier, close_world, init_world
 from draftlab.engines import first_nameable, intended_aux_layers
-from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.engines.deployment import Deployment
+from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.fsutil import refuse_overlap
 from draftlab.models.devices import parse_device, resolve_placement
@@ -42,11 +43,21 @@ from draftlab.models.drafter import Eagle3Drafter, refuse_unsupported
 from draftlab.models.kernels import compile_failed, compiler_message, kernel_unavailable
 from draftlab.train import checkpoints
 from draftlab.train.data import (
-    DataOrder, TrainRow, feature_rows, pad_batch, pad_features, target_tokenizer, tokenized_rows,
+    DataOrder,
+    TrainRow,
+    feature_rows,
+    pad_batch,
+    pad_features,
+    target_tokenizer,
+    tokenized_rows,
 )
-from draftlab.distributed import World, all_sum, barrier, close_world, init_world
 from draftlab.train.setup import (
-    StartingDrafter, from_scratch, master_weights, scratch_aux_layers, setup_notes, warm_start,
+    StartingDrafter,
+    from_scratch,
+    master_weights,
+    scratch_aux_layers,
+    setup_notes,
+    warm_start,
 )
 from draftlab.train.ttt import TTTKernels, make_batch, ttt_loss
 from draftlab.vocab.counts import TokenCounts

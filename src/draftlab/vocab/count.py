@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from draftlab.checkpoint import read_json, text_config
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 from draftlab.fsutil import refuse_overlap
+from draftlab.readable import regular_file
 from draftlab.vocab.assistant_spans import (
     assistant_char_spans,
     generation_mask,
@@ -36,7 +37,6 @@ from draftlab.vocab.assistant_spans import (
 )
 from draftlab.vocab.counts import TokenCounts
 from draftlab.vocab.rows import ROW_KINDS, BadRow, parse_row
-from draftlab.checkpoint import read_json, text_config
 from draftlab.vocab.tokenizer import check_tokenizer_fits, load_tokenizer, target_vocab_size
 
 BLOCK_BYTES = 1 << 20  # lines are handed to workers in blocks of about this many bytes

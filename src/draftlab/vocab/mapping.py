@@ -26,8 +26,8 @@ from draftlab.checkpoint.arrays import read_array, read_arrays, save_arrays, ten
 from draftlab.checkpoint.d2t import validate_d2t
 from draftlab.checkpoint.safetensors_header import TORCH_NAMES, read_header
 from draftlab.errors import DraftlabError
-from draftlab.readable import regular_file
 from draftlab.fsutil import atomic_path
+from draftlab.readable import regular_file
 
 MAPPING_FORMATS = ("safetensors", "pt")
 
