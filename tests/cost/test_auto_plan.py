@@ -79,7 +79,7 @@ def test_profile_sizes_cover_every_default_config():
     assert verify == [1, 2, 3, 4, 5, 6, 7, 8, 32] and rows == [1, 4, 8] and extend == [1, 2, 3, 4, 5, 6, 7]
 
     def points(sizes):
-        return [Measurement(1, t, 1.0 + t, 1.0 + t, 1.0 + t, 1.0 + t, 1.0 + t, 1) for t in sizes]
+        return [Measurement(1, t, **dict.fromkeys(("median_ms", "p10_ms", "p90_ms", "min_ms", "max_ms"), 1.0 + t), repeats=1) for t in sizes]
 
     profile = Profile(ModelInfo(), verify=points(verify), draft_step=points(rows), draft_extend=points(extend))
     for pick in (lambda c: 1.0, lambda c: float(c.steps + 1)):

@@ -17,7 +17,7 @@ from draftlab.errors import DraftlabError
 
 
 def _points(batch: int, sizes: range, ms) -> list[Measurement]:
-    return [Measurement(batch, t, ms(t), ms(t), ms(t), ms(t), ms(t), 1) for t in sizes]
+    return [Measurement(batch, t, median_ms=ms(t), p10_ms=ms(t), p90_ms=ms(t), min_ms=ms(t), max_ms=ms(t), repeats=1) for t in sizes]
 
 
 def _profile(overhead: list[Overhead]) -> Profile:

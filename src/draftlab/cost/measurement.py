@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Timing:
     """Summary of repeated timings of one callable, in milliseconds."""
 
@@ -38,17 +38,12 @@ class Timing:
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """One measured point of a cost curve: ``tokens`` per sequence at ``batch_size``."""
+class Measurement(Timing):
+    """One measured point of a cost curve: ``tokens`` per sequence at ``batch_size``, and its timing (given by
+    keyword: ``Measurement(1, 4, median_ms=..., ...)``)."""
 
     batch_size: int
     tokens: int
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    min_ms: float
-    max_ms: float
-    repeats: int
 
     @classmethod
     def of(cls, batch_size: int, tokens: int, timing: Timing) -> Measurement:
