@@ -50,3 +50,14 @@ def test_check_names_the_version_asked_and_the_release_whose_rules_applied(tmp_p
     result = check_pair(drafter, target, engine="sglang", engine_version="0.5.13.post1")
     assert result.engine_version == "0.5.13" == result.deployment["engine_version"]
     assert result.deployment["engine_version_asked"] == "0.5.13.post1"
+
+
+def test_inspect_names_the_captured_layers_of_the_release_asked(tmp_path):
+    from draftlab.compat.summary import inspect_checkpoint
+
+    drafter, target = make_pair(tmp_path, tiny_target_config("llama"))
+    for engine, version in (("sglang", "0.5.12"), ("vllm", "0.22.0"), ("vllm", "0.34.0")):
+        summary = inspect_checkpoint(drafter, engine, target=target, engine_version=version)
+        checked = check_pair(drafter, target, engine=engine, engine_version=version)
+        assert summary.captured_layers == summary.aux_layers == checked.deployment["captured_layers"]
+        assert summary.engine_version == version

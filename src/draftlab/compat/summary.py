@@ -80,7 +80,7 @@ class DrafterSummary(Summary):
     d2t_valid: bool | None  # None when there is no d2t
     d2t_problems: list[str]
     has_embed_tokens: bool
-    engine_version: str  # the release whose aux rules give aux_layers (the newest draftlab knows)
+    engine_version: str  # the release whose aux rules give aux_layers (--engine-version; default the newest known)
     variant: str  # "eagle3", "eagle3.1", "eagle3-mla" or "eagle3.1-mla"
     norm_before_fc: bool
     fc_norm: bool
@@ -97,6 +97,7 @@ class DrafterSummary(Summary):
     sliding_windows: list[int | None] = field(default_factory=list)  # trained, per layer (None: full attention)
     drafting: str = "autoregressive"  # or "parallel (P-EAGLE: <what says so>)"
     target_mtp: dict[str, Any] | None = None  # with --target: the MTP layers the target ships (TargetSummary.mtp)
+    captured_layers: list[int] | None = None  # aux_layers under the name every result gives them
 
 
 InspectResult = TargetSummary | DrafterSummary
@@ -182,8 +183,8 @@ def _drafter(ckpt: Checkpoint, deployed: tuple[str, str], num_target_layers: int
         kind="drafter", layout=d.layout, architecture=d.architecture, **common, engine=engine,
         weight_naming=naming, hidden_size=d.hidden_size, target_hidden_size=d.target_hidden_size,
         vocab_size=d.vocab_size, draft_vocab_size=d.draft_vocab_size, num_layers=d.num_layers,
-        aux_layers=layers, aux_source=aux.source, aux_default_rule=rule, aux_rule=aux.rule, aux_family=family,
-        aux_family_from=family_from, aux_other_readings=others,
+        aux_layers=layers, captured_layers=layers, aux_source=aux.source, aux_default_rule=rule, aux_rule=aux.rule,
+        aux_family=family, aux_family_from=family_from, aux_other_readings=others,
         max_position_embeddings=d.max_position_embeddings, rope_theta=d.rope.theta, rope_scaling=d.rope.scaling,
         has_d2t=d2t_name is not None, has_t2d=t2d_name is not None,
         d2t_valid=(not problems) if d2t_name else None, d2t_problems=problems,
