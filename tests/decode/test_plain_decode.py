@@ -88,3 +88,24 @@ def test_rows_end_at_the_context_and_forward_refuses_past_it():
         batch.forward(torch.tensor([[1]]), torch.tensor([[256]]))
     with pytest.raises(DraftlabError, match="position 300 is past"):
         batch.forward(torch.tensor([[1]]), torch.tensor([[3]]), max_position=300)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_generate_without_a_drafter_runs_on_a_target_too_short_for_the_default_aux_layers(tmp_path, batch_size):
+    """Plain decoding captures no aux layer: a 3-layer target (whose default aux layers [1, 0, -1] do not exist)
+    decodes, as any target does."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from builders import tiny_target_config
+
+    from draftlab.checkpoint.synth import write_target
+    from draftlab.decode.generate import generate
+
+    config = tiny_target_config("llama") | {"num_hidden_layers": 3}
+    target = write_target(tmp_path / "target", config)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"input_ids": ids}) + "\n" for ids in ([3, 4, 5], [6, 7, 8, 9])))
+    result = generate(target, None, prompts, no_draft=True, max_new_tokens=4, batch_size=batch_size,
+                      ignore_eos=True, progress=False)
+    assert [len(r.output_ids) for r in result.results] == [4, 4]

@@ -198,7 +198,7 @@ def _load(target: str | Path, drafter: str | Path | None, deployment: Deployment
     """The target alone (``drafter`` None), or the pair once ``draftlab check`` finds no error; with the
     drafter's aux layers. ``placement``: dtype, device, device_map, cache, max_len."""
     if drafter is None:
-        return TargetRunner.load(target, **placement), None, None
+        return TargetRunner.load(target, aux_layers=[], **placement), None, None  # plain decoding captures none
     deployment = deployment or deployment_for(target, drafter)
     refuse_unloadable(Path(drafter), Path(target), deployment)
     pair = load_pair(target, drafter, deployment, compile=compile, **placement)

@@ -90,7 +90,10 @@ class LayerWalk:
                 hidden = out[0] if isinstance(out, tuple) else out
             if i in wanted:
                 captured[i] = hidden
-        features = torch.cat([captured[k] for k in self.aux_layers], dim=-1) if aux else None
+        features = None
+        if aux:  # no aux layers (plain decoding): an empty feature width
+            features = (torch.cat([captured[k] for k in self.aux_layers], dim=-1) if self.aux_layers
+                        else hidden.new_zeros(*hidden.shape[:-1], 0))
         return self.decoder.norm(hidden), features
 
     def causal(self, ids: torch.Tensor, *, compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
