@@ -53,11 +53,6 @@ class Deployment:
         """The known release whose rules apply."""
         return self.release.version
 
-    @property
-    def window(self) -> int | None:
-        """The served window (one-layer drafters, and every layer when they agree); None: full attention."""
-        return next((w for w in self.windows if w is not None), None)
-
     def describe(self) -> dict[str, Any]:
         """The fields every result's JSON carries: which engine and release, and what it captures and runs."""
         return {"engine": self.engine, "engine_version": self.version, "engine_version_asked": self.asked_version,
