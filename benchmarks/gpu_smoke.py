@@ -538,6 +538,35 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str) -> Non
             same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
             smoke.record(pair, f"probe == generate per prompt, {name} (float32)", same == len(rows), 0.0,
                          matching=f"{same}/{len(rows)}", mean_accept_length=gen["mean_accept_length"])
+    if pair == "toy:mtp":
+        smoke_mtp_decision(smoke, pair, target, prompts, work, device)
+
+
+def smoke_mtp_decision(smoke: Smoke, pair: str, target: str, prompts: Path, work: Path, device: str) -> None:
+    """The MTP head priced and weighed, default flags: profile and probe it, plan from both, and assess the toy
+    target's EAGLE-3 drafter with the head as the other candidate (the verdict names the better one)."""
+    from draftlab.toy.mtp_drafter import cached_mtp_eagle3_drafter
+
+    cuda = ["--device", device]
+    cpu = [] if device == "cuda" else ["--repeats", "2", "--verify-tokens", "1,4"]
+    costs, probed = work / "profile-mtp.json", work / "probe-mtp.json"
+    smoke.run(pair, "profile --drafter mtp", ["profile", "--target", target, "--drafter", "mtp", "--out", str(costs),
+                                              *cuda, *cpu, "--json"])
+    doc = smoke.run(pair, "probe --drafter mtp (default flags)", ["probe", "--target", target, "--drafter", "mtp",
+                                                                  "--prompts", str(prompts), *cuda, "--json"])
+    if doc is not None and costs.is_file():
+        probed.write_text(json.dumps(doc))
+        smoke.run(pair, "plan --costs --probe (MTP head)", ["plan", "--costs", str(costs), "--probe", str(probed),
+                                                            "--json"])
+    drafter = str(cached_mtp_eagle3_drafter(Path(target)))
+    cpu_assess = [] if device == "cuda" else ["--grid", "3/1/4,2/2/4", "--batch-sizes", "1", "--max-new-tokens", "16"]
+    # vLLM: the drafter names layers 0..2, which SGLang cannot name on a DeepSeek target (check says so)
+    doc = smoke.run(pair, "assess --engine vllm (EAGLE-3 drafter and the MTP head)", [
+        "assess", "--drafter", drafter, "--target", target, "--prompts", str(prompts), "--engine", "vllm", *cuda,
+        *cpu_assess, "--out", str(work / "assess"), "--json"])
+    versus = (doc or {}).get("verdict", {}).get("versus")
+    smoke.record(pair, "assess names the better of drafter and MTP head", bool(versus and versus.get("better")), 0.0,
+                 matching=versus and versus.get("text", "")[:120])
 
 
 def table(records: list[dict]) -> str:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from costs import noisy_profile, toy_profile
-from mtp_pair import cached_mtp_target_drafter
 from test_assess import TEXTS, run
+
+from draftlab.toy.mtp_drafter import cached_mtp_eagle3_drafter
 
 GRID = "3/1/4,6/1/7,5/4/8"
 
@@ -21,7 +22,7 @@ def mtp_inputs(mtp_toy, tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("assess-mtp")
     prompts = tmp / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": t, "category": c}) + "\n" for t, c in TEXTS))
-    return {"tmp": tmp, "target": mtp_toy.target_dir, "drafter": cached_mtp_target_drafter(mtp_toy.target_dir),
+    return {"tmp": tmp, "target": mtp_toy.target_dir, "drafter": cached_mtp_eagle3_drafter(mtp_toy.target_dir),
             "prompts": prompts, "costs": toy_profile(tmp / "costs.json", mtp_ms=1.5)}
 
 

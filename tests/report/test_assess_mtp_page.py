@@ -12,9 +12,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "assess"))
 from costs import toy_profile
-from mtp_pair import cached_mtp_target_drafter
 
 from draftlab.cli import main
+from draftlab.toy.mtp_drafter import cached_mtp_eagle3_drafter
 
 
 def rows_of(page: str, caption_start: str) -> list[list[str]]:
@@ -30,7 +30,7 @@ def test_the_drafter_and_the_mtp_head_side_by_side(mtp_toy, tmp_path):
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("def __init__(self, name",
                                                                            "import os\nimport sys\n\n")))
     out = tmp_path / "assess"
-    code = main(["assess", "--drafter", str(cached_mtp_target_drafter(mtp_toy.target_dir)), "--target",
+    code = main(["assess", "--drafter", str(cached_mtp_eagle3_drafter(mtp_toy.target_dir)), "--target",
                  str(mtp_toy.target_dir), "--prompts", str(prompts), "--engine", "vllm", "--costs",
                  str(toy_profile(tmp_path / "costs.json", mtp_ms=1.5)), "--grid", "3/1/4", "--batch-sizes", "1,8",
                  "--max-new-tokens", "20", "--model-free", "none", "--out", str(out)])

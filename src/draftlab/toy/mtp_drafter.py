@@ -1,5 +1,5 @@
-"""An EAGLE-3 drafter for the toy DeepSeek-V3 target that ships an MTP head (draftlab.toy.mtp), trained for a
-few seconds the way the toys train theirs (draftlab.toy.train): an MLA drafter like the MLA toy's, reading the
+"""An EAGLE-3 drafter for the toy DeepSeek-V3 target that ships an MTP head (:mod:`draftlab.toy.mtp`), so that
+one target has both candidates (``assess`` weighs them; the GPU smoke run serves both), trained for a few seconds the way the toys train theirs (draftlab.toy.train): an MLA drafter like the MLA toy's, reading the
 outputs of layers 0..2 as vLLM names them (the 4-layer target leaves SGLang no way to name them: an id list
 starting with 1 is shifted), so that the target has both candidates, each accepting now and then."""
 
@@ -29,17 +29,17 @@ VERSION = "1"  # bump when anything below changes what gets built
 AUX_LAYERS = [0, 1, 2]
 
 
-def cached_mtp_target_drafter(target: Path) -> Path:
+def cached_mtp_eagle3_drafter(target: Path) -> Path:
     """The drafter under the draftlab cache, built on first use (keyed by version and Python) for the cached
     toy MTP target ``target``."""
-    key = f"test-mtp-eagle3-v{VERSION}-toy{MTP_TOY_VERSION}-py{sys.version_info.major}{sys.version_info.minor}"
+    key = f"toy-mtp-eagle3-v{VERSION}-toy{MTP_TOY_VERSION}-py{sys.version_info.major}{sys.version_info.minor}"
     folder = cache_root() / key
     if not (folder / "drafter" / "model.safetensors").is_file():
-        mtp_target_drafter(target, folder)
+        build_mtp_eagle3_drafter(target, folder)
     return folder / "drafter"
 
 
-def mtp_target_drafter(target: Path, out: Path, *, seed: int = 0) -> Path:
+def build_mtp_eagle3_drafter(target: Path, out: Path, *, seed: int = 0) -> Path:
     """Train and write the drafter into ``out`` (a new folder); returns it."""
     with train.building(out) as tmp, torch.no_grad():
         shape = json.loads((target / "config.json").read_text())
