@@ -208,7 +208,7 @@ class TargetRunner:
                              use_cache=True, **{self.cache_arg: self._cache})
         self._positions = key_positions
         self._last_new = n
-        aux = self.features(captured)[0]
+        aux = self.features(captured, out.logits)[0]
         return TargetStep(logits=out.logits[0].float().to(self.device), aux=aux)
 
     __call__ = forward
@@ -234,13 +234,16 @@ class TargetRunner:
             return BatchStep(hidden=hidden, aux=aux)
         with self.hf_pass() as captured:
             out = self.model.get_decoder()(input_ids=input_ids, use_cache=False)
-        return BatchStep(hidden=out.last_hidden_state, aux=self.features(captured))
+        return BatchStep(hidden=out.last_hidden_state, aux=self.features(captured, out.last_hidden_state))
 
-    def features(self, captured: dict[int | str, torch.Tensor]) -> torch.Tensor:
-        """What the drafter reads from one HF pass, [B, L, width] on ``device``: the aux layers' outputs,
-        concatenated low to high, or with ``final_hidden`` the final norm's output."""
+    def features(self, captured: dict[int | str, torch.Tensor], out: torch.Tensor) -> torch.Tensor:
+        """What the drafter reads from one HF pass whose output ``out`` is [B, L, ...], as [B, L, width] on
+        ``device``: the aux layers' outputs, concatenated low to high (none captured, as in plain decoding: width
+        0), or with ``final_hidden`` the final norm's output."""
         if self.final_hidden:
             return captured["final"].to(self.device)
+        if not self.aux_layers:
+            return torch.zeros(*out.shape[:2], 0, dtype=self.dtype, device=self.device)
         return torch.cat([captured[k].to(self.device) for k in self.aux_layers], dim=-1)
 
     def _causal_walk(self, length: int) -> LayerWalk | None:

@@ -263,7 +263,7 @@ class BatchTarget:
         with runner.hf_pass() as captured:
             out = runner.model(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
                                logits_to_keep=1 if last_only else 0, **{runner.cache_arg: self._cache})
-        return out.logits.float(), runner.features(captured).to(self.device)
+        return out.logits.float(), runner.features(captured, out.logits).to(self.device)
 
     def keep(self, paths: list[list[int]]) -> None:
         """Of the entries the last forward appended, keep ``paths[b]`` in row b (the rest become padding)."""

@@ -49,7 +49,7 @@ def load_context(
     dtype = dtype or default_dtype(device)
     flags = draft_model = None
     if drafter is None:
-        runner = TargetRunner.load(target, dtype=dtype, device=device)
+        runner = TargetRunner.load(target, aux_layers=[], dtype=dtype, device=device)  # plain: captures none
     else:
         flags = exact_spec_flags(steps, topk, num_draft_tokens, architecture=target_cfg.architecture)
         if synthetic is not None:
@@ -97,7 +97,7 @@ def _batched_context(target: str | Path, drafter: str | Path | None, steps: int 
         top, draft_length = flags.steps, None
     dtype = dtype or default_dtype(device)
     if drafter is None:
-        runner, draft_model = TargetRunner.load(target, dtype=dtype, device=device), None
+        runner, draft_model = TargetRunner.load(target, aux_layers=[], dtype=dtype, device=device), None
     else:
         pair = load_pair(target, drafter, deployment, dtype=dtype, device=device)
         runner, draft_model = pair.target, pair.drafter

@@ -158,7 +158,8 @@ def _from_runtime(target, items, record, *, max_new_tokens, temperature, seed, b
 
     device, device_map = resolve_placement(device, device_map)
     tokenizer = load_tokenizer(target)
-    runner = TargetRunner.load(target, dtype=dtype, device=device or "cpu", device_map=device_map, cache="dynamic")
+    runner = TargetRunner.load(target, aux_layers=[], dtype=dtype, device=device or "cpu", device_map=device_map,
+                               cache="dynamic")  # responses only: no layer is captured
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         ids = [list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
