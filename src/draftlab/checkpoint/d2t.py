@@ -19,11 +19,6 @@ def draft_to_target_ids(d2t: Sequence[int]) -> list[int]:
     return [i + int(off) for i, off in enumerate(d2t)]
 
 
-def target_to_offsets(target_ids: Sequence[int]) -> list[int]:
-    """The inverse: the d2t offsets under which draft id ``i`` stands for ``target_ids[i]``."""
-    return [int(t) - i for i, t in enumerate(target_ids)]
-
-
 def validate_d2t(d2t: Any, t2d: Any | None, vocab_size: int) -> list[str]:
     """Problems with a d2t offset table (and t2d mask, if given) for a target of ``vocab_size``.
 

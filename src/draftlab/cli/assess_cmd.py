@@ -29,7 +29,8 @@ def assess_command(
         "--old-target", help="The target the drafter was trained for: drift and the accept length there.")] = None,
     engine: Annotated[str, typer.Option("--engine", help="sglang or vllm: whose loading rules apply.")] = "sglang",
     engine_version: Annotated[Optional[str], typer.Option(
-        "--engine-version", help="The engine release whose rules apply (default: the newest draftlab knows).")] = None,
+        "--engine-version", help="The engine release whose rules apply: any version resolves to the newest release "
+        "draftlab knows at or below it (default: the newest).")] = None,
     asked: EngineChoice = engine_choice(),
     grid: Annotated[Optional[str], typer.Option(
         help="Configs to probe and plan, steps/topk/num_draft_tokens (default: plan's grid).")] = None,

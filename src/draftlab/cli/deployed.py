@@ -22,12 +22,12 @@ EngineOption = Annotated[str, typer.Option(
 # check and inspect: with a short flag
 ShortEngineOption = Annotated[str, typer.Option("--engine", "-e", help="sglang or vllm: whose loading rules apply.")]
 EngineVersionOption = Annotated[Optional[str], typer.Option(
-    "--engine-version", help="The engine release whose rules apply (default: the newest draftlab knows; the "
-    "README lists them).")]
+    "--engine-version", help="The engine release whose rules apply: any version resolves to the newest release "
+    "draftlab knows at or below it (default: the newest; the README lists them).")]
 # launch: the release installed where the engine runs
 InstalledVersionOption = Annotated[Optional[str], typer.Option(
-    "--engine-version", help="The installed engine's release: its rules check the pair (default: the newest "
-    "draftlab knows).")]
+    "--engine-version", help="The installed engine's release: its rules check the pair (any version resolves to "
+    "the newest release draftlab knows at or below it; default: the newest).")]
 DraftWindowOption = Annotated[Optional[int], typer.Option(
     "--draft-window", callback=at_least_one, help="The drafter attends to the last W positions, as SGLang serves "
     "it when launched with --speculative-draft-window-size W (SGLang only: vLLM reads the window from the "

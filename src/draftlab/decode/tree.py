@@ -182,8 +182,3 @@ def kept_pool_mask(chunks: list[PoolChunk], num_draft_tokens: int) -> torch.Tens
     """[..., pool] bool: which entries of the pool the cycle verifies (leading dims: independent cycles)."""
     scores = torch.cat([c.scores for c in chunks], dim=-1)
     return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, kept_pool_indices(scores, num_draft_tokens), True)
-
-
-def chain_tree(root: int, drafts: torch.Tensor) -> DraftTree:
-    """A chain: root -> drafts[0] -> drafts[1] -> ..."""
-    return build_tree(root, drafts, torch.arange(drafts.numel(), device=drafts.device))
