@@ -114,3 +114,35 @@ def test_plan_from_a_pair_with_drafter_mtp_points_to_the_measurements(mtp_toy, t
     code = main(["plan", "--target", str(mtp_toy.target_dir), "--drafter", "mtp", "--prompts", str(prompts)])
     err = capsys.readouterr().err
     assert code == 2 and "profile --drafter mtp" in err and "probe --drafter mtp" in err and "Traceback" not in err
+
+
+def test_a_plan_of_the_heads_chains_writes_a_schedule_of_its_steps(tmp_path, capsys):
+    """A plan of probe --drafter mtp alone schedules the head's chain lengths (before, "no chain configs")."""
+    costs = write_json(tmp_path / "profile.json", mtp_profile())
+    probes = [mtp_probe(tmp_path, 1, 1, 2, 1.9, "m1.json"), mtp_probe(tmp_path, 3, 1, 4, 3.2, "m3.json")]
+    code = main(["plan", "--costs", str(costs), *[a for p in probes for a in ("--probe", str(p))], "--schedule",
+                 "vllm", "--json"])
+    captured = capsys.readouterr()
+    assert code in (0, None), captured.err
+    doc = json.loads(captured.out)
+    base = doc["baseline_tokens_per_second"]
+    best = {b: max((r for r in doc["configs"] if r["batch_size"] == b), key=lambda r: r["tokens_per_second"])
+            for b in (1, 8)}
+    steps = {b: best[b]["steps"] if best[b]["tokens_per_second"] > base[str(b)] else 0 for b in (1, 8)}
+    assert steps[1] == 3  # the head's 3/1/4 wins at batch 1: a schedule of its steps, not all zeros
+    assert doc["schedule"]["num_speculative_tokens_per_batch_size"] == [[1, 7, steps[1]], [8, 8, steps[8]]]
+    assert "the target's own MTP head's chain lengths" in doc["schedule_plan"]["notes"][0]
+
+
+def test_a_mixed_plan_schedules_the_drafters_chains_and_names_the_heads_left_out(tmp_path, probe_file):
+    from draftlab.cost.schedule import schedule_from_plan
+
+    costs = write_json(tmp_path / "profile.json", mtp_profile())
+    probes = load_probes([probe_file, mtp_probe(tmp_path, 3, 1, 4, 4.0)])
+    plan = make_plan(load_profile(costs), [p for p in probes if p.method == "eagle3"],
+                     mtp=[p for p in probes if p.method == "mtp"])
+    assert plan.best[1].method == "mtp"  # the head is faster at batch 1, yet the drafter's schedule is written
+    schedule = schedule_from_plan(plan)
+    assert schedule.ranges[0].draft_length in (0, 3)
+    assert [n for n in schedule.notes if "mtp 3/1/4" in n] == [
+        "the MTP head's chains left out (a schedule serves one drafting model): mtp 3/1/4"]

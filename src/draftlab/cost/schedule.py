@@ -3,7 +3,9 @@ predicted throughput, 0 where plain decoding is predicted faster.
 
 Engines switch the draft length by batch size (vLLM's ``num_speculative_tokens_per_batch_size``,
 SGLang's adaptive-steps slots, TensorRT-LLM's ``draft_len_schedule``); all three take a *chain*
-length, so only the plan's chain configs (topk 1, ``num_draft_tokens = steps + 1``) are candidates.
+length, so only the plan's chain configs (topk 1, ``num_draft_tokens = steps + 1``) are candidates. A
+schedule serves one drafting model: the EAGLE-3 drafter's chains, or where the plan has none (a plan of
+``probe --drafter mtp``), the target's own MTP head's; the engines schedule its steps the same way.
 :mod:`draftlab.engines.schedule` writes the result in each engine's format.
 
 Between planned batch sizes (:data:`RULE`): the plan is made at discrete batch sizes (say 1, 8, 32);
@@ -29,9 +31,13 @@ from draftlab.engines.schedule import (
 from draftlab.errors import DraftlabError
 
 
+DRAFTING_MODELS = ("eagle3", "mtp")  # the methods a schedule can serve, in the order one is chosen
+
+
 def chain_length(row: ConfigPlan) -> int | None:
     """The chain length of a plan row (its steps), None for a tree config or a model-free method."""
-    return row.steps if row.method == "eagle3" and row.topk == 1 and row.num_draft_tokens == row.steps + 1 else None
+    chain = row.method in DRAFTING_MODELS and row.topk == 1 and row.num_draft_tokens == row.steps + 1
+    return row.steps if chain else None
 
 
 def _rate(row: ConfigPlan) -> float:
@@ -52,6 +58,8 @@ def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
     if not chains:
         raise DraftlabError("the plan has no chain configs (topk 1, num_draft_tokens = steps + 1), the only shape an "
                             "engine's batch-size schedule takes; plan a grid like 1/1/2,2/1/3,3/1/4,4/1/5")
+    method = next(m for m in DRAFTING_MODELS if any(r.method == m for r in chains))
+    chains = [r for r in chains if r.method == method]
     top = max_batch_size if max_batch_size is not None else batches[-1]
     if top < batches[-1]:
         raise DraftlabError(f"the schedule's largest batch size {top} is below the largest planned one "
@@ -61,9 +69,14 @@ def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
     if served is not None:
         notes.append(f"chosen by the predictions for draftlab serve (plan --served: requests of "
                      f"{plan.served_request_tokens} new tokens)")
-    trees = sorted({r.label for r in plan.configs if chain_length(r) is None})
+    if method == "mtp":
+        notes.append("the target's own MTP head's chain lengths (the plan has no EAGLE-3 chain config)")
+    trees = sorted({r.label for r in plan.configs if r.method in DRAFTING_MODELS and chain_length(r) is None})
     if trees:
         notes.append(f"tree configs left out (engines schedule chain lengths only): {', '.join(trees)}")
+    others = sorted({r.label for r in plan.configs if r.method != method and chain_length(r) is not None})
+    if others:
+        notes.append(f"the MTP head's chains left out (a schedule serves one drafting model): {', '.join(others)}")
     ranges = []
     for i, b in enumerate(batches):
         lo = 1 if i == 0 else b
