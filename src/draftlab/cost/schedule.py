@@ -30,7 +30,6 @@ from draftlab.engines.schedule import (
 )
 from draftlab.errors import DraftlabError
 
-
 DRAFTING_MODELS = ("eagle3", "mtp")  # the methods a schedule can serve, in the order one is chosen
 
 
