@@ -131,6 +131,19 @@ def test_slices_split_every_cycle_once(drifted):
         assert s["category"]["code"]["accept_length"] == pytest.approx(sum(lengths) / len(lengths))
 
 
+def test_context_slices_are_the_probes_own_buckets(drifted):
+    """The page's per-context table and the probes' accept_length_by_context curves bucket alike (root positions,
+    doubling buckets, probe's names): the same cycles and means per bucket."""
+    from draftlab.acceptance.by_context import bucket_label
+
+    for probe in drifted["probes"]:
+        label = f"{probe['config']['steps']}/{probe['config']['topk']}/{probe['config']['num_draft_tokens']}"
+        curve = {bucket_label(b): (b["cycles"], pytest.approx(b["mean_accept_length"]))
+                 for b in probe["accept_length_by_context"]}
+        assert len(curve) >= 2
+        assert {n: (x["cycles"], x["accept_length"]) for n, x in drifted["slices"][label]["context"].items()} == curve
+
+
 def test_a_config_error_is_fixed_and_reported(inputs):
     i = inputs
     broken = i["tmp"] / "drafter-short-context"

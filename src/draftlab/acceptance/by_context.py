@@ -65,3 +65,11 @@ def bucket_label(bucket: dict[str, Any]) -> str:
 
     lo, hi = bucket["from"], bucket["to"]
     return f"< {size(hi)}" if lo == 0 else f"{size(lo)}-{size(hi)}"
+
+
+def label_start(label: str) -> int:
+    """The first position of the bucket :func:`bucket_label` named ``label`` (to order buckets by name)."""
+    if label.startswith("< "):
+        return 0
+    low = label.split("-")[0]
+    return int(low[:-1]) * 1024 if low.endswith("k") else int(low)

@@ -37,7 +37,7 @@ from draftlab.acceptance.profile import write_profile
 from draftlab.assess.mtp import MtpCandidate, load_head, mtp_candidate
 from draftlab.assess.partial import PARTS, read_partial
 from draftlab.assess.repetition import repetition
-from draftlab.assess.slices import Cycles, Slice, slices
+from draftlab.assess.slices import Cycles, Slice, context_width, slices
 from draftlab.assess.verdict import Evidence, Verdict, decide
 from draftlab.checkpoint import TargetConfig, open_checkpoint
 from draftlab.compat import check_pair, fix_pair
@@ -345,7 +345,7 @@ def _probe_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path
     result.repetition = repetition(decoded.prompts, [c[:n] for c, n in zip(decoded.continuations,
                                                                             decoded.max_new_tokens)])
     lens = {s.index: s.prompt_len for s in decoded.samples}
-    result.slices = _slices(run.configs, result.probes, None, free_cycles, lens, categories)
+    result.slices = _slices(run.configs, result.probes, None, free_cycles, lens, categories, run.max_new_tokens)
     if head is not None and run.mtp is not None:
         mine = [exact_spec_flags(c.steps, c.topk, c.num_draft_tokens) for c in run.mtp.configs]
         result.mtp_probes = probe_configs(head, run.target, run.prompts, mine, max_new_tokens=run.max_new_tokens,
@@ -353,7 +353,7 @@ def _probe_part(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path
         for probed in result.mtp_probes:
             probed.config.update({**(result.mtp or {}), "drafter": "mtp", "aux_layers": None})
         result.slices.update({f"mtp {label}": s for label, s in _slices(run.mtp.configs, result.mtp_probes, None, {},
-                                                                         lens, categories).items()})
+                                                                         lens, categories, run.max_new_tokens).items()})
     counts.save(tmp / "vocab-counts.json")
     rows = [json.dumps({"input_ids": p, "response_ids": c[:n], "category": categories.get(i), "prompt_index": i})
             for i, p, c, n in zip(decoded.indices, decoded.prompts, decoded.continuations, decoded.max_new_tokens)]
@@ -466,7 +466,7 @@ def _on_old(result: AssessResult, run: _Run, pair: LoadedPair, drafter: Path, fl
     del old_pair
     lens = {i: len(ids) for i, ids in _prompt_ids(tmp).items()}
     categories = dict(enumerate(read_categories(run.prompts)))
-    result.slices.update(_slices(run.configs, [], result.old_probes, {}, lens, categories))
+    result.slices.update(_slices(run.configs, [], result.old_probes, {}, lens, categories, run.max_new_tokens))
 
 
 def _decide(result: AssessResult, run: _Run) -> Verdict:
@@ -658,19 +658,22 @@ def _in_range(profile: Profile, entry: ModelFreeEntry, batch_sizes: Sequence[int
 
 
 def _slices(configs: list[SpecConfig], probes: list[ProbeResult], old: list[ProbeResult] | None,
-            free: dict[str, list[Sequence[int]]], lens: dict[int, int],
-            categories: dict[int, str | None]) -> dict[str, dict[str, dict[str, Slice]]]:
-    """Every accept length per category and per context bucket (``lens``: each prompt's length by index)."""
+            free: dict[str, list[Sequence[int]]], lens: dict[int, int], categories: dict[int, str | None],
+            max_new_tokens: int) -> dict[str, dict[str, dict[str, Slice]]]:
+    """Every accept length per category and per context bucket (``lens``: each prompt's length by index), the
+    buckets of every call alike for a run's prompts and ``max_new_tokens``."""
+    width = context_width(list(lens.values()), max_new_tokens)
     out = {}
     for c, r in zip(configs, probes):
         out[c.label] = slices([Cycles(categories[p.prompt_index], lens[p.prompt_index], p.accept_lengths)
-                               for p in r.results])
+                               for p in r.results], width)
     for c, r in zip(configs, old or []):
         out[f"{c.label} on OLD"] = slices([Cycles(categories[p.prompt_index], len_, p.accept_lengths)
                                             for p in r.results
-                                            for len_ in [lens.get(p.prompt_index, 0)]])
+                                            for len_ in [lens.get(p.prompt_index, 0)]], width)
     for label, per_prompt in free.items():
-        out[label] = slices([Cycles(categories[i], n, lengths) for (i, n), lengths in zip(lens.items(), per_prompt)])
+        out[label] = slices([Cycles(categories[i], n, lengths) for (i, n), lengths in zip(lens.items(), per_prompt)],
+                            width)
     return out
 
 

@@ -1,9 +1,11 @@
 """Accept lengths per slice of the data: the prompts' ``category`` and the context a cycle starts at.
 
 Acceptance falls with context on several models, and agentic or code traffic accepts differently from
-chat, so a mean over everything can hide the slice a deployment serves. A cycle belongs to the
-context-length bucket of the tokens before its root: the prompt, the prefill's first token and the
-tokens the earlier cycles committed.
+chat, so a mean over everything can hide the slice a deployment serves. A cycle belongs to the context
+bucket of its root's position (the tokens before it: the prompt and what the prefill and the earlier
+cycles committed), bucketed as ``probe``'s ``accept_length_by_context`` is (:mod:`draftlab.acceptance.by_context`)
+with one first width for every candidate of a run, so their columns line up with each other and with the
+probes' curves.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# lower bounds of the context-length buckets, in tokens (the last bucket is open-ended)
-CONTEXT_BUCKETS = (0, 256, 1024, 4096, 16384, 65536)
+from draftlab.acceptance.by_context import bucket_label, bucket_of, first_width
+
 NO_CATEGORY = "(none)"
 
 
@@ -32,26 +34,28 @@ class Slice:
     prompts: int
 
 
-def bucket_name(context: int) -> str:
-    """The bucket ``context`` falls in, e.g. ``"256-1023"`` or ``"65536+"``."""
-    lows = [b for b in CONTEXT_BUCKETS if b <= context]
-    lo = lows[-1]
-    i = CONTEXT_BUCKETS.index(lo)
-    return f"{lo}+" if i + 1 == len(CONTEXT_BUCKETS) else f"{lo}-{CONTEXT_BUCKETS[i + 1] - 1}"
+def context_width(prompt_lens: Sequence[int], max_new_tokens: int) -> int:
+    """The first context bucket's width for a run whose cycles start before its longest prompt plus
+    ``max_new_tokens`` (every candidate's furthest root lies there)."""
+    return first_width(max(prompt_lens, default=0) + max_new_tokens - 1)
 
 
-def slices(prompts: Sequence[Cycles]) -> dict[str, dict[str, Slice]]:
-    """``{"category": {name: Slice}, "context": {bucket: Slice}}``, buckets in increasing order."""
+def slices(prompts: Sequence[Cycles], width: int) -> dict[str, dict[str, Slice]]:
+    """``{"category": {name: Slice}, "context": {bucket: Slice}}``, context buckets ``width`` wide first, then
+    doubling (named as probe's), in increasing order."""
     by: dict[str, dict[str, list[tuple[int, int]]]] = {"category": {}, "context": {}}  # name -> (prompt, length)
+    starts: dict[str, int] = {}
     for index, p in enumerate(prompts):
         by["category"].setdefault(p.category or NO_CATEGORY, [])
-        context = p.prompt_len + 1  # the prefill commits the first token
+        position = p.prompt_len  # the first cycle's root: the prefill's token, after the prompt
         for length in p.accept_lengths:
+            lo, hi = bucket_of(position, width)
+            name = bucket_label({"from": lo, "to": hi})
+            starts[name] = lo
             by["category"][p.category or NO_CATEGORY].append((index, length))
-            by["context"].setdefault(bucket_name(context), []).append((index, length))
-            context += length
-    order = {name: i for i, name in enumerate(bucket_name(b) for b in CONTEXT_BUCKETS)}
-    by["context"] = dict(sorted(by["context"].items(), key=lambda kv: order[kv[0]]))
+            by["context"].setdefault(name, []).append((index, length))
+            position += length
+    by["context"] = dict(sorted(by["context"].items(), key=lambda kv: starts[kv[0]]))
     return {kind: {name: _slice(cycles, prompts, kind == "category" and name) for name, cycles in groups.items()}
             for kind, groups in by.items()}
 

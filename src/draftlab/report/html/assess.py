@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from draftlab import figures
+from draftlab.acceptance.by_context import label_start
 from draftlab.report.html.by_context import assess_curves, context_parts
 from draftlab.report.html.markup import Section, esc, figure, num, para, table
 
@@ -33,9 +34,10 @@ def assess_section(doc: dict[str, Any]) -> Section:
                                   numeric=[False, True, True], caption="Accept length per candidate (bonus included)"))
         section.body.append(_accept_figure(candidates, here, old))
     section.body += context_parts(assess_curves(doc))  # the probes' accept length by context
-    for kind, title in (("category", "per category"), ("context", "per context length (tokens before the cycle)")):
+    for kind, title in (("category", "per category"),
+                        ("context", "per context (the cycle's root position), every candidate")):
         names = sorted({n for s in doc.get("slices", {}).values() for n in s.get(kind, {})},
-                       key=lambda n: (int(n.split("-")[0].rstrip("+")) if kind == "context" else n))
+                       key=label_start if kind == "context" else str)
         if len(names) > 1 or kind == "category" and names:
             rows = [(label, *(num((s.get(kind, {}).get(n) or {}).get("accept_length")) for n in names))
                     for label, s in doc["slices"].items()]
