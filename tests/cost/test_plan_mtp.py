@@ -132,6 +132,12 @@ def test_a_plan_of_the_heads_chains_writes_a_schedule_of_its_steps(tmp_path, cap
     assert steps[1] == 3  # the head's 3/1/4 wins at batch 1: a schedule of its steps, not all zeros
     assert doc["schedule"]["num_speculative_tokens_per_batch_size"] == [[1, 7, steps[1]], [8, 8, steps[8]]]
     assert "the target's own MTP head's chain lengths" in doc["schedule_plan"]["notes"][0]
+    assert not any("TensorRT-LLM" in n for n in doc["schedule_plan"]["notes"])
+    assert main(["plan", "--costs", str(costs), *[a for p in probes for a in ("--probe", str(p))], "--schedule",
+                 "trtllm", "--json"]) in (0, None)
+    trtllm = json.loads(capsys.readouterr().out)
+    assert trtllm["schedule"]["max_draft_len"] == 3
+    assert any("its MTP mode is one is not confirmed" in n for n in trtllm["schedule_plan"]["notes"])
 
 
 def test_a_mixed_plan_schedules_the_drafters_chains_and_names_the_heads_left_out(tmp_path, probe_file):

@@ -5,7 +5,9 @@ Engines switch the draft length by batch size (vLLM's ``num_speculative_tokens_p
 SGLang's adaptive-steps slots, TensorRT-LLM's ``draft_len_schedule``); all three take a *chain*
 length, so only the plan's chain configs (topk 1, ``num_draft_tokens = steps + 1``) are candidates. A
 schedule serves one drafting model: the EAGLE-3 drafter's chains, or where the plan has none (a plan of
-``probe --drafter mtp``), the target's own MTP head's; the engines schedule its steps the same way.
+``probe --drafter mtp``), the target's own MTP head's. SGLang's adaptive steps take MTP served as EAGLE and
+vLLM's schedule is its scheduler's, whatever the method (engine-interop.md sections 1 and 3b); TensorRT-LLM
+applies one only in modes with a dynamic draft length, not confirmed for MTP, which the schedule's notes say.
 :mod:`draftlab.engines.schedule` writes the result in each engine's format.
 
 Between planned batch sizes (:data:`RULE`): the plan is made at discrete batch sizes (say 1, 8, 32);
@@ -39,6 +41,12 @@ def chain_length(row: ConfigPlan) -> int | None:
     return row.steps if chain else None
 
 
+def scheduled_method(plan: Plan) -> str | None:
+    """The drafting model a schedule of ``plan`` serves: the first of :data:`DRAFTING_MODELS` with a chain."""
+    chained = {r.method for r in plan.configs if chain_length(r) is not None}
+    return next((m for m in DRAFTING_MODELS if m in chained), None)
+
+
 def _rate(row: ConfigPlan) -> float:
     """The tok/s a schedule is chosen by: the served prediction where the plan has one (``plan --served``)."""
     return row.tokens_per_second if row.served_tokens_per_second is None else row.served_tokens_per_second
@@ -57,7 +65,7 @@ def schedule_from_plan(plan: Plan, *, max_batch_size: int | None = None,
     if not chains:
         raise DraftlabError("the plan has no chain configs (topk 1, num_draft_tokens = steps + 1), the only shape an "
                             "engine's batch-size schedule takes; plan a grid like 1/1/2,2/1/3,3/1/4,4/1/5")
-    method = next(m for m in DRAFTING_MODELS if any(r.method == m for r in chains))
+    method = scheduled_method(plan)
     chains = [r for r in chains if r.method == method]
     top = max_batch_size if max_batch_size is not None else batches[-1]
     if top < batches[-1]:
@@ -103,4 +111,7 @@ def engine_schedule(plan: Plan, engine: str, version: str | None = None, *,
     if cap is not None:
         schedule = schedule_from_plan(plan, max_batch_size=max_batch_size, max_draft_length=cap)
         notes.append(why)
+    if engine == "trtllm" and scheduled_method(plan) == "mtp":
+        notes.append("TensorRT-LLM takes draft_len_schedule in modes with a dynamic draft length; whether its MTP "
+                     "mode is one is not confirmed")
     return write_schedule(schedule, engine, version, notes=notes, all_off=all_off)
