@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from costs import noisy_profile, toy_profile
+from json_shapes import assert_shape
 from safetensors.torch import load_file, save_file
 
 from draftlab.cli import main
@@ -142,6 +143,11 @@ def test_context_slices_are_the_probes_own_buckets(drifted):
                  for b in probe["accept_length_by_context"]}
         assert len(curve) >= 2
         assert {n: (x["cycles"], x["accept_length"]) for n, x in drifted["slices"][label]["context"].items()} == curve
+
+
+def test_json_shape_of_assess(drifted):
+    """assess.json is assembled by hand (verdict, plan, slices): its key paths are kept (tests/json_shapes.py)."""
+    assert_shape("assess", drifted)
 
 
 def test_a_config_error_is_fixed_and_reported(inputs):
