@@ -89,14 +89,14 @@ def profile(
 
 def _time_pair(target: Path, drafter: Path | None, deployment: Deployment | None, where: Placement, context: int,
                **timing: Any) -> Profile:
-    """Load the target (and drafter) as placed, the target capturing the layers ``deployment`` names, and time
-    their passes after ``context`` tokens of KV cache."""
+    """Load the target (and drafter) as placed, the target capturing the layers ``deployment`` names (none without
+    a drafter, as its profile says), and time their passes after ``context`` tokens of KV cache."""
     from draftlab.cost.profiler import profile_costs
     from draftlab.cost.runtime_workload import runtime_workload
     from draftlab.models.drafter import Eagle3Drafter
     from draftlab.models.target import TargetRunner
 
-    runner = TargetRunner.load(target, aux_layers=None if deployment is None else list(deployment.aux.layers),
+    runner = TargetRunner.load(target, aux_layers=[] if deployment is None else list(deployment.aux.layers),
                                dtype=where.dtype, device=where.device)
     draft = None if drafter is None else Eagle3Drafter.load(drafter, target=runner, dtype=where.dtype,
                                                             device=where.device)

@@ -1,5 +1,6 @@
-"""Without a drafter nothing is captured: `serve` (one request at a time and batched) and `regenerate` run a
-3-layer target, whose default aux layers [1, 0, -1] do not exist, as they run any target."""
+"""Without a drafter nothing is captured: `serve` (one request at a time and batched), `regenerate` and `profile`
+run a 3-layer target, whose default aux layers [1, 0, -1] do not exist, as they run any target (generate's
+--no-draft: tests/decode/test_plain_decode.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from draftlab.checkpoint.synth import write_target
+from draftlab.cli import main
 from draftlab.serve.engine import Job
 from draftlab.serve.load import load_context
 from draftlab.train.regenerate import regenerate
@@ -44,3 +46,13 @@ def test_regenerate_runs_a_short_target(short_target, tmp_path):
     regenerate(data, tmp_path / "out.jsonl", target=short_target, max_new_tokens=4)
     row = json.loads((tmp_path / "out.jsonl").read_text())
     assert row["messages"][-1]["role"] == "assistant"
+
+
+def test_profile_without_a_drafter_times_a_short_target_capturing_nothing(short_target, tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    code = main(["profile", "--target", str(short_target), "--device", "cpu", "--warmup", "0", "--repeats", "1",
+                 "--batch-sizes", "1", "--verify-tokens", "1,2", "--context", "8", "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code in (0, None), captured.err
+    doc = json.loads(captured.out)
+    assert [v["tokens"] for v in doc["verify"]] == [1, 2] and doc["deployment"]["captured_layers"] is None
