@@ -31,8 +31,8 @@ Pairs:
 - ``deepseek-v3-5l:mla``: a DeepSeek-V3-shaped target (real dimensions and YaRN, 5 layers, dense MLPs,
   random bf16 weights) and an MLA drafter (``Eagle3DeepseekV2ForCausalLM``) with random weights.
 
-Independent commands run concurrently (``--workers``; the GPU has room for several 8B copies), so
-their seconds include waiting for each other: the smoke run checks that commands work, not how fast.
+Independent commands run concurrently (``--workers`` at most, as many as the card's free memory holds of a
+pair's jobs: :func:`fitting_workers`), so their seconds include waiting for each other: the smoke run checks that commands work, not how fast.
 Prints one line per command (pair, command, exit code, seconds) and a Markdown table last.
 """
 
@@ -569,6 +569,18 @@ def smoke_mtp_decision(smoke: Smoke, pair: str, target: str, prompts: Path, work
                  matching=versus and versus.get("text", "")[:120])
 
 
+def fitting_workers(asked: int, target: Path, drafter: Path, device: str) -> int:
+    """At most ``asked`` jobs at once, as many as the card's free memory holds: each job loads the pair and
+    holds about as much again in caches and activations (training: gradients and optimizer state), plus 4 GiB
+    of CUDA context and workspace (an 8B pair: about 36 GiB a job; two on an 80 GB card, three on an H200)."""
+    if device != "cuda":
+        return asked
+    weights = sum(f.stat().st_size for folder in (target, drafter) for f in folder.glob("*.safetensors"))
+    per_job = 2 * weights + (4 << 30)
+    free, _ = torch.cuda.mem_get_info()
+    return max(1, min(asked, free // per_job))
+
+
 def table(records: list[dict]) -> str:
     lines = ["| pair | command | result | seconds | note |", "|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: r["_order"]):
@@ -591,7 +603,8 @@ def main() -> int:
     parser.add_argument("--workdir", help="where the pairs' folders go (default: a temporary folder)")
     parser.add_argument("--out", help="write the records as JSON here")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: check the script itself")
-    parser.add_argument("--workers", type=int, default=4, help="commands run at once")
+    parser.add_argument("--workers", type=int, default=4, help="commands run at once, at most (fewer where the "
+                                                                   "card's free memory holds fewer of a pair's jobs)")
     parser.add_argument("--only", help="comma-separated jobs (a group: train, assess, vocab, drift, convert, ...; or "
                                        "one command: 'generate --no-draft'): re-check those alone; the full run is "
                                        "what RESULTS records")
@@ -616,8 +629,9 @@ def main() -> int:
                 continue
             target, drafter = (toy_pair(args.toy) if pair == "toy"
                                else write_random_pair(pair, work / "models", args.device))
-            smoke.record(pair, "build pair", True, time.perf_counter() - start)
-            smoke_pair(smoke, pair, target, drafter, work, args.device, args.workers,
+            workers = fitting_workers(args.workers, target, drafter, args.device)
+            smoke.record(pair, "build pair", True, time.perf_counter() - start, workers=workers)
+            smoke_pair(smoke, pair, target, drafter, work, args.device, workers,
                        set(args.only.split(",")) if args.only else None)
         except Exception as exc:  # record and go on to the next pair: the table is the point
             smoke.record(pair, "smoke script", False, 0.0, error=f"{type(exc).__name__}: {exc}")
