@@ -2,8 +2,8 @@
 
 Acceptance falls with context on several models, and agentic or code traffic accepts differently from
 chat, so a mean over everything can hide the slice a deployment serves. A cycle belongs to the context
-bucket of its root's position (the tokens before it: the prompt and what the prefill and the earlier
-cycles committed), bucketed as ``probe``'s ``accept_length_by_context`` is (:mod:`draftlab.acceptance.by_context`)
+bucket of its root's position (the last committed token, which its drafts extend; the number of tokens
+before it), bucketed as ``probe``'s ``accept_length_by_context`` is (:mod:`draftlab.acceptance.by_context`)
 with one first width for every candidate of a run, so their columns line up with each other and with the
 probes' curves.
 """
