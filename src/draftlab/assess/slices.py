@@ -4,8 +4,9 @@ Acceptance falls with context on several models, and agentic or code traffic acc
 chat, so a mean over everything can hide the slice a deployment serves. A cycle belongs to the context
 bucket of its root's position (the last committed token, which its drafts extend; the number of tokens
 before it), bucketed as ``probe``'s ``accept_length_by_context`` is (:mod:`draftlab.acceptance.by_context`)
-with one first width for every candidate of a run, so their columns line up with each other and with the
-probes' curves.
+with one first width for every candidate of a run (from its longest prompt plus ``max_new_tokens``), so their
+columns line up. A probe's own curve takes its width from its furthest cycle: the same buckets unless its
+continuations end short of that (an end of sequence), where its curve is finer.
 """
 
 from __future__ import annotations
