@@ -564,9 +564,11 @@ def smoke_mtp_decision(smoke: Smoke, pair: str, target: str, prompts: Path, work
     doc = smoke.run(pair, "assess --engine vllm (EAGLE-3 drafter and the MTP head)", [
         "assess", "--drafter", drafter, "--target", target, "--prompts", str(prompts), "--engine", "vllm", *cuda,
         *cpu_assess, "--out", str(work / "assess"), "--json"])
-    versus = (doc or {}).get("verdict", {}).get("versus")
-    smoke.record(pair, "assess names the better of drafter and MTP head", bool(versus and versus.get("better")), 0.0,
-                 matching=versus and versus.get("text", "")[:120])
+    versus = (doc or {}).get("verdict", {}).get("versus") or {}
+    said = versus.get("text", "")[:160] + "".join(f" | {c}" for c in (doc or {}).get("timing", {}).get(
+        "contradictions", [])[:3])  # what kept the speed undecided
+    smoke.record(pair, "assess names the better of drafter and MTP head", bool(versus.get("better")), 0.0,
+                 matching=said)
 
 
 def fitting_workers(asked: int, target: Path, drafter: Path, device: str) -> int:

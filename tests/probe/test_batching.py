@@ -57,3 +57,22 @@ def test_cuda_branch_of_the_automatic_batch_runs_on_a_static_runner(toy_pair, mo
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=free: (free, 2 * free))
         sizes.append(auto_batch_size(runner, pair.drafter, configs, 200, count=100))
     assert sizes == sorted(sizes) and sizes[0] == 1 and sizes[-1] == MAX_BATCH
+
+
+@pytest.mark.parametrize("style", ["deepseek", "qwen3_next"])
+def test_cuda_branch_sizes_a_batch_for_the_mtp_head(mtp_toy, monkeypatch, style):
+    """``probe --drafter mtp --device cuda`` sized its batch from an EAGLE-3 drafter's config and crashed (the
+    head's config has no kv heads): its one layer caches what one layer of the target does."""
+    from draftlab.engines.mtp_head import MtpServing
+    from draftlab.engines.sglang_flags import resolve_spec_flags
+    from draftlab.models.mtp import load_mtp
+    from draftlab.probe.batching import auto_batch_size, row_bytes
+
+    folder = mtp_toy.target_dir if style == "deepseek" else mtp_toy.qwen3_next_dir
+    runner, head = load_mtp(folder, MtpServing())  # a dynamic cache, as on CUDA
+    configs = [resolve_spec_flags(3, 1, 3)]
+    row = row_bytes(runner, head, configs, 200)
+    assert row > cache_bytes_per_token(runner) * 200 > 0
+    monkeypatch.setattr(runner, "device", torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10 * row, 20 * row))
+    assert auto_batch_size(runner, head, configs, 200, count=100) == 6

@@ -15,6 +15,7 @@ import torch
 from draftlab.engines.sglang_flags import SpecFlags
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.graphs import BUCKETS
+from draftlab.models.mtp import MtpDrafter
 from draftlab.models.target import TargetRunner
 
 CPU_BATCH = 4
@@ -22,7 +23,7 @@ MAX_BATCH = 64  # past this a decode step stops being bound by the weights (an 8
 MEMORY_SHARE = 0.6  # of the free memory, for the estimate's slack and the allocator's fragmentation
 
 
-def auto_batch_size(runner: TargetRunner, drafter: Eagle3Drafter, configs: list[SpecFlags], longest: int,
+def auto_batch_size(runner: TargetRunner, drafter: Eagle3Drafter | MtpDrafter, configs: list[SpecFlags], longest: int,
                     count: int) -> int:
     """The batch for ``count`` sequences of at most ``longest`` tokens (prompt + continuation)."""
     if runner.device.type != "cuda":
@@ -43,18 +44,23 @@ def cache_bytes_per_token(runner: TargetRunner) -> int:
     return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers if layer.keys is not None) // 2
 
 
-def row_bytes(runner: TargetRunner, drafter: Eagle3Drafter, configs: list[SpecFlags], length: int) -> int:
+def row_bytes(runner: TargetRunner, drafter: Eagle3Drafter | MtpDrafter, configs: list[SpecFlags],
+              length: int) -> int:
     """Peak bytes one sequence of ``length`` tokens adds in the probe's largest phase."""
     cfg = runner.model.config
     size = torch.finfo(runner.dtype).bits // 8
     hidden = cfg.hidden_size
     intermediate = getattr(cfg, "intermediate_size", 4 * hidden)
-    cache = cache_bytes_per_token(runner) * (length + BUCKETS[-1])
+    per_token = cache_bytes_per_token(runner)
+    cache = per_token * (length + BUCKETS[-1])
     aux = len(runner.aux_layers)
     target_pass = length * ((aux + 8) * hidden + 3 * intermediate) * size
     logits = min(length, 512) * cfg.vocab_size * size * 2  # a chunk of the target's argmax
     draft_vocab = drafter.lm_head.out_features
-    draft_kv = 2 * drafter.config.num_key_value_heads * drafter.config.head_dim * size  # an MLA drafter's: 128 heads
+    if isinstance(drafter, MtpDrafter):  # one layer of the target's own kind (MLA's latent on DeepSeek-V3)
+        draft_kv = per_token // cfg.num_hidden_layers
+    else:  # an MLA drafter's: 128 heads
+        draft_kv = 2 * drafter.config.num_key_value_heads * drafter.config.head_dim * size
     drafting = max(flags.topk * length * (2 * draft_vocab * (size + 4) + flags.steps * (4 * hidden * size + draft_kv))
                    for flags in configs)
     return max(cache, target_pass + logits, drafting) + aux * hidden * length * size
