@@ -490,12 +490,13 @@ def smoke_pair(smoke: Smoke, pair: str, target: Path, drafter: Path, work: Path,
         smoke.records[-1].update(sections=len(doc["sections"]), of=len(reported))
 
 
-def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str) -> None:
+def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, workers: int) -> None:
     """The drafters trained today and the target's own MTP head, on their toys, exact in float32 on ``device``:
     ``toy:window`` (the toy drafter trained with an 8-token window: vLLM serves the window from the config,
     SGLang only with --draft-window, which launch writes as --speculative-draft-window-size), ``toy:qwen3``
     (speculators' --draft-arch qwen3 layer, q/k norms; vLLM >= 0.24) and ``toy:mtp`` (the toy DeepSeek-V3
-    target's own MTP layer, ``--drafter mtp``; a chain on vLLM, a tree on SGLang)."""
+    target's own MTP layer, ``--drafter mtp``; a chain on vLLM, a tree on SGLang). Independent parts run
+    ``workers`` at a time: on a GPU each command's process start outweighs its work on a toy."""
     from draftlab.toy import cached_toy_pair
     from draftlab.toy.mtp import cached_mtp_toy
     from draftlab.toy.variants import WINDOW, cached_variant_drafter
@@ -507,68 +508,87 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str) -> Non
                                                                               "--num-draft-tokens", "6"]
     if pair == "toy:mtp":
         target, drafter = str(cached_mtp_toy().target_dir), "mtp"
-        smoke.run(pair, "inspect (MTP layers)", ["inspect", target, "--json"])
-        smoke.run(pair, "check mtp", ["check", "mtp", "--target", target, "--json"])
-        for engine, steps in (("sglang", []), ("vllm", ["--steps", "3"])):  # vLLM has no automatic choice
-            smoke.run(pair, f"launch {engine} --drafter mtp --dry-run",
-                      ["launch", engine, "--target", target, "--drafter", "mtp", *steps, "--dry-run"])
+
+        def checks() -> None:
+            smoke.run(pair, "inspect (MTP layers)", ["inspect", target, "--json"])
+            smoke.run(pair, "check mtp", ["check", "mtp", "--target", target, "--json"])
+            for engine, steps in (("sglang", []), ("vllm", ["--steps", "3"])):  # vLLM has no automatic choice
+                smoke.run(pair, f"launch {engine} --drafter mtp --dry-run",
+                          ["launch", engine, "--target", target, "--drafter", "mtp", *steps, "--dry-run"])
         cases = [("vllm", chain, []), ("sglang", chain, []), ("sglang", tree, [])]
     else:
         toy = cached_toy_pair()
         variant = {"toy:window": "sliding-window", "toy:qwen3": "qwen3"}[pair]
         target, drafter = str(toy.target_dir), str(cached_variant_drafter(toy, variant))
-        smoke.run(pair, "check vllm", ["check", drafter, "--target", target, "--engine", "vllm", "--json"])
-        if pair == "toy:window":
-            window = ["--draft-window", str(WINDOW)]
-            doc = smoke.run(pair, "check sglang", ["check", drafter, "--target", target, "--json"])
-            smoke.record(pair, "check sglang names --speculative-draft-window-size",
-                         doc is not None and "--speculative-draft-window-size" in json.dumps(doc), 0.0)
-            smoke.run(pair, "launch sglang --dry-run (adds the window flag)",
-                      ["launch", "sglang", "--target", target, "--drafter", drafter, "--dry-run"])
-            cases = [("vllm", chain, []), ("vllm", tree, []), ("sglang", chain, window)]
-        else:
-            cases = [("vllm", chain, []), ("vllm", tree, [])]
+        window = ["--draft-window", str(WINDOW)]
+
+        def checks() -> None:
+            smoke.run(pair, "check vllm", ["check", drafter, "--target", target, "--engine", "vllm", "--json"])
+            if pair == "toy:window":
+                doc = smoke.run(pair, "check sglang", ["check", drafter, "--target", target, "--json"])
+                smoke.record(pair, "check sglang names --speculative-draft-window-size",
+                             doc is not None and "--speculative-draft-window-size" in json.dumps(doc), 0.0)
+                smoke.run(pair, "launch sglang --dry-run (adds the window flag)",
+                          ["launch", "sglang", "--target", target, "--drafter", drafter, "--dry-run"])
+        cases = [("vllm", chain, []), ("vllm", tree, [])] + ([("sglang", chain, window)] if pair == "toy:window"
+                                                              else [])
     given = ["--target", target, "--drafter", drafter, "--prompts", str(prompts)]
-    for engine, flags, extra in cases:
+
+    def exact_case(engine: str, flags: list[str], extra: list[str]) -> Callable[[], None]:
         name = f"{engine} {'/'.join(flags[1::2])}"
-        argv = [*given, "--engine", engine, *extra, *flags, *exact]
-        gen = smoke.run(pair, f"generate {name}", ["generate", *argv])
-        got = smoke.run(pair, f"probe {name}", ["probe", *argv])
-        if gen is not None and got is not None:
-            same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
-            smoke.record(pair, f"probe == generate per prompt, {name} (float32)", same == len(rows), 0.0,
-                         matching=f"{same}/{len(rows)}", mean_accept_length=gen["mean_accept_length"])
+
+        def probe_equals_generate() -> None:
+            argv = [*given, "--engine", engine, *extra, *flags, *exact]
+            gen = smoke.run(pair, f"generate {name}", ["generate", *argv])
+            got = smoke.run(pair, f"probe {name}", ["probe", *argv])
+            if gen is not None and got is not None:
+                same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
+                smoke.record(pair, f"probe == generate per prompt, {name} (float32)", same == len(rows), 0.0,
+                             matching=f"{same}/{len(rows)}", mean_accept_length=gen["mean_accept_length"])
+        return probe_equals_generate
+
+    jobs = [checks, *(exact_case(*case) for case in cases)]
     if pair == "toy:mtp":
-        smoke_mtp_decision(smoke, pair, target, prompts, work, device)
+        jobs += mtp_decision_jobs(smoke, pair, target, prompts, work, device)
+    for job in jobs:
+        job.pair = pair  # type: ignore[attr-defined]  # named in the record of a job that raises
+    smoke.jobs(jobs, workers)
 
 
-def smoke_mtp_decision(smoke: Smoke, pair: str, target: str, prompts: Path, work: Path, device: str) -> None:
-    """The MTP head priced and weighed, default flags: profile and probe it, plan from both, and assess the toy
-    target's EAGLE-3 drafter with the head as the other candidate (the verdict names the better one)."""
+def mtp_decision_jobs(smoke: Smoke, pair: str, target: str, prompts: Path, work: Path, device: str
+                      ) -> list[Callable[[], None]]:
+    """The MTP head priced and weighed, default flags: profile and probe it, then plan from both; and assess the
+    toy target's EAGLE-3 drafter with the head as the other candidate (the verdict names the better one, or
+    the timing contradictions that kept it from doing so go into the record)."""
     from draftlab.toy.mtp_drafter import cached_mtp_eagle3_drafter
 
     cuda = ["--device", device]
-    cpu = [] if device == "cuda" else ["--repeats", "2", "--verify-tokens", "1,4"]
-    costs, probed = work / "profile-mtp.json", work / "probe-mtp.json"
-    smoke.run(pair, "profile --drafter mtp", ["profile", "--target", target, "--drafter", "mtp", "--out", str(costs),
-                                              *cuda, *cpu, "--json"])
-    doc = smoke.run(pair, "probe --drafter mtp (default flags)", ["probe", "--target", target, "--drafter", "mtp",
-                                                                  "--prompts", str(prompts), *cuda, "--json"])
-    if doc is not None and costs.is_file():
-        probed.write_text(json.dumps(doc))
-        smoke.run(pair, "plan --costs --probe (MTP head)", ["plan", "--costs", str(costs), "--probe", str(probed),
-                                                            "--json"])
-    drafter = str(cached_mtp_eagle3_drafter(Path(target)))
-    cpu_assess = [] if device == "cuda" else ["--grid", "3/1/4,2/2/4", "--batch-sizes", "1", "--max-new-tokens", "16"]
-    # vLLM: the drafter names layers 0..2, which SGLang cannot name on a DeepSeek target (check says so)
-    doc = smoke.run(pair, "assess --engine vllm (EAGLE-3 drafter and the MTP head)", [
-        "assess", "--drafter", drafter, "--target", target, "--prompts", str(prompts), "--engine", "vllm", *cuda,
-        *cpu_assess, "--out", str(work / "assess"), "--json"])
-    versus = (doc or {}).get("verdict", {}).get("versus") or {}
-    said = versus.get("text", "")[:160] + "".join(f" | {c}" for c in (doc or {}).get("timing", {}).get(
-        "contradictions", [])[:3])  # what kept the speed undecided
-    smoke.record(pair, "assess names the better of drafter and MTP head", bool(versus.get("better")), 0.0,
-                 matching=said)
+
+    def priced() -> None:
+        cpu = [] if device == "cuda" else ["--repeats", "2", "--verify-tokens", "1,4"]
+        costs, probed = work / "profile-mtp.json", work / "probe-mtp.json"
+        smoke.run(pair, "profile --drafter mtp", ["profile", "--target", target, "--drafter", "mtp", "--out",
+                                                  str(costs), *cuda, *cpu, "--json"])
+        doc = smoke.run(pair, "probe --drafter mtp (default flags)", ["probe", "--target", target, "--drafter",
+                                                                      "mtp", "--prompts", str(prompts), *cuda, "--json"])
+        if doc is not None and costs.is_file():
+            probed.write_text(json.dumps(doc))
+            smoke.run(pair, "plan --costs --probe (MTP head)", ["plan", "--costs", str(costs), "--probe",
+                                                                str(probed), "--json"])
+
+    def assessed() -> None:
+        drafter = str(cached_mtp_eagle3_drafter(Path(target)))
+        cpu = [] if device == "cuda" else ["--grid", "3/1/4,2/2/4", "--batch-sizes", "1", "--max-new-tokens", "16"]
+        # vLLM: the drafter names layers 0..2, which SGLang cannot name on a DeepSeek target (check says so)
+        doc = smoke.run(pair, "assess --engine vllm (EAGLE-3 drafter and the MTP head)", [
+            "assess", "--drafter", drafter, "--target", target, "--prompts", str(prompts), "--engine", "vllm", *cuda,
+            *cpu, "--out", str(work / "assess"), "--json"])
+        versus = (doc or {}).get("verdict", {}).get("versus") or {}
+        said = versus.get("text", "")[:160] + "".join(f" | {c}" for c in (doc or {}).get("timing", {}).get(
+            "contradictions", [])[:3])  # what kept the speed undecided
+        smoke.record(pair, "assess names the better of drafter and MTP head", bool(versus.get("better")), 0.0,
+                     matching=said)
+    return [priced, assessed]
 
 
 def fitting_workers(asked: int, target: Path, drafter: Path, device: str) -> int:
@@ -627,7 +647,7 @@ def main() -> int:
         start = time.perf_counter()
         try:
             if pair in VARIANT_PAIRS:
-                smoke_variant_pairs(smoke, pair, work, args.device)
+                smoke_variant_pairs(smoke, pair, work, args.device, args.workers)
                 continue
             target, drafter = (toy_pair(args.toy) if pair == "toy"
                                else write_random_pair(pair, work / "models", args.device))
