@@ -495,7 +495,8 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, worker
     ``toy:window`` (the toy drafter trained with an 8-token window: vLLM serves the window from the config,
     SGLang only with --draft-window, which launch writes as --speculative-draft-window-size), ``toy:qwen3``
     (speculators' --draft-arch qwen3 layer, q/k norms; vLLM >= 0.24) and ``toy:mtp`` (the toy DeepSeek-V3
-    target's own MTP layer, ``--drafter mtp``; a chain on vLLM, a tree on SGLang). Independent parts run
+    target's own MTP layer, ``--drafter mtp``, a chain on vLLM and a tree on SGLang; and the toy Qwen3-Next's,
+    whose target mixes linear and full attention, a chain). Independent parts run
     ``workers`` at a time: on a GPU each command's process start outweighs its work on a toy."""
     from draftlab.toy import cached_toy_pair
     from draftlab.toy.mtp import cached_mtp_toy
@@ -507,7 +508,8 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, worker
     chain, tree = ["--steps", "3", "--topk", "1", "--num-draft-tokens", "4"], ["--steps", "3", "--topk", "2",
                                                                               "--num-draft-tokens", "6"]
     if pair == "toy:mtp":
-        target, drafter = str(cached_mtp_toy().target_dir), "mtp"
+        toy = cached_mtp_toy()
+        target, drafter = str(toy.target_dir), "mtp"
 
         def checks() -> None:
             smoke.run(pair, "inspect (MTP layers)", ["inspect", target, "--json"])
@@ -515,7 +517,8 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, worker
             for engine, steps in (("sglang", []), ("vllm", ["--steps", "3"])):  # vLLM has no automatic choice
                 smoke.run(pair, f"launch {engine} --drafter mtp --dry-run",
                           ["launch", engine, "--target", target, "--drafter", "mtp", *steps, "--dry-run"])
-        cases = [("vllm", chain, []), ("sglang", chain, []), ("sglang", tree, [])]
+        cases = [("vllm", chain, [], target), ("sglang", chain, [], target), ("sglang", tree, [], target),
+                 ("vllm", chain, [], str(toy.qwen3_next_dir))]
     else:
         toy = cached_toy_pair()
         variant = {"toy:window": "sliding-window", "toy:qwen3": "qwen3"}[pair]
@@ -530,15 +533,15 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, worker
                              doc is not None and "--speculative-draft-window-size" in json.dumps(doc), 0.0)
                 smoke.run(pair, "launch sglang --dry-run (adds the window flag)",
                           ["launch", "sglang", "--target", target, "--drafter", drafter, "--dry-run"])
-        cases = [("vllm", chain, []), ("vllm", tree, [])] + ([("sglang", chain, window)] if pair == "toy:window"
-                                                              else [])
-    given = ["--target", target, "--drafter", drafter, "--prompts", str(prompts)]
+        cases = [("vllm", chain, [], target), ("vllm", tree, [], target)] + (
+            [("sglang", chain, window, target)] if pair == "toy:window" else [])
 
-    def exact_case(engine: str, flags: list[str], extra: list[str]) -> Callable[[], None]:
-        name = f"{engine} {'/'.join(flags[1::2])}"
+    def exact_case(engine: str, flags: list[str], extra: list[str], on: str) -> Callable[[], None]:
+        name = f"{engine} {'/'.join(flags[1::2])}" + (" (Qwen3-Next)" if on != target else "")
 
         def probe_equals_generate() -> None:
-            argv = [*given, "--engine", engine, *extra, *flags, *exact]
+            argv = ["--target", on, "--drafter", drafter, "--prompts", str(prompts), "--engine", engine, *extra,
+                    *flags, *exact]
             gen = smoke.run(pair, f"generate {name}", ["generate", *argv])
             got = smoke.run(pair, f"probe {name}", ["probe", *argv])
             if gen is not None and got is not None:

@@ -99,9 +99,14 @@ def test_profile_drafter_mtp_times_the_heads_passes_and_names_its_engine(mtp_toy
     captured = capsys.readouterr()
     assert code == 0, captured.err
     doc = json.loads(captured.out)
-    # vLLM drafts the head as a chain: its draft step over one row only
+    # vLLM drafts the head as a chain: its draft step over one row only; the extends asked for plus those the
+    # calibration chains (1/1/2, 4/1/5) reach
     assert [(p["batch_size"], p["tokens"]) for p in doc["mtp_draft_step"]] == [(1, 1), (2, 1)]
-    assert [(p["batch_size"], p["tokens"]) for p in doc["mtp_draft_extend"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert [(p["batch_size"], p["tokens"]) for p in doc["mtp_draft_extend"]] == [(b, t) for b in (1, 2)
+                                                                                 for t in range(1, 6)]
+    # the head's decoder's own work, fitted where it runs (one prompt at a time), no tree for a chain
+    assert [o["batch_size"] for o in doc["mtp_overhead"]] == [1] and doc["mtp_overhead"][0]["tree_ms"] == 0
+    assert doc["overhead"] == []  # no EAGLE-3 drafter profiled
     assert doc["draft_step"] == [] and doc["draft_extend"] == []
     assert doc["mtp"]["engine"] == doc["deployment"]["engine"] == "vllm"
     assert doc["mtp"]["mtp_layer"] == "model.layers.4" and doc["deployment"]["captured_layers"] is None
@@ -152,3 +157,34 @@ def test_a_mixed_plan_schedules_the_drafters_chains_and_names_the_heads_left_out
     assert schedule.ranges[0].draft_length in (0, 3)
     assert [n for n in schedule.notes if "mtp 3/1/4" in n] == [
         "the MTP head's chains left out (a schedule serves one drafting model): mtp 3/1/4"]
+
+
+def _overhead(b: int, decode: float, cycle: float, step: float) -> dict:
+    return {"batch_size": b, "decode_ms": decode, "cycle_ms": cycle, "draft_step_ms": step, "tree_ms": 0.0}
+
+
+def test_the_head_is_priced_with_its_own_decoders_overhead_where_it_was_timed(tmp_path, probe_file):
+    """The head's decoder does its own per-cycle work (an eager layer of the target's kind, one prompt at a
+    time): at batch 1, where profile times its cycles, its rows take that overhead, not the drafter's decoder's
+    (before, a real decode of the head ran 20% under the plan, and assess's cross-check withheld the verdict)."""
+    doc = mtp_profile()
+    doc["overhead"] = [_overhead(1, 0.2, 0.4, 0.1), _overhead(8, 0.3, 0.6, 0.2)]
+    doc["mtp_overhead"] = [_overhead(1, 0.25, 2.0, 0.9)]
+    probes = load_probes([probe_file, mtp_probe(tmp_path, 3, 1, 4, 3.2)])
+    plan = make_plan(profile_from_dict(doc), [p for p in probes if p.method == "eagle3"],
+                     mtp=[p for p in probes if p.method == "mtp"])
+    rows = {(r.label, r.batch_size): r for r in plan.configs}
+    assert rows[("mtp 3/1/4", 1)].overhead_ms == pytest.approx(0.5 + 2.0 + 2 * 0.9)  # the head's own
+    assert rows[("mtp 3/1/4", 8)].overhead_ms == pytest.approx(0.5 + 0.6 + 2 * 0.2)  # the drafter's stands in
+    assert rows[("3/1/4", 1)].overhead_ms == pytest.approx(0.5 + 0.4 + 2 * 0.1)
+    assert plan.decode_ms[1] == pytest.approx(10.0 + 0.2)  # plain decoding: the drafter's decoder's measure
+    assert profile_from_dict(json.loads(json.dumps(doc))).mtp_overhead[0].cycle_ms == 2.0
+
+
+def test_a_profile_of_the_head_alone_takes_plain_decodings_work_from_its_decoder(tmp_path):
+    doc = mtp_profile()
+    doc["draft_step"], doc["draft_extend"] = [], []
+    doc["mtp_overhead"] = [_overhead(1, 0.25, 2.0, 0.9)]
+    plan = make_plan(profile_from_dict(doc), [], grid=[], mtp=load_probes([mtp_probe(tmp_path, 3, 1, 4, 3.2)]))
+    assert plan.decode_ms == {1: pytest.approx(10.25), 8: pytest.approx(14.0)}  # batch 8: nothing measured
+    assert plan.baseline_tokens_per_second[1] == pytest.approx(1000 / 10.25)

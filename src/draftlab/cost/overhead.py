@@ -55,14 +55,19 @@ CycleRunner = Callable[[int, SpecConfig | None], CycleSample]
 Passes = Callable[[int, SpecConfig, float], float]
 
 
-def fit_overhead(batch_size: int, run_cycles: CycleRunner, passes_ms: Passes, decode_pass_ms: float) -> Overhead:
+def fit_overhead(batch_size: int, run_cycles: CycleRunner, passes_ms: Passes, decode_pass_ms: float, *,
+                 trees: bool = True) -> Overhead:
     """Time plain decoding and the calibration configs with ``run_cycles`` and subtract
-    ``passes_ms(batch, config, accept_length)`` (or ``decode_pass_ms``) from each."""
+    ``passes_ms(batch, config, accept_length)`` (or ``decode_pass_ms``) from each; without ``trees`` (a
+    drafter served as a chain only) the tree is not run and adds nothing."""
     plain = run_cycles(batch_size, None).ms_per_cycle - decode_pass_ms
-    short, long, tree = (run_cycles(batch_size, c) for c in CALIBRATION)
+    short, long = (run_cycles(batch_size, c) for c in (SHORT, LONG))
     fixed = short.ms_per_cycle - passes_ms(batch_size, SHORT, short.accept_length)
     step = (long.ms_per_cycle - passes_ms(batch_size, LONG, long.accept_length) - fixed) \
         / (LONG.draft_passes - SHORT.draft_passes)
     chain = Overhead(batch_size, decode_ms=max(0.0, plain), cycle_ms=max(0.0, fixed), draft_step_ms=max(0.0, step))
+    if not trees:
+        return chain
+    tree = run_cycles(batch_size, TREE)
     extra = tree.ms_per_cycle - passes_ms(batch_size, TREE, tree.accept_length) - chain.of(TREE)
     return replace(chain, tree_ms=max(0.0, extra))

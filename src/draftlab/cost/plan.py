@@ -121,7 +121,8 @@ def make_plan(
 ) -> Plan:
     """Predict every grid config (default: the probed configs) at every batch size, and each
     ``model_free`` candidate beside them, and each config ``mtp`` gives an accept length for drafted by
-    the target's own MTP head, at the profiled cost of its own passes (method "mtp")."""
+    the target's own MTP head, at the profiled cost of its own passes and, where its cycles were timed, its
+    decoder's own per-cycle work (method "mtp")."""
     if not profile.verify:
         raise DraftlabError(
             "the profile has no target measurements; run draftlab profile with --target"
@@ -155,14 +156,15 @@ def make_plan(
     if unserved:
         raise DraftlabError(f"batch size {unserved[0]} was not measured through draftlab serve (served: "
                             f"{_join(sorted(table.served))}); re-run plan --served with it in --batch-sizes")
-    decode = {b: table.decode_ms(b) for b in batch_sizes}
+    heads = CostTable.of(profile, mtp=True) if mtp else None
+    # plain decoding's own work: measured with the drafter's decoder, else (the head alone) with the head's
+    decode = {b: (table if b in table.overheads or heads is None else heads).decode_ms(b) for b in batch_sizes}
     rows = [
         _predict(table, e.config, b, decode[b], *_accept_length(e, b, probes))
         for b in batch_sizes
         for e in grid
     ] + [_predict_model_free(table, m, b, decode[b]) for b in batch_sizes for m in model_free]
-    if mtp:
-        heads = CostTable.of(profile, mtp=True)
+    if heads is not None:
         rows += [_predict(heads, c, b, decode[b], *_accept_length(GridEntry(c), b, mtp), method="mtp")
                  for b in batch_sizes for c in dict.fromkeys(p.config for p in mtp)]
     best = {b: max((r for r in rows if r.batch_size == b), key=lambda r: r.tokens_per_second)

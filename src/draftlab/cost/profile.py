@@ -27,6 +27,8 @@
      "overhead": [{"batch_size": int, "decode_ms": float, "cycle_ms": float, "draft_step_ms": float,
                    "tree_ms": float}],
                                      # the decoder's own work, measured (draftlab.cost.overhead)
+     "mtp_overhead": [{...}],        # the same with the MTP head drafting (batch 1, the head's only decoder;
+                                     # absent or [] unless profiled; elsewhere the head takes "overhead")
      "served": [{"batch_size": int, "step_ms": float, "batch_ms": float, "request_tokens": int}]}
                                      # draftlab serve's plain decoding, measured through it
                                      # (draftlab.cost.served; absent or [] unless plan --served)
@@ -93,6 +95,7 @@ class Profile:
     allreduce: AllReduceCosts | None = None
     overhead_ms: float = 0.0
     overhead: list[Overhead] = field(default_factory=list)
+    mtp_overhead: list[Overhead] = field(default_factory=list)  # the MTP head's decoder's own work
     served: list[ServedCost] = field(default_factory=list)
     mtp_draft_step: list[Measurement] = field(default_factory=list)  # the target's own MTP head's passes
     mtp_draft_extend: list[Measurement] = field(default_factory=list)
@@ -161,7 +164,8 @@ class CostTable:
 
     @classmethod
     def of(cls, profile: Profile, *, mtp: bool = False) -> CostTable:
-        """The curves of ``profile``; with ``mtp`` the drafter's are the target's own MTP head's."""
+        """The curves of ``profile``; with ``mtp`` the drafter's are the target's own MTP head's, and so is the
+        decoder's measured overhead where its cycles were timed (elsewhere the drafter's decoder's stands in)."""
         hint = "re-run draftlab profile with the missing size"
         drafter_hint = f"run draftlab profile with --drafter {'mtp ' if mtp else ''}and the sizes needed"
         ar = profile.allreduce
@@ -175,7 +179,7 @@ class CostTable:
             allreduce=None if ar is None else CostCurve("all-reduce", ar.points, hint=hint),
             allreduce_calls=0 if ar is None else ar.calls_per_forward,
             overhead_ms=profile.overhead_ms,
-            overheads={o.batch_size: o for o in profile.overhead},
+            overheads={o.batch_size: o for o in [*profile.overhead, *(profile.mtp_overhead if mtp else [])]},
             served={c.batch_size: c for c in profile.served},
         )
 
@@ -266,6 +270,7 @@ def profile_from_dict(doc: Any, *, source: str | Path = "profile") -> Profile:
         allreduce=allreduce,
         overhead_ms=float(overhead),
         overhead=_overheads(doc.get("overhead") or [], source),
+        mtp_overhead=_overheads(doc.get("mtp_overhead") or [], source),
         served=_served(doc.get("served") or [], source),
         context_tokens=_int({"v": doc.get("context_tokens", 0)}, "v", "context_tokens", source, minimum=0),
         timer=str(doc.get("timer", "")),

@@ -32,13 +32,14 @@ from draftlab.cost.timing import Job, measure_jobs, timer_name
 from draftlab.errors import DraftlabError
 
 PassFactory = Callable[[int, int], Callable[[], object]]
+MTP_BATCH = 1  # the batch size the MTP head's decoder runs (one prompt at a time), where its overhead is fitted
 
 
 @dataclass(frozen=True)
 class Workload:
     """The passes to time. ``draft_step`` (and ``mtp_draft_step``, the target's own MTP head's) gets rows per
     sequence (topk), the others tokens; ``cycles`` runs the decoder's real cycles, to measure its overhead
-    beyond the passes."""
+    beyond the passes (``mtp_cycles``: with the MTP head drafting, at batch size 1 only)."""
 
     model: ModelInfo
     device: torch.device
@@ -49,6 +50,7 @@ class Workload:
     mtp_draft_extend: PassFactory | None = None
     context_tokens: int = 0
     cycles: CycleRunner | None = None
+    mtp_cycles: CycleRunner | None = None
 
 
 def profile_costs(
@@ -69,7 +71,7 @@ def profile_costs(
     """Time every pass at every size (progress bar on stderr; ``repeats`` calls each, over ``rounds``
     interleaved passes: :func:`draftlab.cost.timing.measure_jobs`) and return the profile. With a drafter
     and ``measure_overhead``, also the decoder's own per-cycle work (:mod:`draftlab.cost.overhead`),
-    for which the calibration chains' sizes are measured too."""
+    for which the calibration chains' sizes are measured too; with the MTP head, its decoder's at batch 1."""
     sizes = [*batch_sizes, *verify_tokens, *draft_rows, *extend_tokens]
     if not sizes or min(sizes) < 1:
         raise DraftlabError("batch sizes, verify tokens, draft rows and extend tokens must be >= 1")
@@ -77,10 +79,14 @@ def profile_costs(
         raise DraftlabError("--verify-tokens must include 1: the decode step is a 1-token verify")
     if overhead_ms < 0:
         raise DraftlabError(f"--overhead-ms must be >= 0, got {overhead_ms}")
-    calibrate = measure_overhead and workload.cycles is not None and workload.draft_step is not None
+    fit_drafter = measure_overhead and workload.cycles is not None and workload.draft_step is not None
+    fit_head = measure_overhead and workload.mtp_cycles is not None and workload.mtp_draft_step is not None \
+        and MTP_BATCH in batch_sizes
+    calibrate = fit_drafter or fit_head
+    head_trees = max(draft_rows, default=1) > 1  # the head drafts trees only where its rows were asked for
     if calibrate:
         verify_tokens = sorted({*verify_tokens, *(c.num_draft_tokens for c in CALIBRATION)})
-        draft_rows = sorted({*draft_rows, *(c.topk for c in CALIBRATION)})
+        draft_rows = sorted({*draft_rows, *(c.topk for c in CALIBRATION if fit_drafter or head_trees)})
         extend_tokens = sorted({*extend_tokens, *range(1, max(c.steps for c in CALIBRATION) + 2)})
     sections: list[tuple[str, PassFactory | None, Sequence[int]]] = [
         ("verify", workload.verify, verify_tokens),
@@ -114,17 +120,20 @@ def profile_costs(
     )
     if not calibrate:
         return profile
-    table = CostTable.of(profile)
     console = Console(stderr=True)
     if progress and not console.is_terminal:
         print("profiling: timing the decoder's own cycles", file=sys.stderr, flush=True)
     with console.status("timing the decoder's own cycles", spinner="dots") if progress and console.is_terminal \
             else nullcontext():
-        overheads = _fit_overheads(workload.cycles, table, batch_sizes)
-    return replace(profile, overhead=overheads)
+        overheads = _fit_overheads(workload.cycles, CostTable.of(profile), batch_sizes) \
+            if fit_drafter and workload.cycles is not None else []
+        heads = _fit_overheads(workload.mtp_cycles, CostTable.of(profile, mtp=True), [MTP_BATCH], trees=head_trees) \
+            if fit_head and workload.mtp_cycles is not None else []
+    return replace(profile, overhead=overheads, mtp_overhead=heads)
 
 
-def _fit_overheads(cycles: CycleRunner, table: CostTable, batch_sizes: Sequence[int]) -> list[Overhead]:
+def _fit_overheads(cycles: CycleRunner, table: CostTable, batch_sizes: Sequence[int], *, trees: bool = True
+                   ) -> list[Overhead]:
     """:func:`~draftlab.cost.overhead.fit_overhead` at every batch size; a batch size whose measured cycles
     are out of line with its neighbours' (:func:`draftlab.cost.outliers.out_of_line`) is fitted again, and
     the fit from the calmer cycles (lower total: load only adds time) kept."""
@@ -135,7 +144,7 @@ def _fit_overheads(cycles: CycleRunner, table: CostTable, batch_sizes: Sequence[
             sample = cycles(batch, config)
             seen["plain" if config is None else config.label] = sample.ms_per_cycle
             return sample
-        return fit_overhead(b, run, table.passes_ms, table.decode_ms(b)), seen
+        return fit_overhead(b, run, table.passes_ms, table.decode_pass_ms(b), trees=trees), seen
 
     fits = {b: fit(b) for b in batch_sizes}
     curves: dict[str, dict[int, float]] = {}

@@ -22,7 +22,9 @@ buffers and crops them away), so every call does the same work and none allocate
 in-place pack a real verify's ``keep`` does is then part of the decoder's measured overhead.
 
 ``cycles`` times the decoder's real cycles (plain, or a given config) over random prompts of
-``context_tokens`` tokens, for :func:`draftlab.cost.overhead.fit_overhead`.
+``context_tokens`` tokens, for :func:`draftlab.cost.overhead.fit_overhead`; ``mtp_cycles`` the same with the
+MTP head drafting, on the runner that hands it the final hidden state (one prompt at a time, the only way
+``generate`` decodes with the head), so the head is priced with its own decoder's per-cycle work.
 """
 
 from __future__ import annotations
@@ -112,6 +114,11 @@ def runtime_workload(
         return _decoder_cycles(target, None if config is None else drafter, batch_size, config,
                                [ids(context_tokens).tolist() for _ in range(batch_size)])
 
+    def mtp_cycles(batch_size: int, config: SpecConfig | None) -> CycleSample:
+        assert mtp is not None and batch_size == 1
+        runner, head = mtp
+        return _decoder_cycles(runner, None if config is None else head, 1, config, [ids(context_tokens).tolist()])
+
     return Workload(
         model=ModelInfo(
             target=target_name, drafter=drafter_name, model_type=cfg.model_type,
@@ -126,10 +133,11 @@ def runtime_workload(
         mtp_draft_extend=None if mtp is None else _mtp_pass(*mtp, context, gen, own_hidden=False),
         context_tokens=context_tokens,
         cycles=cycles,
+        mtp_cycles=None if mtp is None else mtp_cycles,
     )
 
 
-def _decoder_cycles(target: TargetRunner, drafter: Eagle3Drafter | None, batch_size: int,
+def _decoder_cycles(target: TargetRunner, drafter: Eagle3Drafter | MtpDrafter | None, batch_size: int,
                     config: SpecConfig | None, prompts: list[list[int]]) -> CycleSample:
     """Time ``generate``'s own decoder over ``CYCLE_TOKENS`` new tokens per prompt, less its prefill
     (timed alone), per verify cycle: medians of :data:`CYCLE_RUNS` interleaved runs after a warm-up."""
