@@ -127,9 +127,9 @@ def profile_costs(
             else nullcontext():
         overheads = _fit_overheads(workload.cycles, CostTable.of(profile), batch_sizes) \
             if fit_drafter and workload.cycles is not None else []
-        heads = _fit_overheads(workload.mtp_cycles, CostTable.of(profile, mtp=True), [MTP_BATCH], trees=head_trees) \
-            if fit_head and workload.mtp_cycles is not None else []
-    return replace(profile, overhead=overheads, mtp_overhead=heads)
+        head_overheads = _fit_overheads(workload.mtp_cycles, CostTable.of(profile, mtp=True), [MTP_BATCH],
+                                        trees=head_trees) if fit_head and workload.mtp_cycles is not None else []
+    return replace(profile, overhead=overheads, mtp_overhead=head_overheads)
 
 
 def _fit_overheads(cycles: CycleRunner, table: CostTable, batch_sizes: Sequence[int], *, trees: bool = True
