@@ -3,6 +3,8 @@
     PYTHONPATH=src python benchmarks/gpu_smoke.py --toy TOY_DIR [--pairs toy,llama-3.1-8b] [--out smoke.json]
 CPU check of the script itself (a tiny random pair instead of the 8B one; minutes):
     PYTHONPATH=src python benchmarks/gpu_smoke.py --device cpu --pairs toy,tiny
+On a device whose Python differs from this machine's, carry the toys trained here (benchmarks/smoke_cache.py)
+rather than train them there.
 
 Run it on a GPU machine whenever a change touches models/, decode/, probe/, cost/ or serve/, and record
 the last run in benchmarks/RESULTS.md ("GPU smoke run"). Every command runs in its own process
