@@ -188,3 +188,20 @@ def test_a_profile_of_the_head_alone_takes_plain_decodings_work_from_its_decoder
     plan = make_plan(profile_from_dict(doc), [], grid=[], mtp=load_probes([mtp_probe(tmp_path, 3, 1, 4, 3.2)]))
     assert plan.decode_ms == {1: pytest.approx(10.25), 8: pytest.approx(14.0)}  # batch 8: nothing measured
     assert plan.baseline_tokens_per_second[1] == pytest.approx(1000 / 10.25)
+
+
+def test_profile_shows_both_decoders_overhead_in_the_terminal(tmp_path):
+    from rich.console import Console
+
+    from draftlab.report.profile import render_profile
+
+    doc = mtp_profile()
+    doc["overhead"] = [_overhead(1, 0.2, 0.4, 0.1)]
+    doc["mtp_overhead"] = [_overhead(1, 0.25, 2.0, 0.9)]
+    console = Console(record=True, width=120)
+    render_profile(profile_from_dict(doc), console, tmp_path / "profile.json")
+    lines = console.export_text().splitlines()
+    assert any(line.split()[:6] == ["drafter", "1", "0.200", "0.400", "0.100", "0.000"] for line in
+               [x.replace("│", " ") for x in lines])
+    assert any(line.split()[:7] == ["MTP", "head", "1", "0.250", "2.000", "0.900", "0.000"] for line in
+               [x.replace("│", " ") for x in lines])
