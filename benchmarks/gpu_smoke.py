@@ -553,15 +553,20 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, worker
         return probe_equals_generate
 
     jobs = [checks, *(exact_case(*case) for case in cases)]
+    assessed = None
     if pair == "toy:mtp":
-        jobs += mtp_decision_jobs(smoke, pair, target, prompts, work, device)
+        priced, assessed = mtp_decision_jobs(smoke, pair, target, prompts, work, device)
+        jobs.append(priced)
     for job in jobs:
         job.pair = pair  # type: ignore[attr-defined]  # named in the record of a job that raises
     smoke.jobs(jobs, workers)
+    if assessed is not None:  # alone: its verdict rests on timings other jobs would disturb
+        smoke.job.key = (len(jobs), 0)
+        assessed()
 
 
 def mtp_decision_jobs(smoke: Smoke, pair: str, target: str, prompts: Path, work: Path, device: str
-                      ) -> list[Callable[[], None]]:
+                      ) -> tuple[Callable[[], None], Callable[[], None]]:
     """The MTP head priced and weighed, default flags: profile and probe it, then plan from both; and assess the
     toy target's EAGLE-3 drafter with the head as the other candidate (the verdict names the better one, or
     the timing contradictions that kept it from doing so go into the record)."""
@@ -593,7 +598,7 @@ def mtp_decision_jobs(smoke: Smoke, pair: str, target: str, prompts: Path, work:
             "contradictions", [])[:3])  # what kept the speed undecided
         smoke.record(pair, "assess names the better of drafter and MTP head", bool(versus.get("better")), 0.0,
                      matching=said)
-    return [priced, assessed]
+    return priced, assessed
 
 
 def fitting_workers(asked: int, target: Path, drafter: Path, device: str) -> int:
