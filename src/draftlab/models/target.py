@@ -130,8 +130,9 @@ class TargetRunner:
         torch_dtype = parse_dtype(dtype)
         kwargs = {"device_map": device_map} if device_map else {}
         try:
-            model = AutoModelForCausalLM.from_pretrained(
-                path, dtype=torch_dtype, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
+            with _mtp_layers_expected(path, trust_remote_code):
+                model = AutoModelForCausalLM.from_pretrained(
+                    path, dtype=torch_dtype, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             hint = "" if trust_remote_code else " (if it needs its own modelling code, pass --trust-remote-code)"
@@ -355,3 +356,30 @@ def _eos_ids(model: PreTrainedModel) -> set[int]:
         elif isinstance(value, (list, tuple)):
             ids.update(int(v) for v in value)
     return ids
+
+
+@contextmanager
+def _mtp_layers_expected(path: Path, trust_remote_code: bool) -> Iterator[None]:
+    """While loading ``path``: its DeepSeek-style MTP layers (``model.layers.L+i.``, past its L decoder layers),
+    which the causal LM does not hold and the MTP head loads apart, count as expected keys. transformers names
+    them by the released models' depths (DeepSeek-V3's layer 61, GLM-4.5's 92 and 46), so a target of another
+    depth (a toy, a resized variant) printed every MTP tensor as UNEXPECTED on each load. Unknown or
+    remote-code classes load as they are."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    layers, count = getattr(config, "num_hidden_layers", None), getattr(config, "num_nextn_predict_layers", 0) or 0
+    kind = None if trust_remote_code else MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    if kind is None or not isinstance(layers, int) or count < 1:
+        yield
+        return
+    own = kind.__dict__.get("_keys_to_ignore_on_load_unexpected")
+    kind._keys_to_ignore_on_load_unexpected = [*(kind._keys_to_ignore_on_load_unexpected or []),
+                                               rf"^model\.layers\.({'|'.join(str(layers + i) for i in range(count))})\."]
+    try:
+        yield
+    finally:
+        if own is None:
+            del kind._keys_to_ignore_on_load_unexpected
+        else:
+            kind._keys_to_ignore_on_load_unexpected = own
