@@ -57,7 +57,9 @@ def row_bytes(runner: TargetRunner, drafter: Eagle3Drafter | MtpDrafter, configs
     target_pass = length * ((aux + 8) * hidden + 3 * intermediate) * size
     logits = min(length, 512) * cfg.vocab_size * size * 2  # a chunk of the target's argmax
     draft_vocab = drafter.lm_head.out_features
-    if isinstance(drafter, MtpDrafter):  # one layer of the target's own kind (MLA's latent on DeepSeek-V3)
+    if isinstance(drafter, MtpDrafter):
+        # one target layer's cache, averaged over its layers: MLA's latent on DeepSeek-V3; on Qwen3-Next, whose
+        # linear-attention layers cache no keys, less than a full-attention layer's (within MEMORY_SHARE's slack)
         draft_kv = per_token // cfg.num_hidden_layers
     else:  # an MLA drafter's: 128 heads
         draft_kv = 2 * drafter.config.num_key_value_heads * drafter.config.head_dim * size
