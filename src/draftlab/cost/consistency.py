@@ -3,10 +3,13 @@
 A pass over more tokens (or draft rows, or sequences) does more work, so it cannot take much less
 time than a smaller one; a speculative cycle contains a verify at least as large as the decode step,
 so its break-even accept length is at least 1 and no predicted speed-up exceeds its accept length.
-Timings that break these rules by more than noise (:data:`TOLERANCE`) come from a machine too busy
-to time on (a 1-token verify at 64.5 ms against 13.2 ms for 5 tokens; a "19.91x" at accept length
+Timings that break these rules by more than noise come from a machine too busy to time on (a 1-token verify at 64.5 ms against 13.2 ms for 5 tokens; a "19.91x" at accept length
 4.21): ``assess`` then says the speed cannot be decided, and names the figures, instead of picking a
-winner from them. The spread of every point (p90 / p10 of its interleaved repeats) is reported.
+winner from them. A larger pass counts as faster only when its median is :data:`TOLERANCE` times below
+the smaller one's and their spreads do not overlap (its p90 below the smaller pass's p10): a GPU pass
+bound by host syncs times bimodally, and a median that lands on the slow mode of one point and the fast
+mode of the next is noise its own repeats show. The spread of every point (p90 / p10 of its
+interleaved repeats) is reported.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from draftlab.cost.measurement import Measurement
 from draftlab.cost.plan import Plan
 from draftlab.cost.profile import Profile
 
-TOLERANCE = 1.25  # a larger pass this many times faster than a smaller one contradicts it (less is noise)
+TOLERANCE = 1.25  # a larger pass this many times faster than a smaller one, spreads apart, contradicts it
 SECTIONS = {"verify": "verify", "draft_step": "draft step", "draft_extend": "draft-extend",
             "mtp_draft_step": "MTP draft step", "mtp_draft_extend": "MTP draft-extend"}
 NOUNS = {"verify": "tokens", "draft_step": "rows", "draft_extend": "tokens", "mtp_draft_step": "rows",
@@ -51,8 +54,8 @@ def check_timings(profile: Profile, plan: Plan | None = None) -> TimingCheck:
 
 
 def _must_grow(points: list[Measurement], label: str, noun: str) -> list[str]:
-    """A point faster than a smaller one by more than :data:`TOLERANCE`: over tokens at each batch size,
-    and over batch sizes at each token count."""
+    """A point faster than a smaller one beyond noise (:func:`_faster`): over tokens at each batch size, and
+    over batch sizes at each token count."""
     found = []
     for along, key, other in (("tokens", lambda m: m.tokens, lambda m: m.batch_size),
                               ("batch", lambda m: m.batch_size, lambda m: m.tokens)):
@@ -62,13 +65,18 @@ def _must_grow(points: list[Measurement], label: str, noun: str) -> list[str]:
         for curve in curves.values():
             slowest: Measurement | None = None
             for m in sorted(curve, key=key):
-                if slowest is not None and slowest.median_ms > TOLERANCE * m.median_ms:
+                if slowest is not None and _faster(m, than=slowest):
                     found.append(f"{label} over {_count(slowest.tokens, noun)} at batch {slowest.batch_size} takes "
                                  f"{_timing(slowest)}, over {_count(m.tokens, noun)} at batch {m.batch_size} "
                                  f"{_timing(m)}: the larger pass cannot be faster")
                 if slowest is None or m.median_ms > slowest.median_ms:
                     slowest = m
     return found
+
+
+def _faster(m: Measurement, *, than: Measurement) -> bool:
+    """``m`` faster than ``than`` by more than both :data:`TOLERANCE` and the two points' spreads."""
+    return than.median_ms > TOLERANCE * m.median_ms and than.p10_ms > m.p90_ms
 
 
 def _within_accept_length(plan: Plan) -> list[str]:

@@ -115,18 +115,19 @@ class Profile:
 
 class CostCurve:
     """Milliseconds of one kind of pass as a function of (batch size, tokens per sequence). A pass over
-    more tokens costs at least what a smaller one measured: a dip is noise, read as the larger cost
-    (:mod:`draftlab.cost.consistency` calls a large dip a contradiction), so no cycle comes out cheaper
-    than the decode step inside it."""
+    more tokens costs at least what a smaller one does, so each batch size's medians are read through
+    their closest non-decreasing fit (:func:`nondecreasing`): a dip or a spike is noise, pooled with its
+    neighbours rather than carried to every larger pass (:mod:`draftlab.cost.consistency` calls a large
+    dip a contradiction), and no cycle comes out cheaper than the decode step inside it."""
 
     def __init__(self, name: str, points: list[Measurement], *, hint: str) -> None:
         self.name = name
         self.hint = hint
-        self._by_batch: dict[int, tuple[list[int], list[float]]] = {}
+        by_batch: dict[int, list[Measurement]] = {}
         for m in sorted(points, key=lambda m: (m.batch_size, m.tokens)):
-            tokens, times = self._by_batch.setdefault(m.batch_size, ([], []))
-            tokens.append(m.tokens)
-            times.append(max(m.median_ms, times[-1]) if times else m.median_ms)
+            by_batch.setdefault(m.batch_size, []).append(m)
+        self._by_batch = {b: ([m.tokens for m in ms], nondecreasing([m.median_ms for m in ms]))
+                          for b, ms in by_batch.items()}
 
     def at(self, batch_size: int, tokens: float) -> float:
         """The cost at ``tokens`` per sequence, interpolated between measured token counts."""
@@ -147,6 +148,19 @@ class CostCurve:
             return ys[i]
         x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
         return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+
+
+def nondecreasing(values: list[float]) -> list[float]:
+    """The least-squares non-decreasing fit to ``values`` (pool adjacent violators): each run that falls
+    is replaced by its mean, merging backwards until the sequence no longer falls."""
+    blocks: list[tuple[float, int]] = []  # (mean, length)
+    for v in values:
+        mean, n = v, 1
+        while blocks and blocks[-1][0] > mean:
+            prev, k = blocks.pop()
+            mean, n = (prev * k + mean * n) / (k + n), k + n
+        blocks.append((mean, n))
+    return [mean for mean, n in blocks for _ in range(n)]
 
 
 @dataclass(frozen=True)
