@@ -17,7 +17,9 @@ from transformers import AutoModelForCausalLM
 
 from draftlab.compat import check_pair
 from draftlab.decode.generate import generate
+from draftlab.models import target as target_module
 from draftlab.models.drafter_weights import canonical_names
+from draftlab.models.pair import load_pair
 from draftlab.probe.probe import probe
 from draftlab.toy.mla import AUX_LAYERS, cached_mla_toy
 
@@ -185,3 +187,21 @@ def test_dropping_an_eagle31_flag_changes_what_is_accepted(toy, prompts, tmp_pat
     dropped = generate(toy.target_dir, _without(toy, tmp_path, flag), prompts, **kw)
     assert [r.output_ids for r in dropped.results] == [r.output_ids for r in full.results]  # still lossless
     assert [r.accept_lengths for r in dropped.results] != [r.accept_lengths for r in full.results]
+
+
+def test_the_drafter_caches_static_beside_a_dynamic_target(toy, prompts, monkeypatch):
+    """Where cache "auto" means static (CUDA; here the CPU made to act as one) the DeepSeek target the static
+    runtime lacks stays dynamic, while its MLA drafter gets the static cache (graphs on CUDA): the same
+    accept lengths as both dynamic, in generate and in probe."""
+    kw = dict(steps=3, topk=2, num_draft_tokens=6, max_new_tokens=NEW)
+    dynamic = generate(toy.target_dir, toy.drafter_dir, prompts, **kw)
+    assert dynamic.config["cache"] == dynamic.config["drafter_cache"] == "dynamic"
+    monkeypatch.setattr(target_module, "STATIC_BY_DEFAULT", ("cuda", "cpu"))
+    pair = load_pair(toy.target_dir, toy.drafter_dir)
+    assert pair.target.cache == "dynamic" and pair.drafter.max_len == min(4096, pair.target.config.max_position_embeddings)
+    static = generate(toy.target_dir, toy.drafter_dir, prompts, **kw)
+    assert (static.config["cache"], static.config["drafter_cache"]) == ("dynamic", "static")
+    assert [r.accept_lengths for r in static.results] == [r.accept_lengths for r in dynamic.results]
+    assert static.mean_accept_length > 2.0
+    probed = probe(toy.target_dir, toy.drafter_dir, prompts, **kw, batch_size=2)
+    assert [r.accept_lengths for r in probed.results] == [r.accept_lengths for r in dynamic.results]

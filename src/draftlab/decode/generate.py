@@ -34,7 +34,7 @@ from draftlab.engines.sglang_flags import SpecFlags, exact_spec_flags
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import default_dtype, model_devices, resolve_placement, synchronize
 from draftlab.models.drafter import Eagle3Drafter
-from draftlab.models.mtp import load_mtp, names_mtp
+from draftlab.models.mtp import MtpDrafter, load_mtp, names_mtp
 from draftlab.models.pair import NO_DEPLOYMENT, deployment_for, load_pair
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import compile_pays
@@ -129,7 +129,8 @@ def generate(
         "flags_source": flags.source if flags else None, "aux_layers": layers,
         "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed, "ignore_eos": ignore_eos,
         "dtype": dtype, "device": device, "device_map": device_map, "target_devices": model_devices(runner.model),
-        "cache": runner.cache, "num_prompts": len(rows), "batch_size": batch_size,
+        "cache": runner.cache, "drafter_cache": _drafter_cache(draft_model), "num_prompts": len(rows),
+        "batch_size": batch_size,
         "compile": compile,  # the steps' layer parts through torch.compile (compile_pays: long decodes on CUDA)
     }
     return GenerateResult(
@@ -238,6 +239,11 @@ def _decode_in_groups(decoder: BatchSpeculativeDecoder, rows: list[Prompt], batc
         run.group_cycles.append([len(d.accept_lengths) for d in done])
         advance(len(group))
     return run
+
+
+def _drafter_cache(drafter: Eagle3Drafter | MtpDrafter | None) -> str | None:
+    """The drafter's KV cache, as ``config.cache`` names the target's; None without a drafter."""
+    return None if drafter is None else "static" if drafter.max_len is not None else "dynamic"
 
 
 def _busy_fraction(group_cycles: list[list[int]]) -> float:

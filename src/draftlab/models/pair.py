@@ -7,9 +7,10 @@ from pathlib import Path
 
 from draftlab.checkpoint import DrafterConfig, TargetConfig, open_checkpoint
 from draftlab.engines.deployment import Deployment
+from draftlab.models.devices import model_devices
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.kernels import drafter_compile_chosen
-from draftlab.models.target import TargetRunner
+from draftlab.models.target import TargetRunner, static_by_default, static_len
 
 # the engine fields (Deployment.describe()'s) of a result computed without a drafter: nothing captured for one
 NO_DEPLOYMENT = {"engine": None, "engine_version": None, "captured_layers": None}
@@ -40,9 +41,11 @@ def load_pair(target: str | Path, drafter: str | Path, deployment: Deployment | 
     The target goes on ``device``, or is split across the GPUs by ``device_map`` (then ``device`` is
     unused); the drafter always sits with the target's input embedding, which it shares.
     ``cache`` is the target's (``TargetRunner``: "auto" is static on one CUDA device for the families
-    it supports, dynamic for a split target). When the target's cache is static the drafter's is too,
-    so decoding runs at its fastest: both hold ``max_len`` entries (the target at most its context;
-    default the target's own). ``compile``: the static target's bucketed steps compiled
+    it supports, dynamic for a split target). The drafter's is static wherever the target's is, and under
+    "auto" also beside a dynamic target on one CUDA device (a family the static runtime lacks, such as
+    DeepSeek's): its one layer replays as CUDA graphs whatever the target runs, so decoding one prompt
+    runs at its fastest. It holds ``max_len`` entries (default the target's own, else what a static
+    target would hold). ``compile``: the static target's bucketed steps compiled
     (:class:`~draftlab.models.target_static.StaticTarget`), and the drafter's where
     ``DRAFTLAB_DRAFTER=compiled`` asks for it (:func:`~draftlab.models.kernels.drafter_compile_chosen`).
     """
@@ -52,7 +55,16 @@ def load_pair(target: str | Path, drafter: str | Path, deployment: Deployment | 
                                cache=cache, max_len=max_len, compile=compile)
     draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device),
                                      windows=deployment.windows)
-    if runner.max_len is not None:
-        draft_model.use_static_cache(max_len if max_len is not None else runner.max_len,
-                                     compile=compile and drafter_compile_chosen())
+    drafter_len = drafter_cache_len(runner, cache, max_len)
+    if drafter_len is not None:
+        draft_model.use_static_cache(drafter_len, compile=compile and drafter_compile_chosen())
     return LoadedPair(runner, draft_model, layers, deployment)
+
+
+def drafter_cache_len(runner: TargetRunner, cache: str, max_len: int | None) -> int | None:
+    """Entries of the drafter's static cache beside ``runner`` loaded with ``cache``; None: dynamic."""
+    if runner.max_len is not None:
+        return max_len if max_len is not None else runner.max_len
+    if cache != "auto" or not static_by_default(runner.device) or len(model_devices(runner.model)) > 1:
+        return None
+    return static_len(runner.config.max_position_embeddings, max_len)

@@ -58,6 +58,18 @@ class BatchStep:
     aux: torch.Tensor  # [B, L, len(aux_layers) * hidden], model dtype, concatenated low to high, on ``device``
 
 
+def static_by_default(device: torch.device) -> bool:
+    """Whether cache "auto" means static on ``device`` (for the families the static runtime supports)."""
+    return device.type in STATIC_BY_DEFAULT
+
+
+def static_len(context: int | None, max_len: int | None = None) -> int:
+    """Entries a static cache holds: ``max_len`` (default :data:`DEFAULT_MAX_LEN`), at most the context
+    (entries past it never fill: forward refuses those positions)."""
+    wanted = DEFAULT_MAX_LEN if max_len is None else max_len
+    return wanted if context is None else min(wanted, context)
+
+
 class TargetRunner:
     """Runs one sequence (batch size 1) of a target model over its own KV cache."""
 
@@ -92,7 +104,7 @@ class TargetRunner:
         on_cuda = self.device.type == "cuda"
         one_device = len(model_devices(model)) == 1  # not split by a device map
         if cache == "auto":
-            static = self.device.type in STATIC_BY_DEFAULT and one_device and supports(model)
+            static = static_by_default(self.device) and one_device and supports(model)
             cache = "static" if static else "dynamic"
         if cache == "static" and not one_device:
             raise DraftlabError("the static cache needs the whole target on one device; a target split by a "
@@ -103,13 +115,9 @@ class TargetRunner:
         if cache == "static":
             if graphs and not on_cuda:
                 raise DraftlabError("CUDA graphs need the target on a CUDA device")
-            context = self.config.max_position_embeddings
-            if max_len is None:
-                max_len = DEFAULT_MAX_LEN
-            if max_len < 1:
+            if max_len is not None and max_len < 1:
                 raise DraftlabError(f"max_len must be >= 1; got {max_len}")
-            if context is not None:  # entries past the context never fill: forward refuses those positions
-                max_len = min(max_len, context)
+            max_len = static_len(self.config.max_position_embeddings, max_len)
             self._static = StaticTarget(model, self.aux_layers, self._windows, max_len=max_len,
                                         graphs=on_cuda if graphs is None else graphs, compile=compile)
         self.reset()
@@ -251,7 +259,7 @@ class TargetRunner:
         """The fused walk for a cache-free pass of ``length`` tokens, made once, when this runner's
         device takes the fast path by default and its model is one dense, SiLU-gated family on one
         device with no sliding window shorter than the pass; else None (the HF pass)."""
-        if self.device.type not in STATIC_BY_DEFAULT or not supports(self.model) or not fusable(self.model) \
+        if not static_by_default(self.device) or not supports(self.model) or not fusable(self.model) \
                 or self.final_hidden:
             return None
         if any(window is not None and window < length for window in self._windows.values()):
