@@ -498,10 +498,12 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, worker
     SGLang only with --draft-window, which launch writes as --speculative-draft-window-size), ``toy:qwen3``
     (speculators' --draft-arch qwen3 layer, q/k norms; vLLM >= 0.24) and ``toy:mtp`` (the toy DeepSeek-V3
     target's own MTP layer, ``--drafter mtp``, a chain on vLLM and a tree on SGLang; and the toy Qwen3-Next's,
-    whose target mixes linear and full attention, a chain). Independent parts run
+    whose target mixes linear and full attention, a chain; and the EAGLE-3 MLA drafter beside the DeepSeek-V3
+    target, a tree, its cache static while the target's is dynamic). Independent parts run
     ``workers`` at a time: on a GPU each command's process start outweighs its work on a toy."""
     from draftlab.toy import cached_toy_pair
     from draftlab.toy.mtp import cached_mtp_toy
+    from draftlab.toy.mtp_drafter import cached_mtp_eagle3_drafter
     from draftlab.toy.variants import WINDOW, cached_variant_drafter
 
     prompts = work / "prompts.jsonl"
@@ -519,8 +521,10 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, worker
             for engine, steps in (("sglang", []), ("vllm", ["--steps", "3"])):  # vLLM has no automatic choice
                 smoke.run(pair, f"launch {engine} --drafter mtp --dry-run",
                           ["launch", engine, "--target", target, "--drafter", "mtp", *steps, "--dry-run"])
-        cases = [("vllm", chain, [], target), ("sglang", chain, [], target), ("sglang", tree, [], target),
-                 ("vllm", chain, [], str(toy.qwen3_next_dir))]
+        eagle3 = str(cached_mtp_eagle3_drafter(toy.target_dir))  # its cache static beside the dynamic target
+        cases = [("vllm", chain, [], target, drafter), ("sglang", chain, [], target, drafter),
+                 ("sglang", tree, [], target, drafter), ("vllm", chain, [], str(toy.qwen3_next_dir), drafter),
+                 ("vllm", tree, [], target, eagle3)]
     else:
         toy = cached_toy_pair()
         variant = {"toy:window": "sliding-window", "toy:qwen3": "qwen3"}[pair]
@@ -535,21 +539,23 @@ def smoke_variant_pairs(smoke: Smoke, pair: str, work: Path, device: str, worker
                              doc is not None and "--speculative-draft-window-size" in json.dumps(doc), 0.0)
                 smoke.run(pair, "launch sglang --dry-run (adds the window flag)",
                           ["launch", "sglang", "--target", target, "--drafter", drafter, "--dry-run"])
-        cases = [("vllm", chain, [], target), ("vllm", tree, [], target)] + (
-            [("sglang", chain, window, target)] if pair == "toy:window" else [])
+        cases = [("vllm", chain, [], target, drafter), ("vllm", tree, [], target, drafter)] + (
+            [("sglang", chain, window, target, drafter)] if pair == "toy:window" else [])
 
-    def exact_case(engine: str, flags: list[str], extra: list[str], on: str) -> Callable[[], None]:
-        name = f"{engine} {'/'.join(flags[1::2])}" + (" (Qwen3-Next)" if on != target else "")
+    def exact_case(engine: str, flags: list[str], extra: list[str], on: str, by: str) -> Callable[[], None]:
+        name = f"{engine} {'/'.join(flags[1::2])}" + (" (Qwen3-Next)" if on != target else "") + (
+            " (EAGLE-3 drafter)" if by != drafter else "")
 
         def probe_equals_generate() -> None:
-            argv = ["--target", on, "--drafter", drafter, "--prompts", str(prompts), "--engine", engine, *extra,
+            argv = ["--target", on, "--drafter", by, "--prompts", str(prompts), "--engine", engine, *extra,
                     *flags, *exact]
             gen = smoke.run(pair, f"generate {name}", ["generate", *argv])
             got = smoke.run(pair, f"probe {name}", ["probe", *argv])
             if gen is not None and got is not None:
                 same = sum(a == b for a, b in zip(per_prompt(gen), per_prompt(got)))
                 smoke.record(pair, f"probe == generate per prompt, {name} (float32)", same == len(rows), 0.0,
-                             matching=f"{same}/{len(rows)}", mean_accept_length=gen["mean_accept_length"])
+                             matching=f"{same}/{len(rows)}", mean_accept_length=gen["mean_accept_length"],
+                             caches=f"{gen['config']['cache']}/{gen['config'].get('drafter_cache')}")
         return probe_equals_generate
 
     jobs = [checks, *(exact_case(*case) for case in cases)]
