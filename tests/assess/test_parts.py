@@ -66,3 +66,20 @@ def test_a_head_that_pays_off_means_the_drafter_is_not_system_bound(tmp_path):
     assert both.versus is not None and both.versus.better == "mtp" and both.serve == {"1": "mtp 3/1/4"}
     assert (both.versus.drafter["accept_length"], both.versus.mtp["accept_length"]) == (1.6, 3.0)
     assert both.versus.drafter["speedup"] < 1 < both.versus.mtp["speedup"]
+
+
+def test_the_drafter_and_the_head_are_compared_where_the_timings_hold(tmp_path):
+    """Contradictions that name only batch 8 leave the batch-1 comparison decided (and say it is not made at
+    8); ones naming batch 1, or not saying where, leave it to the accept lengths."""
+    profile = load_profile(toy_profile(tmp_path / "costs.json", draft_ms=6.0, mtp_ms=0.6))
+    chain = SpecConfig(3, 1, 4)
+    plan = make_plan(profile, [AcceptLength(chain, 1.6, "probe 3/1/4")], batch_sizes=[1, 8],
+                     mtp=[AcceptLength(chain, 3.0, "probe mtp 3/1/4", method="mtp")])
+    noisy = ["3/1/4 at batch 8 is predicted 9.00x, above what its accept length 1.60 allows"]
+    elsewhere = decide(Evidence([], [], plan=plan, timing=noisy, timing_batches=[8]))
+    assert elsewhere.kind == "speed-undecided" and not elsewhere.serving.decided
+    assert elsewhere.versus.better == "mtp" and elsewhere.versus.batch_size == 1
+    assert elsewhere.versus.text.endswith("not compared at batch 8, where this machine's timings contradict each other")
+    for named in ([1, 8], None):
+        here = decide(Evidence([], [], plan=plan, timing=noisy, timing_batches=named)).versus
+        assert here.better is None and "speedup" not in here.mtp

@@ -384,7 +384,7 @@ def _conclude(result: AssessResult, run: _Run, pair: LoadedPair, tmp: Path, step
         result.timing = check_timings(result.profile, result.plan)
         if run.given_costs is None:
             result.measured_checks = _cross_check(result, run, {"eagle3": pair, "mtp": head}, tmp)
-        if _contradictions(result):
+        if _contradictions(result)[0]:
             result.schedule_note = "the timings contradict each other, so no schedule is chosen from them"
         else:
             _schedule(result, run.engine, run.engine_version)
@@ -438,10 +438,13 @@ def _real_decode(pair: LoadedPair, row: ConfigPlan, prompts: list[list[int]], ma
     return sum(lengths) / len(lengths), tokens / elapsed
 
 
-def _contradictions(result: AssessResult) -> list[str]:
-    """Every reason not to decide speed: the timings' contradictions and the cross-checks that disagree."""
+def _contradictions(result: AssessResult) -> tuple[list[str], list[int]]:
+    """Every reason not to decide speed (the timings' contradictions and the cross-checks that disagree), and
+    the batch sizes they name (a cross-check decodes at batch 1)."""
     found = list(result.timing.contradictions) if result.timing is not None else []
-    return found + [check_sentence(c) for c in result.measured_checks if not c["agrees"]]
+    named = set(result.timing.batch_sizes) if result.timing is not None else set()
+    disagree = [check_sentence(c) for c in result.measured_checks if not c["agrees"]]
+    return found + disagree, sorted(named | ({1} if disagree else set()))
 
 
 def _prompt_ids(tmp: Path) -> dict[int, list[int]]:
@@ -473,6 +476,7 @@ def _decide(result: AssessResult, run: _Run) -> Verdict:
     """The verdict on everything measured (with engine numbers: on the served config's figures)."""
     served = run.engine_estimate is not None
     drift, probes, old_probes = result.drift, result.probes or [], result.old_probes
+    timing, timing_batches = _contradictions(result)
     return decide(Evidence(
         fixed=_codes(result.fix), unfixable=[], plan=result.plan, old_plan=result.old_plan,
         coverage=result.coverage.coverage, drift=drift.layers if drift else None,
@@ -481,7 +485,7 @@ def _decide(result: AssessResult, run: _Run) -> Verdict:
         engine_config=run.configs[0].label if served else None,
         accept_length=probes[0].mean_accept_length if served else None,
         accept_length_old=old_probes[0].mean_accept_length if served and old_probes else None,
-        timing=_contradictions(result), repetition=result.repetition,
+        timing=timing, timing_batches=timing_batches, repetition=result.repetition,
         names=(Path(run.target).name, Path(run.old_target).name if run.old_target is not None else "OLD")))
 
 
@@ -707,7 +711,7 @@ def _write(result: AssessResult, tmp: Path, out: Path) -> None:
 
     # a plan from timings that contradict each other would headline a winner the verdict refuses to pick: DIR
     # keeps it, the page does not show it
-    shown = [name for name in parts if name != "plan.json" or not _contradictions(result)]
+    shown = [name for name in parts if name != "plan.json" or not _contradictions(result)[0]]
     sections = [tmp / "assess.json", *(tmp / name for name in shown)]
     make_report(sections, tmp / "report.html", title=result.verdict.headline)
     html = tmp / "report.html"

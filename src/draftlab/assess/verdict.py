@@ -7,7 +7,9 @@ method where one is predicted faster, with why it wins on this data) and the eng
 the target ships an MTP head the release serves, one comparison names the better of the two drafting
 models (:class:`Versus`: both accept lengths and predicted speeds). All read the same plan, so they
 cannot contradict each other. Timings are checked first (:mod:`draftlab.cost.consistency`):
-where they contradict each other no speed figure is used, the verdict says so and names them.
+where they contradict each other no speed figure is used, the verdict says so and names them. The one
+exception is that comparison: it reads only its own batch size's figures, so contradictions that name other
+batch sizes leave it decided (and say where it is not compared).
 
 The headline's rules run in this order and the first that holds is the verdict; every rule that was
 checked adds a reason citing the figure behind it (README "assess: the rules"):
@@ -72,7 +74,8 @@ class Serving:
 @dataclass(frozen=True)
 class Versus:
     """The EAGLE-3 drafter against the target's own MTP head, each at its fastest config at the smallest batch
-    size planned: the better one by predicted speed (None when the timings contradict each other)."""
+    size planned: the better one by predicted speed (None when the timings at that batch size contradict each
+    other)."""
 
     better: str | None  # "drafter" | "mtp"; None: no speed verdict
     batch_size: int
@@ -110,6 +113,7 @@ class Evidence:
     accept_length: float | None = None  # the drafter's probe on that config, here and on OLD
     accept_length_old: float | None = None
     timing: list[str] = field(default_factory=list)  # contradictions among the timings: no speed verdict
+    timing_batches: list[int] | None = None  # the batch sizes those contradictions name (None: any of them)
     repetition: float | None = None  # share of continuation tokens that repeat earlier text (assess.repetition)
     names: tuple[str, str] = ("the new target", "OLD")  # the target's and OLD's names, for the headlines
 
@@ -132,7 +136,8 @@ def decide(e: Evidence) -> Verdict:
     if e.timing:
         reasons.append(_too_noisy(e.timing))
     kind, headline = _headline(e, reasons, serving)
-    return Verdict(kind, headline, reasons, serving.per_batch or None, serving, _versus(e.plan, serving.decided))
+    noisy = set() if not e.timing else None if e.timing_batches is None else set(e.timing_batches)
+    return Verdict(kind, headline, reasons, serving.per_batch or None, serving, _versus(e.plan, noisy))
 
 
 def _headline(e: Evidence, reasons: list[Reason], serving: Serving) -> tuple[str, str]:
@@ -207,26 +212,31 @@ def _serving(e: Evidence) -> Serving:
     return Serving(True, text, per_batch, note)
 
 
-def _versus(plan: Plan, decided: bool) -> Versus | None:
+def _versus(plan: Plan, noisy: set[int] | None) -> Versus | None:
     """The drafter against the target's own MTP head at the smallest batch size both were planned at, each at
-    its fastest config there (by timings that contradict each other: no speed verdict, the accept lengths only)."""
+    its fastest config there. ``noisy``: the batch sizes whose timings contradict each other (None: all), where
+    speed is not compared (at the smallest one: no speed verdict, the accept lengths only)."""
     drafter, head = _best(plan, _drafter), _best(plan, _head)
     common = sorted(set(drafter) & set(head))
     if not common:
         return None
+    quiet = [x for x in common if noisy is not None and x not in noisy]
     b = common[0]
     d, m = drafter[b], head[b]
     both = (f"the EAGLE-3 drafter's {d.label} accepts {d.accept_length:.2f} tokens per cycle, the target's own MTP "
             f"head ({m.label}) {m.accept_length:.2f}")
-    if not decided:
+    if b not in quiet:
         return Versus(None, b, f"{both}; no speed verdict: this machine's timings contradict each other",
                       _figures(d, speed=False), _figures(m, speed=False))
     better = "mtp" if m.tokens_per_second > d.tokens_per_second else "drafter"
-    other = [x for x in common[1:] if (head[x].tokens_per_second > drafter[x].tokens_per_second) != (better == "mtp")]
+    other = [x for x in quiet[1:] if (head[x].tokens_per_second > drafter[x].tokens_per_second) != (better == "mtp")]
+    unsure = [x for x in common if x not in quiet]
     name = "The target's own MTP head" if better == "mtp" else "The EAGLE-3 drafter"
     text = (f"{name} is the better candidate at batch {b}: {both}; predicted {d.tokens_per_second:.1f} tok/s "
             f"({d.speedup:.2f}x plain decoding) against {m.tokens_per_second:.1f} ({m.speedup:.2f}x)"
-            + (f"; the other one is faster at batch {_join(other)}" if other else ""))
+            + (f"; the other one is faster at batch {_join(other)}" if other else "")
+            + (f"; not compared at batch {_join(unsure)}, where this machine's timings contradict each other"
+               if unsure else ""))
     return Versus(better, b, text, _figures(d), _figures(m), other)
 
 
