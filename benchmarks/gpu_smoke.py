@@ -599,11 +599,13 @@ def mtp_decision_jobs(smoke: Smoke, pair: str, target: str, prompts: Path, work:
         doc = smoke.run(pair, "assess --engine vllm (EAGLE-3 drafter and the MTP head)", [
             "assess", "--drafter", drafter, "--target", target, "--prompts", str(prompts), "--engine", "vllm", *cuda,
             *cpu, "--out", str(work / "assess"), "--json"])
-        versus = (doc or {}).get("verdict", {}).get("versus") or {}
-        said = versus.get("text", "")[:160] + "".join(f" | {c}" for c in (doc or {}).get("timing", {}).get(
-            "contradictions", [])[:3])  # what kept the speed undecided
+        verdict = (doc or {}).get("verdict") or {}
+        versus = verdict.get("versus") or {}
+        undecided = [c for r in verdict.get("reasons", []) if r["rule"] == "timing"
+                     for c in r["figures"]["contradictions"]]  # the timings' contradictions and failed cross-checks
         smoke.record(pair, "assess names the better of drafter and MTP head", bool(versus.get("better")), 0.0,
-                     matching=said)
+                     matching=versus.get("text", "")[:160] + "".join(f" | {c}" for c in undecided[:4]),
+                     measured_checks=(doc or {}).get("measured_checks"))
     return priced, assessed
 
 

@@ -115,6 +115,7 @@ def test_measured_here_the_profile_holds_the_heads_own_passes(mtp_inputs):
     """No --costs: the head's draft step and extend are timed beside the pair's passes and name the engine."""
     from draftlab.assess.run import assess
     from draftlab.cost.model import SpecConfig
+    from draftlab.cost.profile import CostTable
 
     i = mtp_inputs
     result = assess(i["drafter"], i["target"], i["prompts"], i["tmp"] / "measured", engine="vllm",
@@ -125,7 +126,7 @@ def test_measured_here_the_profile_holds_the_heads_own_passes(mtp_inputs):
     assert {m.tokens for m in profile.mtp_draft_extend} >= {1, 2, 3, 4}
     assert profile.deployment["captured_layers"] == [0, 1, 2] and profile.mtp["mtp_layer"] == "model.layers.4"
     head = next(r for r in result.plan.configs if r.method == "mtp")
-    assert head.draft_steps_ms == pytest.approx(2 * profile.mtp_draft_step[0].median_ms)
+    assert head.draft_steps_ms == pytest.approx(2 * CostTable.of(profile, mtp=True).draft_step.at(1, 1))  # the head's
     assert result.verdict.versus is not None and result.verdict.versus.mtp["config"] == "mtp 3/1/4"
     # the plan held against a real decode of each: the drafter's config and the head's
     assert [c["what"].split(",")[0] for c in result.measured_checks] == ["a real decode of 3/1/4 here",
