@@ -7,7 +7,10 @@ two agree within 3%. This times, in one process on the same loaded models:
 - ``profiler``: the profile's own measure (``runtime_workload(...).mtp_cycles``: random 256-token prompts,
   ``ignore_eos``, the prefill timed alone and taken off);
 - ``text``: the cross-check's decode (text prompts, EOS honoured), per cycle with and without the prefill;
-- ``text after probe``: the same after ``probe_configs`` ran the head over the prompts, as assess does first.
+- ``text after probe``: the same after ``probe_configs`` ran the head over the prompts, as assess does first;
+- ``text after EAGLE-3``: the same after the toy's EAGLE-3 drafter decoded on the same target model (its
+  static cache replaying CUDA graphs on CUDA), as assess's cross-check does just before the head's. The head
+  runs over the EAGLE-3 pair's target model, as in assess.
 
     DRAFTLAB_CACHE=$PWD/.smoke-cache PYTHONPATH=src python benchmarks/mtp_decode_cycles.py [--device cuda]
 """
@@ -29,10 +32,10 @@ from draftlab.cost.runtime_workload import runtime_workload
 from draftlab.decode.decoder import SpeculativeDecoder
 from draftlab.engines.sglang_flags import exact_spec_flags
 from draftlab.models.devices import default_dtype, synchronize
-from draftlab.models.pair import LoadedPair
-from draftlab.models.target import TargetRunner
+from draftlab.models.pair import LoadedPair, load_pair
 from draftlab.probe.probe import probe_configs
 from draftlab.toy.mtp import cached_mtp_toy
+from draftlab.toy.mtp_drafter import cached_mtp_eagle3_drafter
 
 CONFIG = SpecConfig(1, 1, 2)  # the row assess's cross-check decoded
 NEW = 128
@@ -69,12 +72,14 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     toy = cached_mtp_toy()
-    runner = TargetRunner.load(toy.target_dir, dtype=default_dtype(args.device), device=args.device)
-    final, head = load_head(runner, toy.target_dir, "vllm")
+    # as assess composes them: the EAGLE-3 pair, and the head over that pair's target model
+    eagle = load_pair(toy.target_dir, cached_mtp_eagle3_drafter(toy.target_dir), dtype=default_dtype(args.device),
+                      device=args.device)
+    final, head = load_head(eagle.target, toy.target_dir, "vllm")
     decoder = SpeculativeDecoder(final, head, exact_spec_flags(CONFIG.steps, CONFIG.topk, CONFIG.num_draft_tokens))
     prompts = text_prompts()
     list(decoder.stream(prompts[0], max_new_tokens=8))  # the cross-check's untimed start
-    sample = runtime_workload(runner, None, mtp=(final, head)).mtp_cycles(1, CONFIG)
+    sample = runtime_workload(eagle.target, eagle.drafter, mtp=(final, head)).mtp_cycles(1, CONFIG)
     out = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
            "profiler": {"ms_per_cycle": sample.ms_per_cycle, "accept_length": sample.accept_length},
            "text": text_cycles(decoder, final.device, prompts)}
@@ -84,6 +89,9 @@ def main() -> None:
         pair = LoadedPair(final, head, [], None)  # type: ignore[arg-type]  # the drafter interface, as assess does
         probe_configs(pair, toy.target_dir, path, [exact_spec_flags(1, 1, 2)], max_new_tokens=NEW)
     out["text after probe"] = text_cycles(decoder, final.device, prompts)
+    out["EAGLE-3 text"] = text_cycles(SpeculativeDecoder(eagle.target, eagle.drafter, exact_spec_flags(1, 1, 2)),
+                                      final.device, prompts)
+    out["text after EAGLE-3"] = text_cycles(decoder, final.device, prompts)
     print(json.dumps(out, indent=1))
 
 

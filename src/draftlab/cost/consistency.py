@@ -3,14 +3,16 @@
 A pass over more tokens (or draft rows, or sequences) does more work, so it cannot take much less
 time than a smaller one; a speculative cycle contains a verify at least as large as the decode step,
 so its break-even accept length is at least 1 and no predicted speed-up exceeds its accept length.
-Timings that break these rules by more than noise come from a machine too busy to time on (a 1-token verify at 64.5 ms against 13.2 ms for 5 tokens; a "19.91x" at accept length
-4.21): ``assess`` then says the speed cannot be decided, and names the figures, instead of picking a
-winner from them. A larger pass counts as faster when its median is :data:`TOLERANCE` times below the
-smaller one's, unless their fast ends (p10) agree within :data:`TOLERANCE`: a GPU pass bound by host syncs
-times bimodally, and a median that lands on the slow mode of one point and the fast mode of the next,
-over the same floor, is noise its own repeats show (6.5 ms at the fast end for both, 8.7 against 6.8 ms
-medians). A floor that differs too (a busy machine) leaves it a contradiction. The spread of every point
-(p90 / p10 of its interleaved repeats) is reported.
+Timings that break these rules by more than noise come from a machine too busy to time on (a 1-token
+verify at 64.5 ms against 13.2 ms for 5 tokens; a "19.91x" at accept length 4.21): ``assess`` then says
+the speed cannot be decided, and names the figures, instead of picking a winner from them.
+
+A larger pass counts as faster when its median is :data:`TOLERANCE` times below the smaller one's,
+unless their fast ends (p10) agree within :data:`TOLERANCE`. A GPU pass bound by host syncs times
+bimodally, and a median that lands on the slow mode of one point and the fast mode of the next, over the
+same floor, is noise its own repeats show (6.5 ms at the fast end for both, 8.7 against 6.8 ms medians).
+A floor that differs too (a busy machine) leaves it a contradiction. The spread of every point (p90 / p10
+of its interleaved repeats) is reported.
 """
 
 from __future__ import annotations

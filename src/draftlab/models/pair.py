@@ -55,13 +55,13 @@ def load_pair(target: str | Path, drafter: str | Path, deployment: Deployment | 
                                cache=cache, max_len=max_len, compile=compile)
     draft_model = Eagle3Drafter.load(drafter, target=runner, dtype=dtype, device=str(runner.device),
                                      windows=deployment.windows)
-    drafter_len = drafter_cache_len(runner, cache, max_len)
+    drafter_len = _drafter_cache_len(runner, cache, max_len)
     if drafter_len is not None:
         draft_model.use_static_cache(drafter_len, compile=compile and drafter_compile_chosen())
     return LoadedPair(runner, draft_model, layers, deployment)
 
 
-def drafter_cache_len(runner: TargetRunner, cache: str, max_len: int | None) -> int | None:
+def _drafter_cache_len(runner: TargetRunner, cache: str, max_len: int | None) -> int | None:
     """Entries of the drafter's static cache beside ``runner`` loaded with ``cache``; None: dynamic."""
     if runner.max_len is not None:
         return max_len if max_len is not None else runner.max_len
