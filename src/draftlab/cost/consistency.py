@@ -62,8 +62,7 @@ def _must_grow(points: list[Measurement], label: str, noun: str) -> list[tuple[s
     """A point faster than a smaller one beyond noise (:func:`_faster`): over tokens at each batch size, and
     over batch sizes at each token count."""
     found = []
-    for along, key, other in (("tokens", lambda m: m.tokens, lambda m: m.batch_size),
-                              ("batch", lambda m: m.batch_size, lambda m: m.tokens)):
+    for key, other in ((lambda m: m.tokens, lambda m: m.batch_size), (lambda m: m.batch_size, lambda m: m.tokens)):
         curves: dict[int, list[Measurement]] = {}
         for m in points:
             curves.setdefault(other(m), []).append(m)

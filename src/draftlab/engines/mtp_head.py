@@ -23,6 +23,12 @@ from draftlab.errors import DraftlabError
 STYLES = ("deepseek", "qwen3_next")  # model.layers.{L}.enorm/hnorm/eh_proj/shared_head; mtp.fc/pre_fc_norm_*
 
 
+def deepseek_mtp_prefixes(num_hidden_layers: int, count: int) -> list[str]:
+    """Where a DeepSeek/GLM-style checkpoint stores its ``count`` MTP layers: ``model.layers.{L+i}.``, after its
+    ``num_hidden_layers`` decoder layers."""
+    return [f"model.layers.{num_hidden_layers + i}." for i in range(count)]
+
+
 @dataclass(frozen=True)
 class MtpRules:
     """What one engine does with one style of MTP head at draft time."""

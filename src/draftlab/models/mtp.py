@@ -31,7 +31,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from draftlab.checkpoint import open_checkpoint
-from draftlab.engines.mtp_head import MtpRules, MtpServing, mtp_rules
+from draftlab.engines.mtp_head import MtpRules, MtpServing, deepseek_mtp_prefixes, mtp_rules
 from draftlab.errors import DraftlabError
 from draftlab.models.attention import KV
 from draftlab.models.drafter import DraftStep
@@ -95,7 +95,7 @@ def mtp_layout(config: dict[str, Any], names: set[str], path: Path) -> tuple[str
         raise DraftlabError("ships MiMo-style MTP layers (model.mtp_layers.N.), which draftlab does not compute "
                             "yet; draft with an EAGLE-3 drafter (--drafter)", path=path)
     count = int(config.get("num_nextn_predict_layers") or 0)
-    first = f"model.layers.{config.get('num_hidden_layers')}."
+    first = deepseek_mtp_prefixes(int(config.get("num_hidden_layers") or 0), 1)[0]
     if count < 1 or f"{first}eh_proj.weight" not in names:
         raise DraftlabError("ships no MTP layer (neither num_nextn_predict_layers with model.layers.{L}.eh_proj "
                             "nor mtp.fc); draft with an EAGLE-3 drafter (--drafter) instead", path=path)

@@ -23,6 +23,7 @@ loaded model serves decoding and probing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from draftlab.checkpoint import TargetConfig
 from draftlab.engines import default_aux_layers
+from draftlab.engines.mtp_head import deepseek_mtp_prefixes
 from draftlab.errors import DraftlabError
 from draftlab.models.devices import model_devices, offloaded, parse_device, parse_dtype
 from draftlab.models.fused_layer import fusable
@@ -382,8 +384,8 @@ def _mtp_layers_expected(path: Path, trust_remote_code: bool) -> Iterator[None]:
         yield
         return
     own = kind.__dict__.get("_keys_to_ignore_on_load_unexpected")
-    kind._keys_to_ignore_on_load_unexpected = [*(kind._keys_to_ignore_on_load_unexpected or []),
-                                               rf"^model\.layers\.({'|'.join(str(layers + i) for i in range(count))})\."]
+    mtp_layers = "|".join(map(re.escape, deepseek_mtp_prefixes(layers, count)))
+    kind._keys_to_ignore_on_load_unexpected = [*(kind._keys_to_ignore_on_load_unexpected or []), f"^({mtp_layers})"]
     try:
         yield
     finally:
