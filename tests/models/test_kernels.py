@@ -11,9 +11,11 @@ import torch
 from tiny_drafters import VOCAB, drafter_tensors, write_specforge
 from tiny_targets import tiny_target
 
+from draftlab.engines.mtp_head import MtpServing
 from draftlab.models import kernels
 from draftlab.models.drafter import Eagle3Drafter
 from draftlab.models.drafter_batch import BatchDrafter
+from draftlab.models.mtp import load_mtp
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_batch import BatchTarget
 
@@ -75,6 +77,19 @@ def test_drafter_passes_allow_cudnn_only_in_bucketed_steps(tmp_path, cudnn_seen:
     cudnn_seen.clear()
     batch.forward(torch.arange(8).reshape(2, 4) % VOCAB, features[:4].expand(2, -1, -1), 70 + torch.arange(4).repeat(2, 1))
     assert len(cudnn_seen) == 1 and all(cudnn_seen)
+
+
+def test_mtp_head_passes_never_allow_cudnn(mtp_toy, cudnn_seen: list[bool]) -> None:
+    """The head's cache grows by concatenation: every pass meets a new key length (on an H100, a first decode
+    over new lengths ran 2.5x slower with cuDNN's per-shape plans; RESULTS.md, session 23)."""
+    runner, head = load_mtp(mtp_toy.target_dir, MtpServing("vllm"))
+    tokens = torch.tensor(list(b"def keep(self):"))
+    hidden = runner.forward(tokens).aux
+    cudnn_seen.clear()
+    head.reset()
+    head.forward(tokens[1:8], hidden[:7])
+    head.forward(tokens[8:], hidden[7:-1])
+    assert len(cudnn_seen) == 2 and not any(cudnn_seen)
 
 
 def test_with_split_kv_chosen_no_step_allows_cudnn(cudnn_seen: list[bool], monkeypatch) -> None:

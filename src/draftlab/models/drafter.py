@@ -325,9 +325,17 @@ class Eagle3Drafter(nn.Module):
         sets the read width. Views of the step's outputs for the n entries."""
         n = input_ids.numel()
         b = bucket(n)
-        ids, positions, tree, hidden = pad_to_bucket(b, input_ids, positions, tree, hidden)
-        logits, out = self._run_bucket(ids, hidden, positions, cached + self._static.slot_ids[:b], tree,
-                                       self._static.reads(bound + b))
+        slots, read = cached + self._static.slot_ids[:b], self._static.reads(bound + b)
+        if isinstance(self._run_bucket, GraphSteps):  # the n rows written into the graph's own buffers
+            def padded() -> tuple[torch.Tensor, ...]:  # the bucket's inputs, made only to capture its graph
+                ids, at, square, rows = pad_to_bucket(b, input_ids, positions, tree, hidden)
+                return ids, rows, at, slots, square, read
+            walled = tree if n == b else torch.nn.functional.pad(tree, (0, b - n))  # no real row sees a pad
+            logits, out = self._run_bucket.narrow((b, hidden.shape[-1], read.numel()),
+                                                  (input_ids, hidden, positions, slots, walled, read), padded)
+        else:
+            ids, positions, tree, hidden = pad_to_bucket(b, input_ids, positions, tree, hidden)
+            logits, out = self._run_bucket(ids, hidden, positions, slots, tree, read)
         return logits[:n], out[:n]
 
     def _check_room(self, end: int) -> None:

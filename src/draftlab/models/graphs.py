@@ -13,7 +13,7 @@ import gc
 import inspect
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -79,18 +79,26 @@ class GraphSteps:
     def __init__(self, step: Step) -> None:
         self._step = weakref.WeakMethod(step) if inspect.ismethod(step) else lambda: step
         self.pool = torch.cuda.graph_pool_handle()
-        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = {}
+        self._graphs: dict[Hashable, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = {}
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Run ``step(*inputs)`` through its graph. The outputs are the graph's own tensors: valid until
         the next call with the same shapes."""
-        key = tuple((t.shape, t.dtype) for t in inputs)
+        return self.narrow(tuple((t.shape, t.dtype) for t in inputs), inputs, lambda: inputs)
+
+    def narrow(self, key: Hashable, inputs: tuple[torch.Tensor, ...], padded: Callable[[], tuple[torch.Tensor, ...]]
+               ) -> tuple[torch.Tensor, ...]:
+        """Run the graph captured under ``key`` from ``padded()`` (the inputs widened to their bucket, made
+        only to capture it) on ``inputs``, each written over the leading block of its buffer: no padding
+        built per call, and no more copies than an exact fit. The rest of each buffer keeps what the
+        capture or an earlier call left there, so the step must keep those rows out of every output row
+        the caller reads (as :func:`pad_to_bucket`'s pads are)."""
         entry = self._graphs.get(key)
         if entry is None:
-            entry = self._graphs[key] = self._capture(inputs)
+            entry = self._graphs[key] = self._capture(padded())
         graph, static_in, static_out = entry
         for dst, src in zip(static_in, inputs):
-            dst.copy_(src)
+            (dst if dst.shape == src.shape else dst[tuple(slice(0, n) for n in src.shape)]).copy_(src)
         graph.replay()
         return static_out
 

@@ -35,6 +35,7 @@ from draftlab.engines.mtp_head import MtpRules, MtpServing, deepseek_mtp_prefixe
 from draftlab.errors import DraftlabError
 from draftlab.models.attention import KV
 from draftlab.models.drafter import DraftStep
+from draftlab.models.kernels import attention_kernels
 from draftlab.models.masks import attention_mask, to_additive
 from draftlab.models.target import TargetRunner
 from draftlab.models.target_static import cache_keyword
@@ -260,8 +261,9 @@ class MtpDrafter(nn.Module):
             embeds = embeds.masked_fill((positions == 0)[..., None], 0.0)
         x = self.proj(torch.cat([self.embed_norm(embeds), self.hidden_norm(hidden.to(dtype))], dim=-1))
         entries = _Entries(past[0] if past else None)
-        y = self.decoder(x, attention_mask=to_additive(mask, dtype)[0, 0][:, None], position_ids=positions,
-                         position_embeddings=self.rotary(x, positions), **{self._cache_arg: entries})
+        with attention_kernels():  # its cache grows: a new key length at almost every step
+            y = self.decoder(x, attention_mask=to_additive(mask, dtype)[0, 0][:, None], position_ids=positions,
+                             position_embeddings=self.rotary(x, positions), **{self._cache_arg: entries})
         normed = self.final_norm(y)
         logits = self.lm_head(normed).float()
         return logits, normed if self.rules.feeds_back_normed else y, [entries.new]
