@@ -1,8 +1,11 @@
-"""Why assess's cross-check of the MTP head disagrees on a GPU: the head's decode cycles timed three ways.
+"""The MTP head's decode cycles timed the ways assess's profile and its cross-check time them.
 
-On an H100 and an H200 (session 22) assess priced the toy DeepSeek-V3's MTP head at 95-135 tok/s and its
-cross-check decoded it for real at 28-33 (the EAGLE-3 drafter beside it agreed within 16%); on the CPU the
-two agree within 3%. This times, in one process on the same loaded models:
+On an H100 and an H200 (session 22) assess priced the toy DeepSeek-V3's MTP head at 95-135 tok/s, but its
+cross-check decoded it for real at 28-33. The EAGLE-3 drafter beside it agreed within 16%, and on the CPU
+the two agreed within 3%. This script found the cause (session 23, RESULTS.md "GPU smoke run"): a first
+decode over new key lengths took 34.6 ms per cycle, against 14.1 ms on a second decode. cuDNN's attention
+built a plan for every new length in the head's layer. The head now runs without cuDNN: a first decode took
+16.9 ms per cycle and a second 17.9 (the next run, on another host). It times, in one process on the same loaded models:
 
 - ``profiler``: the profile's own measure (``runtime_workload(...).mtp_cycles``: random 256-token prompts,
   ``ignore_eos``, the prefill timed alone and taken off);
