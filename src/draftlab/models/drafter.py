@@ -321,8 +321,9 @@ class Eagle3Drafter(nn.Module):
     def _bucketed(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
                   cached: int | torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor]:
         """n <= 64 entries written after ``cached`` (a host count, or one held on the device, [1]), padded to
-        their bucket and run through its step (a CUDA graph on CUDA); ``bound`` >= ``cached`` on the host
-        sets the read width. Views of the step's outputs for the n entries."""
+        their bucket and run through its step (on CUDA its graph, the n rows written into the graph's own
+        buffers); ``bound`` >= ``cached`` on the host sets the read width. Views of the step's outputs for
+        the n entries."""
         n = input_ids.numel()
         b = bucket(n)
         slots, read = cached + self._static.slot_ids[:b], self._static.reads(bound + b)
